@@ -1,0 +1,37 @@
+# Every target installs what it needs into .venv first (pinned in requirements/dev.txt).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+
+.PHONY: install run test lint typecheck unit synth clean
+
+$(STAMP): pyproject.toml requirements/dev.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install ## the whole gateway on http://127.0.0.1:$${GATEWAY_PORT:-8080} with an embedded AWS
+	$(BIN)/hermes-gateway local
+
+lint: install
+	$(BIN)/ruff check .
+
+typecheck: install
+	$(BIN)/mypy
+
+test: lint typecheck ## every check CI runs: lint, types, unit, integration, e2e and infra tests
+	$(BIN)/python -m pytest -n 2 --dist loadfile
+
+unit: install
+	$(BIN)/python -m pytest tests/unit -q
+
+synth: install ## the real stack to cdk.out, offline, layer bundled without docker, cdk-nag checked
+	$(BIN)/python infra/app.py
+
+clean:
+	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,20 @@
+"""Agent: one task of a turn, as invoked by the turn state machine with `{"step", "turn"}`.
+
+Errors propagate on purpose: Step Functions matches their class names (TransientError is
+retried, anything else goes to the Fail state, which apologizes and releases the lease)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from hermes_gateway import wiring
+from hermes_gateway.observability import logger, metrics
+from hermes_gateway.services.turn import run_step
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return run_step(str(event.get("step")), dict(event.get("turn") or {}), wiring.turn_deps())

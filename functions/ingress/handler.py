@@ -1,0 +1,55 @@
+"""Ingress: API Gateway (HTTP API, payload 2.0) → verify → normalize → enqueue → acknowledge."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from hermes_gateway import wiring
+from hermes_gateway.errors import BadRequest, PayloadTooLarge
+from hermes_gateway.observability import logger, metrics
+from hermes_gateway.services.ingress import HttpRequest, HttpResponse, decode_body, handle_webhook
+
+
+def _respond(response: HttpResponse) -> dict[str, Any]:
+    return {"statusCode": response.status, "headers": response.headers, "body": json.dumps(response.body)}
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    received_at = time.time()
+    http = APIGatewayProxyEventV2(event)
+    platform = (http.path_parameters or {}).get("platform") or http.raw_path.rstrip("/").rsplit("/", 1)[-1]
+    settings = wiring.settings()
+    try:
+        body = decode_body(http.get("body"), http.is_base64_encoded, settings.max_body_bytes)
+    except PayloadTooLarge as exc:
+        logger.warning("webhook rejected", extra={"platform": platform, "status": 413, "reason": str(exc)})
+        return _respond(HttpResponse(413, {"ok": False, "error": str(exc)}))
+    except BadRequest as exc:
+        logger.warning("webhook rejected", extra={"platform": platform, "status": 400, "reason": str(exc)})
+        return _respond(HttpResponse(400, {"ok": False, "error": str(exc)}))
+    request = HttpRequest(
+        method=http.request_context.http.method.upper(),
+        path=http.raw_path,
+        headers={k.lower(): v for k, v in (http.headers or {}).items()},
+        body=body,
+        query=dict(http.query_string_parameters or {}),
+    )
+    enqueue_once = wiring.enqueue_once()
+    enqueue_once.register_context(context)
+    response = handle_webhook(
+        platform,
+        request,
+        settings=settings,
+        secrets=wiring.secrets(),
+        adapters=wiring.inbound_adapters(),
+        enqueue_once=enqueue_once,
+        received_at=received_at,
+    )
+    return _respond(response)

@@ -1,0 +1,101 @@
+"""The public webhook endpoint: an HTTP API whose `POST /webhooks/{platform}` invokes the ingress function."""
+
+from __future__ import annotations
+
+import json
+
+import jsii
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_apigateway as apigateway
+from aws_cdk import aws_apigatewayv2 as apigatewayv2
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
+from constructs import Construct
+
+from infra.capabilities.functions import LOG_RETENTION
+from infra.nag import acknowledge
+
+WEBHOOK_PATH = "/webhooks/{platform}"
+# Stage-wide limits: far above one gateway's traffic, low enough to cap the bill of a flood.
+THROTTLE_RATE_PER_SECOND = 50
+THROTTLE_BURST = 100
+# No headers, query strings or bodies: webhook secrets travel in headers and must not be logged.
+ACCESS_LOG_FORMAT = json.dumps(
+    {
+        "requestId": "$context.requestId",
+        "requestTime": "$context.requestTime",
+        "ip": "$context.identity.sourceIp",
+        "routeKey": "$context.routeKey",
+        "path": "$context.path",
+        "status": "$context.status",
+        "responseLength": "$context.responseLength",
+        "latency": "$context.responseLatency",
+        "integrationStatus": "$context.integrationStatus",
+        "integrationError": "$context.integrationErrorMessage",
+    }
+)
+
+
+class WebhookApi(Construct):
+    def __init__(self, scope: Construct, construct_id: str, *, handler: lambda_.IFunction, api_name: str) -> None:
+        super().__init__(scope, construct_id)
+        self.http_api = apigatewayv2.HttpApi(
+            self,
+            "HttpApi",
+            api_name=api_name,
+            description="Hermes Gateway webhooks",
+            create_default_stage=False,
+        )
+        routes = self.http_api.add_routes(
+            path=WEBHOOK_PATH,
+            methods=[apigatewayv2.HttpMethod.POST],
+            integration=HttpLambdaIntegration(
+                "Ingress", handler, payload_format_version=apigatewayv2.PayloadFormatVersion.VERSION_2_0
+            ),
+        )
+        for route in routes:
+            acknowledge(
+                route,
+                "APIG4",
+                "Platform webhooks are public by design: platforms cannot sign in to AWS. The ingress "
+                "function verifies every request (platform signature or shared secret) before enqueuing.",
+            )
+        self.access_logs = logs.LogGroup(
+            self, "AccessLogs", retention=LOG_RETENTION, removal_policy=RemovalPolicy.DESTROY
+        )
+        self.stage = apigatewayv2.HttpStage(
+            self,
+            "DefaultStage",
+            http_api=self.http_api,
+            auto_deploy=True,
+            throttle=apigatewayv2.ThrottleSettings(
+                rate_limit=THROTTLE_RATE_PER_SECOND, burst_limit=THROTTLE_BURST
+            ),
+            access_log_settings=AccessLogSettings(
+                apigatewayv2.LogGroupLogDestination(self.access_logs),
+                apigateway.AccessLogFormat.custom(ACCESS_LOG_FORMAT),
+            ),
+        )
+
+    @property
+    def url(self) -> str:
+        """The API's base URL, ending with '/'."""
+        return self.stage.url
+
+
+@jsii.implements(apigatewayv2.IAccessLogSettings)
+class AccessLogSettings:
+    """`IAccessLogSettings` for the stage (a jsii interface, so a small Python class implements it)."""
+
+    def __init__(self, destination: apigatewayv2.IAccessLogDestination, log_format: apigateway.AccessLogFormat) -> None:
+        self._destination = destination
+        self._format = log_format
+
+    @property
+    def destination(self) -> apigatewayv2.IAccessLogDestination:
+        return self._destination
+
+    @property
+    def format(self) -> apigateway.AccessLogFormat:
+        return self._format

@@ -1,0 +1,206 @@
+"""Lambda functions, one per `FunctionSpec`, each with its own least-privilege role.
+
+`GatewayFunction` gives every function the same defaults (arm64, Python 3.13, the common layer,
+JSON logs into its own log group with retention, X-Ray tracing, the shared environment), and turns
+the spec's `grants` and `secrets` into IAM statements and environment variables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as event_sources
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from hermes_gateway.resources import SECRET_NAMES, Access, FunctionSpec, QueueSpec, StateMachineSpec, TableSpec
+from infra.capabilities.layer import ARCHITECTURE, RUNTIME
+from infra.nag import acknowledge, arn_finding
+
+LOG_RETENTION = logs.RetentionDays.ONE_MONTH
+_CODE_EXCLUDES = ["__pycache__", "*.pyc"]
+_TABLE_GRANTS = {
+    Access.READ: dynamodb.Table.grant_read_data,
+    Access.WRITE: dynamodb.Table.grant_write_data,
+    Access.READ_WRITE: dynamodb.Table.grant_read_write_data,
+}
+
+
+@dataclass(frozen=True)
+class GrantTargets:
+    """The built resources a function's `grants` may name, by logical name, with their specs."""
+
+    tables: Mapping[str, tuple[TableSpec, dynamodb.Table]]
+    queues: Mapping[str, tuple[QueueSpec, sqs.Queue]]
+    state_machines: Mapping[str, tuple[StateMachineSpec, sfn.StateMachine]]
+
+
+class GatewayFunction(Construct):
+    """One gateway function with the shared defaults; `connect` applies its spec's grants."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        spec: FunctionSpec,
+        code_root: str,
+        layer: lambda_.ILayerVersion,
+        environment: Mapping[str, str],
+        secrets_prefix: str,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.spec = spec
+        self.log_group = logs.LogGroup(self, "Logs", retention=LOG_RETENTION, removal_policy=RemovalPolicy.DESTROY)
+        # An explicit role instead of AWSLambdaBasicExecutionRole: it may write only to its own log group.
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"Hermes Gateway {spec.name} function",
+        )
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            description=spec.description,
+            code=lambda_.Code.from_asset(f"{code_root}/{spec.code_dir}", exclude=_CODE_EXCLUDES),
+            handler=spec.handler,
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
+            memory_size=spec.memory_mb,
+            timeout=Duration.seconds(spec.timeout_seconds),
+            layers=[layer],
+            role=self.role,
+            log_group=self.log_group,
+            logging_format=lambda_.LoggingFormat.JSON,
+            tracing=lambda_.Tracing.ACTIVE,
+            environment={**environment, "HERMES_FUNCTION": spec.name},
+        )
+        self.log_group.grant_write(self.role)
+        self._grant_secrets(secrets_prefix)
+        acknowledge(
+            self.role,
+            "IAM5[Resource::*]",
+            "X-Ray tracing (Tracing.ACTIVE): xray:PutTraceSegments and xray:PutTelemetryRecords "
+            "do not support resource-level permissions.",
+        )
+        acknowledge(
+            self.function,
+            "L1",
+            "Pinned to python3.13 on purpose: the common layer is resolved and precompiled for CPython 3.13 "
+            "(infra/capabilities/layer.py); moving the runtime is a deliberate change of both.",
+        )
+
+    def connect(self, targets: GrantTargets) -> None:
+        """Grant what the spec's `grants` name and pass each resource's name, URL or ARN in the environment."""
+        for name, access in self.spec.grants.items():
+            if name in targets.tables:
+                self._grant_table(*targets.tables[name], access)
+            elif name in targets.queues:
+                self._grant_queue(*targets.queues[name], access)
+            elif name in targets.state_machines:
+                self._grant_state_machine(*targets.state_machines[name], access)
+            else:
+                raise ValueError(f"function {self.spec.name}: grant on unknown resource {name!r}")
+        consumed = [name for name, access in self.spec.grants.items() if access is Access.CONSUME]
+        if consumed != ([self.spec.consumes] if self.spec.consumes else []):
+            raise ValueError(
+                f"function {self.spec.name}: consumes={self.spec.consumes!r} but CONSUME grants on {consumed}"
+            )
+
+    def _grant_table(self, spec: TableSpec, table: dynamodb.Table, access: Access) -> None:
+        if access not in _TABLE_GRANTS:
+            raise ValueError(f"function {self.spec.name}: table {spec.name} cannot be granted {access.value}")
+        _TABLE_GRANTS[access](table, self.role)
+        self.function.add_environment(spec.env_var, table.table_name)
+        if spec.indexes:
+            acknowledge(
+                self.role,
+                arn_finding(table, "/index/*"),
+                f"Queries on the {spec.name} table's global secondary indexes; the grant covers only "
+                "that table's indexes.",
+            )
+
+    def _grant_queue(self, spec: QueueSpec, queue: sqs.Queue, access: Access) -> None:
+        if access is Access.SEND:
+            self.role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[queue.queue_arn])
+            )
+        elif access is Access.CONSUME:
+            self.function.add_event_source(
+                event_sources.SqsEventSource(
+                    queue, batch_size=self.spec.batch_size, report_batch_item_failures=True
+                )
+            )
+        else:
+            raise ValueError(f"function {self.spec.name}: queue {spec.name} cannot be granted {access.value}")
+        self.function.add_environment(spec.env_var, queue.queue_url)
+
+    def _grant_state_machine(self, spec: StateMachineSpec, machine: sfn.StateMachine, access: Access) -> None:
+        if access is not Access.START:
+            raise ValueError(f"function {self.spec.name}: state machine {spec.name} cannot be granted {access.value}")
+        machine.grant_start_execution(self.role)
+        self.function.add_environment(spec.env_var, machine.state_machine_arn)
+
+    def _grant_secrets(self, prefix: str) -> None:
+        """GetParameter on exactly the function's own secrets; the parameters are written by the CLI."""
+        unknown = sorted(set(self.spec.secrets) - set(SECRET_NAMES))
+        if unknown:
+            raise ValueError(f"function {self.spec.name}: unknown secrets {unknown}")
+        if not self.spec.secrets:
+            return
+        stack = Stack.of(self)
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["ssm:GetParameter"],
+                resources=[
+                    stack.format_arn(
+                        service="ssm",
+                        resource="parameter",
+                        resource_name=f"{prefix.strip('/')}/{name}",
+                        arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+                    )
+                    for name in self.spec.secrets
+                ],
+            )
+        )
+
+
+class GatewayFunctions(Construct):
+    """All gateway functions by logical name."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        specs: Iterable[FunctionSpec],
+        code_root: str,
+        layer: lambda_.ILayerVersion,
+        environment: Mapping[str, str],
+        secrets_prefix: str,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.by_name: dict[str, GatewayFunction] = {
+            spec.name: GatewayFunction(
+                self,
+                spec.name,
+                spec=spec,
+                code_root=code_root,
+                layer=layer,
+                environment=environment,
+                secrets_prefix=secrets_prefix,
+            )
+            for spec in specs
+        }
+
+    def connect(self, targets: GrantTargets) -> None:
+        for function in self.by_name.values():
+            function.connect(targets)

@@ -1,0 +1,125 @@
+"""The common Lambda layer: the `hermes_gateway` package plus `requirements/layer.txt`, built without docker.
+
+The layer is bundled by a local hook that runs pip with the Lambda target platform (arm64, CPython
+3.13, wheels only, no dependencies: boto3/botocore come with the runtime). The asset hash is the
+content of the inputs, so an unchanged layer is not rebuilt on the next synth.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsii
+from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
+
+RUNTIME = lambda_.Runtime.PYTHON_3_13
+ARCHITECTURE = lambda_.Architecture.ARM_64
+PYTHON_VERSION = "3.13"
+PIP_PLATFORM = "manylinux2014_aarch64"
+_SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc")
+
+
+# What decides which distributions pip picks; part of the layer's content hash.
+PIP_TARGET_ARGS = (
+    "--no-deps",
+    "--only-binary=:all:",
+    "--platform", PIP_PLATFORM,
+    "--implementation", "cp",
+    "--python-version", PYTHON_VERSION,
+)  # fmt: skip
+
+
+def pip_install_command(requirements: Path, target: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "pip", "install", "--no-compile", "--disable-pip-version-check", "--quiet",
+        *PIP_TARGET_ARGS, "--target", str(target), "-r", str(requirements),
+    ]  # fmt: skip
+
+
+def _matching_python() -> str | None:
+    """An interpreter of the runtime's version, to precompile the layer; None when there is none."""
+    if f"{sys.version_info.major}.{sys.version_info.minor}" == PYTHON_VERSION:
+        return sys.executable
+    candidate = shutil.which(f"python{PYTHON_VERSION}")
+    if candidate is None:
+        return None
+    probe = subprocess.run(  # noqa: S603 - fixed arguments, interpreter found on PATH by name
+        [candidate, "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return candidate if probe.returncode == 0 and probe.stdout.strip() == PYTHON_VERSION else None
+
+
+@jsii.implements(ILocalBundling)
+class LayerBundler:
+    """Builds `<out>/python/` on this machine; docker is never used."""
+
+    def __init__(self, *, requirements: Path, package: Path) -> None:
+        self.requirements = requirements
+        self.package = package
+
+    def try_bundle(self, output_dir: str, options: Any = None) -> bool:
+        target = Path(output_dir) / "python"
+        target.mkdir(parents=True, exist_ok=True)
+        subprocess.run(pip_install_command(self.requirements, target), check=True)  # noqa: S603
+        shutil.copytree(self.package, target / self.package.name, ignore=_SKIPPED, dirs_exist_ok=True)
+        self._precompile(target)
+        return True
+
+    @staticmethod
+    def _precompile(target: Path) -> None:
+        # /opt is read-only in Lambda: without shipped .pyc every cold start compiles the layer again.
+        # Hash-based (unchecked) .pyc stay valid whatever timestamps the asset zip gives the sources.
+        python = _matching_python()
+        if python is None:
+            print(
+                f"note: no python{PYTHON_VERSION} found; the layer ships without .pyc (slower cold starts)",
+                file=sys.stderr,
+            )
+            return
+        subprocess.run(  # noqa: S603
+            [python, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash", str(target)],
+            check=True,
+        )
+
+
+def content_hash(requirements: Path, package: Path) -> str:
+    """Hash of everything that decides the layer's content: requirements, package sources, pip target."""
+    digest = hashlib.sha256()
+    digest.update(" ".join(PIP_TARGET_ARGS).encode())
+    digest.update(requirements.read_bytes())
+    for path in sorted(package.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            digest.update(path.relative_to(package).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+class CommonLayer(Construct):
+    def __init__(self, scope: Construct, construct_id: str, *, requirements: Path, package: Path) -> None:
+        super().__init__(scope, construct_id)
+        self.layer = lambda_.LayerVersion(
+            self,
+            "Layer",
+            description="hermes_gateway package and its dependencies (without boto3, which the runtime has)",
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[ARCHITECTURE],
+            code=lambda_.Code.from_asset(
+                str(package.parent),
+                asset_hash_type=AssetHashType.CUSTOM,
+                asset_hash=content_hash(requirements, package),
+                bundling=BundlingOptions(
+                    image=DockerImage.from_registry("none"),  # required by the API; local bundling always succeeds
+                    local=LayerBundler(requirements=requirements, package=package),
+                ),
+            ),
+        )

@@ -1,0 +1,77 @@
+"""The turn state machine, from the ASL file shared with local mode (`TURN_STATE_MACHINE`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from hermes_gateway.resources import StateMachineSpec
+from infra.capabilities.functions import LOG_RETENTION
+from infra.nag import acknowledge
+
+
+class TurnWorkflow(Construct):
+    """The state machine; each `${placeholder}` in the definition becomes the named function's ARN."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        spec: StateMachineSpec,
+        definition_file: Path,
+        functions: Mapping[str, lambda_.IFunction],
+        log_group_name: str,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.spec = spec
+        missing = sorted(set(spec.substitutions.values()) - set(functions))
+        if missing:
+            raise ValueError(f"state machine {spec.name}: substitutions name unknown functions {missing}")
+        # Vended-logs prefix: Step Functions log delivery needs it to keep the log resource policy small.
+        self.log_group = logs.LogGroup(
+            self,
+            "Logs",
+            log_group_name=log_group_name,
+            retention=LOG_RETENTION,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        self.state_machine = sfn.StateMachine(
+            self,
+            "StateMachine",
+            # Inline (not from_file, which uploads an S3 asset) so the template carries the definition.
+            definition_body=sfn.DefinitionBody.from_string(definition_file.read_text(encoding="utf-8")),
+            definition_substitutions={
+                placeholder: functions[name].function_arn for placeholder, name in spec.substitutions.items()
+            },
+            state_machine_type=sfn.StateMachineType.EXPRESS if spec.express else sfn.StateMachineType.STANDARD,
+            logs=sfn.LogOptions(
+                destination=self.log_group, level=sfn.LogLevel.ERROR, include_execution_data=False
+            ),
+            tracing_enabled=True,
+        )
+        # The definition calls the unqualified function ARNs; an explicit statement avoids the `:*`
+        # version wildcard that grant_invoke would add.
+        for name in sorted(set(spec.substitutions.values())):
+            self.state_machine.add_to_role_policy(
+                iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=[functions[name].function_arn])
+            )
+        acknowledge(
+            self.state_machine,
+            "SF1",
+            "Logs ERROR only, without execution data: turn inputs carry user messages, and Express "
+            "executions bill per log event; X-Ray traces and the function logs cover normal runs.",
+        )
+        acknowledge(
+            self.state_machine,
+            "IAM5[Resource::*]",
+            "CloudWatch Logs vended-delivery actions (logs:CreateLogDelivery and related) and X-Ray "
+            "actions do not support resource-level permissions.",
+        )

@@ -1,0 +1,122 @@
+"""The one stack: it reads like the architecture picture, each capability built from `resources.py`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, Stack, Tags
+from constructs import Construct
+
+from hermes_gateway.resources import (
+    FUNCTIONS,
+    QUEUES,
+    SCHEDULES,
+    TABLES,
+    TURN_STATE_MACHINE,
+    repo_root,
+)
+from hermes_gateway.settings import Settings
+from infra.capabilities.alarms import OperationsAlarms
+from infra.capabilities.api import WebhookApi
+from infra.capabilities.data import DataTables
+from infra.capabilities.functions import GatewayFunctions, GrantTargets
+from infra.capabilities.layer import CommonLayer
+from infra.capabilities.queues import MessageQueues
+from infra.capabilities.schedules import Schedules
+from infra.capabilities.workflow import TurnWorkflow
+
+PROJECT = "hermes-gateway"
+WEBHOOK_FUNCTION = "ingress"
+
+
+def stack_name(stage: str) -> str:
+    return f"HermesGateway-{stage}"
+
+
+def secrets_prefix(stage: str) -> str:
+    """Where the CLI writes the SSM SecureString secrets of a stage (never created by this stack)."""
+    return f"/{PROJECT}/{stage}/"
+
+
+def function_environment(settings: Settings) -> dict[str, str]:
+    """What every function gets: the validated settings and the deployment's fixed names."""
+    return {
+        **settings.to_env(),
+        "HERMES_SECRETS_PREFIX": secrets_prefix(settings.stage),
+        "POWERTOOLS_SERVICE_NAME": PROJECT,
+        "POWERTOOLS_METRICS_NAMESPACE": "HermesGateway",
+    }
+
+
+class HermesGatewayStack(Stack):
+    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, **kwargs: Any) -> None:
+        super().__init__(
+            scope, construct_id, description=f"Hermes Serverless Gateway ({settings.stage})", **kwargs
+        )
+        stage = settings.stage
+        root = repo_root()
+        Tags.of(self).add("project", PROJECT)
+        Tags.of(self).add("stage", stage)
+
+        alarms = OperationsAlarms(self, "Alarms")
+        data = DataTables(self, "Data", specs=TABLES)
+        queues = MessageQueues(self, "Queues", specs=QUEUES, alarms=alarms)
+        layer = CommonLayer(
+            self,
+            "CommonLayer",
+            requirements=root / "requirements" / "layer.txt",
+            package=root / "layers" / "common" / "hermes_gateway",
+        )
+        functions = GatewayFunctions(
+            self,
+            "Functions",
+            specs=FUNCTIONS,
+            code_root=str(root),
+            layer=layer.layer,
+            environment=function_environment(settings),
+            secrets_prefix=secrets_prefix(stage),
+        )
+        workflow = TurnWorkflow(
+            self,
+            "Workflow",
+            spec=TURN_STATE_MACHINE,
+            definition_file=root / TURN_STATE_MACHINE.definition_file,
+            functions={name: f.function for name, f in functions.by_name.items()},
+            log_group_name=f"/aws/vendedlogs/states/{PROJECT}-{stage}-{TURN_STATE_MACHINE.name}",
+        )
+        functions.connect(
+            GrantTargets(
+                tables={name: (data.specs[name], table) for name, table in data.tables.items()},
+                queues={name: (queues.specs[name], queue) for name, queue in queues.queues.items()},
+                state_machines={TURN_STATE_MACHINE.name: (TURN_STATE_MACHINE, workflow.state_machine)},
+            )
+        )
+        for name, function in functions.by_name.items():
+            alarms.on_errors(name, function.function)
+        alarms.on_failed_executions(TURN_STATE_MACHINE.name, workflow.state_machine)
+
+        api = WebhookApi(
+            self, "Webhooks", handler=functions.by_name[WEBHOOK_FUNCTION].function, api_name=f"{PROJECT}-{stage}"
+        )
+        Schedules(
+            self,
+            "Schedules",
+            specs=SCHEDULES,
+            functions={name: f.function for name, f in functions.by_name.items()},
+            alarms=alarms,
+        )
+
+        CfnOutput(self, "WebhookUrl", value=f"{api.url}webhooks/", description="Append the platform name")
+        CfnOutput(
+            self,
+            "TelegramWebhookUrl",
+            value=f"{api.url}webhooks/telegram",
+            description="Register with Telegram setWebhook (with the TELEGRAM_WEBHOOK_SECRET as secret_token)",
+        )
+        CfnOutput(
+            self,
+            "SecretsPrefix",
+            value=secrets_prefix(stage),
+            description="SSM SecureString parameters the functions read; set them with the CLI",
+        )
+        CfnOutput(self, "AlarmTopicArn", value=alarms.topic.topic_arn, description="Subscribe to get alarms")

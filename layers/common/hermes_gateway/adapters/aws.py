@@ -1,0 +1,141 @@
+"""AWS adapters for the queue, workflow and idempotency ports (boto3, created lazily)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Callable
+from functools import cached_property
+from typing import Any
+
+from hermes_gateway.errors import TransientError
+
+_THROTTLES = {"ThrottlingException", "Throttling", "RequestThrottled", "ServiceUnavailable", "InternalError"}
+
+
+def _is_throttle(exc: Exception) -> bool:
+    code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+    return code in _THROTTLES or code.endswith("ThrottlingException")
+
+
+def group_id_for(session_key: str) -> str:
+    """FIFO group per session: ordered within a session, parallel across sessions, no raw ids."""
+    return hashlib.sha256(session_key.encode("utf-8")).hexdigest()[:40]
+
+
+class SqsQueue:
+    """Sends JSON bodies to one queue. FIFO queues get a group id and a de-duplication id."""
+
+    def __init__(self, queue_url: str, region: str | None = None) -> None:
+        self.url = queue_url
+        self.fifo = queue_url.endswith(".fifo")
+        self._region = region
+
+    @cached_property
+    def _client(self) -> Any:
+        import boto3
+
+        return boto3.client("sqs", region_name=self._region)
+
+    def send(self, body: dict[str, Any], *, group_id: str | None = None, dedup_id: str | None = None) -> str:
+        kwargs: dict[str, Any] = {"QueueUrl": self.url, "MessageBody": json.dumps(body, separators=(",", ":"))}
+        if self.fifo:
+            if not group_id or not dedup_id:
+                raise ValueError("a FIFO queue needs a group id and a de-duplication id")
+            kwargs["MessageGroupId"] = group_id
+            kwargs["MessageDeduplicationId"] = hashlib.sha256(dedup_id.encode("utf-8")).hexdigest()
+        try:
+            response = self._client.send_message(**kwargs)
+        except Exception as exc:
+            if _is_throttle(exc):
+                raise TransientError("the queue is throttling") from exc
+            raise
+        return str(response["MessageId"])
+
+    def delay_retry(self, receipt_handle: str, seconds: int) -> None:
+        """Make a failed message visible again sooner (or later) than the queue's timeout."""
+        self._client.change_message_visibility(
+            QueueUrl=self.url, ReceiptHandle=receipt_handle, VisibilityTimeout=max(0, min(seconds, 43200))
+        )
+
+
+class StepFunctionsStarter:
+    """Starts the turn workflow with a deterministic execution name: a repeated start is a no-op."""
+
+    def __init__(self, state_machine_arn: str, region: str | None = None) -> None:
+        self.arn = state_machine_arn
+        self._region = region
+
+    @cached_property
+    def _client(self) -> Any:
+        import boto3
+
+        return boto3.client("stepfunctions", region_name=self._region)
+
+    def start(self, name: str, turn: dict[str, Any]) -> bool:
+        """True when this call started the execution, False when it already existed."""
+        try:
+            self._client.start_execution(stateMachineArn=self.arn, name=name, input=json.dumps(turn))
+        except self._client.exceptions.ExecutionAlreadyExists:
+            return False
+        except Exception as exc:
+            if _is_throttle(exc):
+                raise TransientError("Step Functions is throttling") from exc
+            raise
+        return True
+
+
+class IdempotentEnqueue:
+    """Sends an envelope once per `event_id`, behind a Powertools idempotency record.
+
+    Calling it answers True the first time and False for a duplicate (the record exists and
+    completed). A concurrent duplicate still in progress raises TransientError: the platform's
+    retry will find the record completed, or gone if the first attempt failed.
+    """
+
+    def __init__(self, table_name: str, send: Callable[[dict[str, Any]], str], expires_after_seconds: int) -> None:
+        from aws_lambda_powertools.utilities.idempotency import (
+            DynamoDBPersistenceLayer,
+            IdempotencyConfig,
+            idempotent_function,
+        )
+
+        # The hook runs inside the decorated call on the caller's thread; local mode serves
+        # webhooks from several threads, so the flag is per thread.
+        self._seen = threading.local()
+        self.config = IdempotencyConfig(
+            event_key_jmespath="event_id",
+            raise_on_no_idempotency_key=True,
+            expires_after_seconds=expires_after_seconds,
+            hash_function="sha256",
+            response_hook=self._on_duplicate,
+        )
+
+        @idempotent_function(
+            data_keyword_argument="envelope",
+            persistence_store=DynamoDBPersistenceLayer(table_name=table_name),
+            config=self.config,
+        )
+        def send_once(envelope: dict[str, Any]) -> dict[str, str]:
+            return {"message_id": send(envelope)}
+
+        self._send_once = send_once
+
+    def _on_duplicate(self, response: Any, record: Any) -> Any:
+        self._seen.duplicate = True
+        return response
+
+    def register_context(self, context: Any) -> None:
+        """Lets an in-progress record expire with the invocation that wrote it."""
+        self.config.register_lambda_context(context)
+
+    def __call__(self, envelope: dict[str, Any]) -> bool:
+        from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
+
+        self._seen.duplicate = False
+        try:
+            self._send_once(envelope=envelope)
+        except IdempotencyAlreadyInProgressError:
+            raise TransientError("the same event is being enqueued right now") from None
+        return not self._seen.duplicate

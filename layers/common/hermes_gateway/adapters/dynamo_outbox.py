@@ -1,0 +1,117 @@
+"""The outbox on DynamoDB: each reply chunk is recorded before it is sent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pynamodb.exceptions import DoesNotExist, PutError
+
+from hermes_gateway.adapters.models import OutboxModelBase, bind_outbox
+from hermes_gateway.resources import Bindings
+
+RETENTION_SECONDS = 30 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class OutboxEntry:
+    delivery_id: str
+    platform: str
+    chat_id: str | None
+    thread_id: str | None
+    text: str
+    turn_id: str | None
+    chunk: int
+    chunks: int
+    status: str
+    attempts: int
+    platform_message_id: str | None
+    error: str | None
+    created_at: float
+    updated_at: float
+
+    def to_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+def _entry(item: OutboxModelBase) -> OutboxEntry:
+    return OutboxEntry(
+        delivery_id=item.delivery_id,
+        platform=item.platform,
+        chat_id=item.chat_id,
+        thread_id=item.thread_id,
+        text=item.text,
+        turn_id=item.turn_id,
+        chunk=int(item.chunk),
+        chunks=int(item.chunks),
+        status=item.status,
+        attempts=int(item.attempts),
+        platform_message_id=item.platform_message_id,
+        error=item.error,
+        created_at=float(item.created_at),
+        updated_at=float(item.updated_at),
+    )
+
+
+class DynamoOutbox:
+    def __init__(self, bindings: Bindings, region: str | None = None) -> None:
+        self.model = bind_outbox(bindings.table("outbox"), region)
+
+    def record(
+        self,
+        delivery_id: str,
+        *,
+        platform: str,
+        chat_id: str | None,
+        thread_id: str | None,
+        text: str,
+        turn_id: str | None,
+        chunk: int,
+        chunks: int,
+        now: float,
+    ) -> OutboxEntry:
+        """Write the chunk as pending unless it exists; either way return what is stored."""
+        Outbox = self.model
+        item = Outbox(
+            delivery_id,
+            platform=platform,
+            chat_id=chat_id,
+            thread_id=thread_id,
+            text=text,
+            turn_id=turn_id,
+            chunk=chunk,
+            chunks=chunks,
+            status="pending",
+            attempts=0,
+            created_at=now,
+            updated_at=now,
+            expires_at=int(now + RETENTION_SECONDS),
+        )
+        try:
+            item.save(condition=Outbox.delivery_id.does_not_exist())
+        except PutError as exc:
+            if getattr(exc, "cause_response_code", "") != "ConditionalCheckFailedException":
+                raise
+            item = Outbox.get(delivery_id, consistent_read=True)
+        return _entry(item)
+
+    def mark(self, delivery_id: str, status: str, now: float, *, platform_message_id: str | None = None,
+             error: str | None = None) -> None:
+        Outbox = self.model
+        actions = [Outbox.status.set(status), Outbox.updated_at.set(now), Outbox.attempts.add(1)]
+        if platform_message_id is not None:
+            actions.append(Outbox.platform_message_id.set(platform_message_id))
+        if error is not None:
+            actions.append(Outbox.error.set(error[:500]))
+        Outbox(delivery_id).update(actions=actions)
+
+    def get(self, delivery_id: str) -> OutboxEntry | None:
+        try:
+            return _entry(self.model.get(delivery_id, consistent_read=True))
+        except DoesNotExist:
+            return None
+
+    def recent(self, limit: int = 200) -> list[OutboxEntry]:
+        """Newest last. A scan: used by local mode's outbox view only, never on a hot path."""
+        rows = [_entry(item) for item in self.model.scan()]
+        rows.sort(key=lambda e: (e.created_at, e.delivery_id))
+        return rows[-limit:]

@@ -1,0 +1,142 @@
+"""pynamodb models for the routes, sessions and messages tables.
+
+Table names are deployment-specific, so the classes are made per binding by `bind_models`
+(pynamodb reads the table name from a class-level `Meta`). The attribute names match
+`hermes_gateway.resources`, which the CDK stack and local mode build the tables from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from pynamodb.attributes import (
+    BooleanAttribute,
+    MapAttribute,
+    NumberAttribute,
+    UnicodeAttribute,
+)
+from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
+from pynamodb.models import Model
+
+LEASE_SHARD = "lease"
+
+
+class RouteModelBase(Model):
+    """The routing entry of one session key (BEHAVIOUR §3)."""
+
+    session_key = UnicodeAttribute(hash_key=True)
+    session_id = UnicodeAttribute()
+    revision = NumberAttribute(default=1)
+    execution_generation = NumberAttribute(default=0)
+    created_at = NumberAttribute()
+    updated_at = NumberAttribute()
+    platform = UnicodeAttribute()
+    chat_type = UnicodeAttribute()
+    display_name = UnicodeAttribute(null=True)
+    origin = MapAttribute[str, object](null=True)
+    suspended = BooleanAttribute(default=False)
+    resume_pending = BooleanAttribute(default=False)
+    resume_reason = UnicodeAttribute(null=True)
+    resume_marked_at = NumberAttribute(null=True)
+    # The active turn lease. `lease_shard` is set only while a lease is held: it feeds the
+    # sparse `by_lease_expiry` index the expiry sweep queries.
+    lease_token = UnicodeAttribute(null=True)
+    lease_turn_id = UnicodeAttribute(null=True)
+    lease_started_at = NumberAttribute(null=True)
+    lease_expires_at = NumberAttribute(null=True)
+    lease_shard = UnicodeAttribute(null=True)
+
+
+class SessionModelBase(Model):
+    session_id = UnicodeAttribute(hash_key=True)
+    session_key = UnicodeAttribute()
+    started_at = NumberAttribute()
+    ended_at = NumberAttribute(null=True)
+    end_reason = UnicodeAttribute(null=True)
+    title = UnicodeAttribute(null=True)
+    source_label = UnicodeAttribute(null=True)
+    platform = UnicodeAttribute()
+    parent_session_id = UnicodeAttribute(null=True)
+    message_count = NumberAttribute(default=0)
+    input_tokens = NumberAttribute(default=0)
+    output_tokens = NumberAttribute(default=0)
+
+
+class MessageModelBase(Model):
+    """A transcript row. Rows with a negative `seq` are de-duplication markers, not messages:
+    they share the partition so one transaction writes a row and its marker."""
+
+    session_id = UnicodeAttribute(hash_key=True)
+    seq = NumberAttribute(range_key=True)
+    role = UnicodeAttribute(null=True)
+    content = UnicodeAttribute(null=True)
+    created_at = NumberAttribute(null=True)
+    active = BooleanAttribute(default=True)
+    platform_message_id = UnicodeAttribute(null=True)
+    turn_id = UnicodeAttribute(null=True)
+    sender_name = UnicodeAttribute(null=True)
+    dedupe_key = UnicodeAttribute(null=True)
+    input_tokens = NumberAttribute(null=True)
+    output_tokens = NumberAttribute(null=True)
+
+
+@dataclass(frozen=True)
+class BoundModels:
+    route: type[RouteModelBase]
+    session: type[SessionModelBase]
+    message: type[MessageModelBase]
+
+
+def _meta(table_name: str, region: str | None) -> type:
+    attrs: dict[str, object] = {"table_name": table_name}
+    if region:
+        attrs["region"] = region
+    return type("Meta", (), attrs)
+
+
+@lru_cache(maxsize=8)
+def bind_models(routes_table: str, sessions_table: str, messages_table: str, region: str | None) -> BoundModels:
+    """Model classes bound to physical table names (cached: pynamodb keeps a connection per class)."""
+
+    class ByLeaseExpiry(GlobalSecondaryIndex[RouteModelBase]):
+        class Meta:
+            index_name = "by_lease_expiry"
+            projection = AllProjection()
+
+        lease_shard = UnicodeAttribute(hash_key=True)
+        lease_expires_at = NumberAttribute(range_key=True)
+
+    route = type(
+        "Route",
+        (RouteModelBase,),
+        {"Meta": _meta(routes_table, region), "by_lease_expiry": ByLeaseExpiry(), "__module__": __name__},
+    )
+    session = type("Session", (SessionModelBase,), {"Meta": _meta(sessions_table, region), "__module__": __name__})
+    message = type("Message", (MessageModelBase,), {"Meta": _meta(messages_table, region), "__module__": __name__})
+    return BoundModels(route=route, session=session, message=message)
+
+
+class OutboxModelBase(Model):
+    """One reply chunk: written before it is sent, marked sent with the platform's message id."""
+
+    delivery_id = UnicodeAttribute(hash_key=True)
+    platform = UnicodeAttribute()
+    chat_id = UnicodeAttribute(null=True)
+    thread_id = UnicodeAttribute(null=True)
+    text = UnicodeAttribute()
+    turn_id = UnicodeAttribute(null=True)
+    chunk = NumberAttribute(default=1)
+    chunks = NumberAttribute(default=1)
+    status = UnicodeAttribute(default="pending")  # pending | sent | recorded | failed
+    attempts = NumberAttribute(default=0)
+    platform_message_id = UnicodeAttribute(null=True)
+    error = UnicodeAttribute(null=True)
+    created_at = NumberAttribute()
+    updated_at = NumberAttribute()
+    expires_at = NumberAttribute(null=True)  # TTL
+
+
+@lru_cache(maxsize=8)
+def bind_outbox(outbox_table: str, region: str | None) -> type[OutboxModelBase]:
+    return type("Outbox", (OutboxModelBase,), {"Meta": _meta(outbox_table, region), "__module__": __name__})

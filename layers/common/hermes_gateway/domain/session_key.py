@@ -1,0 +1,128 @@
+"""Session keys: the one pure function that decides which conversation a message belongs to.
+
+BEHAVIOUR §2 is the specification; every rule there has a test in tests/unit/test_session_key.py.
+"""
+
+from __future__ import annotations
+
+import re
+
+from hermes_gateway.domain.source import SessionSource
+from hermes_gateway.errors import InvalidIdentifier
+
+_WHATSAPP_SUFFIXES = ("@s.whatsapp.net", "@lid", "@c.us")
+_DEVICE_SUFFIX = re.compile(r":\d+$")
+_DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+def key_namespace(profile: str | None) -> str:
+    """`agent:main` for the default profile; a profile literally named `main` gets `agent:main~`."""
+    if not profile or profile == "default":
+        return "agent:main"
+    if profile == "main":
+        return "agent:main~"
+    return f"agent:{profile}"
+
+
+def canonical_whatsapp_id(value: str, lid_to_phone: dict[str, str] | None = None) -> str:
+    """One form per WhatsApp person: no JID suffix, no `:device`, no leading `+`; LIDs mapped to
+    their phone number when known. Group ids (`…@g.us`) are kept as they are."""
+    text = value.strip()
+    if text.endswith("@g.us"):
+        return text
+    is_lid = text.endswith("@lid")
+    for suffix in _WHATSAPP_SUFFIXES:
+        if text.endswith(suffix):
+            text = text[: -len(suffix)]
+            break
+    text = _DEVICE_SUFFIX.sub("", text).lstrip("+")
+    if lid_to_phone:
+        mapped = lid_to_phone.get(text)
+        if mapped and (is_lid or text in lid_to_phone):
+            return canonical_whatsapp_id(mapped)
+    return text
+
+
+def _participant(source: SessionSource, lid_to_phone: dict[str, str] | None) -> str | None:
+    participant = source.user_id_alt or source.user_id
+    if participant and source.platform == "whatsapp":
+        return canonical_whatsapp_id(participant, lid_to_phone) or participant
+    return participant
+
+
+def build_session_key(
+    source: SessionSource,
+    *,
+    group_sessions_per_user: bool = True,
+    thread_sessions_per_user: bool = False,
+    profile: str | None = None,
+    lid_to_phone: dict[str, str] | None = None,
+) -> str:
+    """The session key for a source (BEHAVIOUR §2). Pure: same source and settings, same key."""
+    namespace = key_namespace(profile if profile is not None else source.profile)
+    slack_scope = source.scope_id if source.platform == "slack" and source.scope_id else None
+    parts: list[str] = [namespace, source.platform]
+
+    if source.chat_type == "dm":
+        parts.append("dm")
+        if slack_scope:
+            parts.append(slack_scope)
+        chat_id = source.chat_id
+        if chat_id and source.platform == "whatsapp":
+            chat_id = canonical_whatsapp_id(chat_id, lid_to_phone)
+        if chat_id:
+            parts.append(chat_id)
+        else:
+            sender = _participant(source, lid_to_phone)
+            if sender:
+                parts.append(sender)
+        if source.thread_id:
+            parts.append(source.thread_id)
+        return validate_session_key(":".join(parts))
+
+    thread = source.thread_id or source.prospective_thread_id
+    # A channel message that opens a thread and the thread's later messages share one key.
+    parts.append("thread" if source.prospective_thread_id and not source.thread_id else source.chat_type)
+    if slack_scope:
+        parts.append(slack_scope)
+    if source.chat_id:
+        parts.append(source.chat_id)
+    if thread:
+        parts.append(thread)
+    isolate = group_sessions_per_user and (thread_sessions_per_user if thread else True)
+    participant = _participant(source, lid_to_phone)
+    if isolate and participant:
+        parts.append(participant)
+    return validate_session_key(":".join(parts))
+
+
+def is_shared_session(
+    source: SessionSource, *, group_sessions_per_user: bool = True, thread_sessions_per_user: bool = False
+) -> bool:
+    """Several people talk in this session (BEHAVIOUR §2): their turns are prefixed with names."""
+    if source.chat_type == "dm":
+        return False
+    if source.thread_id or source.prospective_thread_id:
+        return not (thread_sessions_per_user and group_sessions_per_user)
+    return not group_sessions_per_user
+
+
+def validate_session_key(key: str) -> str:
+    """A key may hold an interior `/` (Google Chat spaces) but never `..` or a leading separator."""
+    if not key or ".." in key or key[0] in "/\\" or "\x00" in key:
+        raise InvalidIdentifier(f"unsafe session key (contains '..', a NUL or a leading separator): {key[:80]!r}")
+    return key
+
+
+def validate_session_id(session_id: str) -> str:
+    """A session id is a storage key: no `..`, `/`, `\\`, NUL or leading drive letter."""
+    if (
+        not session_id
+        or ".." in session_id
+        or "/" in session_id
+        or "\\" in session_id
+        or "\x00" in session_id
+        or _DRIVE.match(session_id)
+    ):
+        raise InvalidIdentifier(f"unsafe session id: {session_id[:80]!r}")
+    return session_id

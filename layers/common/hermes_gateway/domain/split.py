@@ -1,0 +1,226 @@
+"""Splitting a long reply into chunks a platform accepts (BEHAVIOUR §6).
+
+Rules, in order of preference for each cut:
+1. a newline that leaves the chunk at least half full;
+2. a space;
+3. any newline;
+4. the same separators inside inline code, when nothing else fits;
+5. a hard cut, placed before an inline code span or a fence line when one is in the way.
+The whitespace at a cut is dropped (trailing whitespace of the chunk, the separator and repeats of
+it), so chunks neither end with blank lines nor start with them; indentation after a newline cut
+is kept because it matters in code. A cut inside a ``` block closes the block at the end of the
+chunk and reopens it, with its language, at the start of the next one.
+
+When there is more than one chunk each ends with " (i/N)", and that suffix counts toward the limit.
+
+Lengths are Python `len()` (code points). Telegram counts its limit after entity parsing and measures
+entity offsets in UTF-16 units, where an emoji outside the basic plane counts twice; a caller that
+sends such text close to the limit should pass a smaller limit. Cuts never fall inside a code point.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+
+_FENCE_OPEN = re.compile(r" {0,3}(`{3,})[ \t]*([^`\s]*)[^`]*")
+_FENCE_CLOSE = re.compile(r" {0,3}(`{3,})[ \t]*")
+# An inline code span: a run of backticks closed by a run of the same length on the same line.
+_INLINE_CODE = re.compile(r"(?<!`)(`+)(?!`).+?(?<!`)\1(?!`)")
+# Spaces before a ``` that does not start its line.
+_BEFORE_MIDLINE_FENCE = re.compile(r"(?<=[^\n])[ \t]*(?=```)")
+_SUFFIX_FRAME = len(" (/)")
+
+
+@dataclass(frozen=True)
+class _Fence:
+    start: int  # first character of the opening line
+    body_start: int  # first character after the opening line
+    close_start: int  # first character of the closing line; len(text) when never closed
+    end: int  # just past the closing line, before its newline
+    marker: str
+    language: str
+
+
+def _find_fences(text: str) -> list[_Fence]:
+    fences: list[_Fence] = []
+    pos = 0
+    opened: tuple[int, int, str, str] | None = None
+    for line in text.split("\n"):
+        line_end = pos + len(line)
+        if opened is None:
+            match = _FENCE_OPEN.fullmatch(line)
+            if match:
+                opened = (pos, min(line_end + 1, len(text)), match.group(1), match.group(2))
+        else:
+            match = _FENCE_CLOSE.fullmatch(line)
+            if match and len(match.group(1)) >= len(opened[2]):
+                fences.append(_Fence(opened[0], opened[1], pos, line_end, opened[2], opened[3]))
+                opened = None
+        pos = line_end + 1
+    if opened is not None:
+        fences.append(_Fence(opened[0], opened[1], len(text), len(text), opened[2], opened[3]))
+    return fences
+
+
+class _Layout:
+    """Where a cut may fall in one text, and what a chunk cut there needs around it."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.fences = _find_fences(text)
+        self._starts = [f.start for f in self.fences]
+        # avoid[k] marks cuts that would break a construct: inside inline code, inside a fence's
+        # opening or closing line, or just before a ``` in mid-line (the next chunk would start
+        # with it and turn ordinary text into a fence).
+        self.avoid = bytearray(len(text) + 1)
+        outside_start = 0
+        for fence in self.fences:
+            self._mark_inline_code(outside_start, fence.start)
+            self._mark(fence.start, fence.body_start)
+            self._mark(fence.close_start, fence.end)
+            outside_start = fence.end
+        self._mark_inline_code(outside_start, len(text))
+        for match in _BEFORE_MIDLINE_FENCE.finditer(text):
+            self._mark(match.start() - 1, match.end() + 1)
+        # content_end[k]: where the text before k ends once trailing whitespace is dropped.
+        self.content_end = [0] * (len(text) + 1)
+        for k, char in enumerate(text, 1):
+            self.content_end[k] = self.content_end[k - 1] if char.isspace() else k
+
+    def _mark(self, lo: int, hi: int) -> None:
+        if hi - lo > 1:
+            self.avoid[lo + 1 : hi] = b"\x01" * (hi - lo - 1)
+
+    def _mark_inline_code(self, lo: int, hi: int) -> None:
+        for match in _INLINE_CODE.finditer(self.text, lo, hi):
+            self._mark(match.start(), match.end())
+
+    def fence_at(self, pos: int) -> _Fence | None:
+        i = bisect.bisect_left(self._starts, pos) - 1
+        if i >= 0 and pos < self.fences[i].end:
+            return self.fences[i]
+        return None
+
+    def body_end(self, start: int, cut: int) -> int:
+        return max(start, self.content_end[cut])
+
+    def closer(self, cut: int) -> str:
+        """What a chunk ending at `cut` must append to leave no block open."""
+        fence = self.fence_at(cut)
+        return "\n" + fence.marker if fence is not None else ""
+
+    def reopener(self, start: int, room: int) -> str:
+        """What a chunk starting at `start` must put first to be back inside its block."""
+        fence = self.fence_at(start)
+        if fence is None or start < fence.body_start:
+            return ""
+        # A long language tag would eat the chunk; the block still renders as code without it.
+        if len(fence.marker) + len(fence.language) + 1 > room // 4:
+            return fence.marker + "\n"
+        return fence.marker + fence.language + "\n"
+
+    def resume_at(self, pos: int) -> int:
+        """Where the next chunk starts when the previous one ended just before `pos`."""
+        fence = self.fence_at(pos)
+        # The closer already ended this block, so its own closing line would open an empty one.
+        if fence is not None and pos == fence.close_start < len(self.text):
+            return fence.end + 1
+        return pos
+
+    def skip_separator(self, cut: int, separator: str) -> int:
+        pos = cut + 1
+        while pos < len(self.text) and self.text[pos] == separator:
+            pos += 1
+        return pos
+
+
+@dataclass
+class _Best:
+    """The highest fitting cut of each kind found while scanning a window backwards."""
+
+    newline: int = -1
+    space: int = -1
+    newline_avoided: int = -1
+    space_avoided: int = -1
+    hard: int = -1
+    hard_avoided: int = -1
+
+
+def _scan(layout: _Layout, start: int, room: int) -> _Best:
+    text = layout.text
+    best = _Best()
+    for cut in range(min(len(text), start + room), start, -1):
+        end = layout.body_end(start, cut)
+        if end == start or end - start + len(layout.closer(cut)) > room:
+            continue
+        char = text[cut] if cut < len(text) else ""
+        kind = {"\n": "newline", " ": "space"}.get(char, "hard")
+        name = kind + "_avoided" if layout.avoid[cut] else kind
+        if getattr(best, name) < 0:
+            setattr(best, name, cut)
+            if name == "newline" and cut - start >= room // 2:
+                break  # nothing lower can beat a newline in the upper half
+    return best
+
+
+def _choose_cut(best: _Best, start: int, room: int) -> tuple[int, str]:
+    """The cut position and the separator it drops ("" for a hard cut)."""
+    if best.newline >= 0 and best.newline - start >= room // 2:
+        return best.newline, "\n"
+    for cut, separator in (
+        (best.space, " "),
+        (best.newline, "\n"),
+        (best.space_avoided, " "),
+        (best.newline_avoided, "\n"),
+        (best.hard, ""),
+        (best.hard_avoided, ""),
+    ):
+        if cut >= 0:
+            return cut, separator
+    raise ValueError("the limit leaves no room for text in a chunk")
+
+
+def _split_bodies(layout: _Layout, budget: int) -> list[str]:
+    text = layout.text
+    bodies: list[str] = []
+    start = 0
+    while layout.content_end[len(text)] > start:
+        prefix = layout.reopener(start, budget)
+        room = budget - len(prefix)
+        rest_end = layout.body_end(start, len(text))
+        if rest_end - start <= room:
+            bodies.append(prefix + text[start:rest_end])
+            break
+        if text[start : start + room].isspace():
+            # Nothing but whitespace fits; it carries no meaning at a chunk edge.
+            start = layout.resume_at(len(text) - len(text[start:].lstrip()))
+            continue
+        cut, separator = _choose_cut(_scan(layout, start, room), start, room)
+        bodies.append(prefix + text[start : layout.body_end(start, cut)] + layout.closer(cut))
+        start = layout.resume_at(layout.skip_separator(cut, separator) if separator else cut)
+    return bodies
+
+
+def split_message(text: str, limit: int) -> list[str]:
+    """Chunks of at most `limit` characters; [] when there is nothing to send.
+
+    Raises ValueError when the limit is too small to make progress (a few dozen characters are
+    always enough).
+    """
+    if not text or text.isspace():
+        return []
+    if len(text) <= limit:
+        return [text]
+    layout = _Layout(text)
+    digits = 1
+    while True:
+        bodies = _split_bodies(layout, limit - _SUFFIX_FRAME - 2 * digits)
+        if len(bodies) < 10**digits:
+            break
+        digits += 1
+    if len(bodies) == 1:
+        return bodies
+    total = len(bodies)
+    return [f"{body} ({i}/{total})" for i, body in enumerate(bodies, 1)]

@@ -1,0 +1,47 @@
+"""Domain errors, in one module. Handlers map them to responses in one place each."""
+
+from __future__ import annotations
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway raises on purpose."""
+
+
+class ConfigError(GatewayError):
+    """A setting is missing or invalid; raised at synth time or cold start."""
+
+
+class BadRequest(GatewayError):
+    """Malformed input: answered with 400 and a reason in the log."""
+
+
+class PayloadTooLarge(GatewayError):
+    """A body over the configured limit: answered with 413."""
+
+
+class Unauthorized(GatewayError):
+    """A webhook failed verification (wrong secret or signature): 401, nothing enqueued."""
+
+
+class NotFound(GatewayError):
+    """An unknown platform route, session or record."""
+
+
+class Conflict(GatewayError):
+    """A conditional write lost: the item changed since it was read (or already exists)."""
+
+
+class InvalidIdentifier(GatewayError):
+    """A session id or key that could escape its storage namespace."""
+
+
+class SessionBusy(GatewayError):
+    """Another turn holds the session's lease; the message is retried after it."""
+
+
+class TransientError(GatewayError):
+    """A failure worth retrying (throttling, 5xx, timeouts). The turn workflow retries it by name."""
+
+
+class PermanentError(GatewayError):
+    """A failure that retrying cannot fix (a rejected request, a missing secret)."""

@@ -1,0 +1,283 @@
+"""The deployment's resources, described once.
+
+The CDK stack (`infra/`) and local mode (`local/`) both build the tables, queues, state machine,
+functions and schedules from these descriptions, so the two cannot drift. Pure data: no boto3,
+no CDK imports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hermes_gateway.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+class Access(str, Enum):
+    READ = "read"
+    WRITE = "write"
+    READ_WRITE = "read_write"
+    SEND = "send"  # queues: SendMessage
+    CONSUME = "consume"  # queues: the function is the event source consumer
+    START = "start"  # state machine: StartExecution
+    INVOKE = "invoke"  # function: lambda:InvokeFunction (by the state machine)
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    type: str = "S"  # S | N
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    name: str
+    partition: Key
+    sort: Key | None = None
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    env_var: str
+    partition: Key
+    sort: Key | None = None
+    indexes: tuple[IndexSpec, ...] = ()
+    ttl_attribute: str | None = None
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    name: str
+    env_var: str
+    fifo: bool
+    visibility_timeout_seconds: int
+    max_receive_count: int
+    dlq_retention_days: int = 14
+
+
+@dataclass(frozen=True)
+class StateMachineSpec:
+    name: str
+    env_var: str
+    definition_file: str  # relative to the repository root
+    # placeholder in the ASL file -> logical name of the function whose ARN replaces it
+    substitutions: dict[str, str] = field(default_factory=dict)
+    express: bool = True
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    name: str
+    code_dir: str  # relative to the repository root; deployed as the function's code asset
+    handler: str  # "module.attribute" inside code_dir
+    description: str
+    memory_mb: int
+    timeout_seconds: int
+    # logical resource name -> what the function may do with it
+    grants: dict[str, Access] = field(default_factory=dict)
+    # SQS queue this function consumes (event source mapping), with its batch size
+    consumes: str | None = None
+    batch_size: int = 10
+    # secrets (SSM SecureString names under the deployment prefix) the function may read
+    secrets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    name: str
+    function: str
+    rate_minutes: int
+    description: str
+
+
+ROUTES = TableSpec(
+    name="routes",
+    env_var="HERMES_ROUTES_TABLE",
+    partition=Key("session_key"),
+    # Sparse index: only routes holding a turn lease carry `lease_shard`, so the expiry sweep
+    # finds expired leases with a Query on `lease_expires_at`, never a Scan.
+    indexes=(IndexSpec("by_lease_expiry", Key("lease_shard"), Key("lease_expires_at", "N")),),
+)
+SESSIONS = TableSpec(
+    name="sessions",
+    env_var="HERMES_SESSIONS_TABLE",
+    partition=Key("session_id"),
+    indexes=(IndexSpec("by_key", Key("session_key"), Key("started_at", "N")),),
+)
+MESSAGES = TableSpec(
+    name="messages",
+    env_var="HERMES_MESSAGES_TABLE",
+    partition=Key("session_id"),
+    sort=Key("seq", "N"),
+)
+OUTBOX = TableSpec(
+    name="outbox",
+    env_var="HERMES_OUTBOX_TABLE",
+    partition=Key("delivery_id"),
+    ttl_attribute="expires_at",
+)
+IDEMPOTENCY = TableSpec(
+    name="idempotency",
+    env_var="HERMES_IDEMPOTENCY_TABLE",
+    partition=Key("id"),
+    ttl_attribute="expiration",
+)
+TABLES: tuple[TableSpec, ...] = (ROUTES, SESSIONS, MESSAGES, OUTBOX, IDEMPOTENCY)
+
+INBOUND_QUEUE = QueueSpec(
+    name="inbound",
+    env_var="HERMES_INBOUND_QUEUE_URL",
+    fifo=True,
+    visibility_timeout_seconds=60,  # >= 6 x the router timeout is AWS's advice for SQS sources
+    max_receive_count=5,
+)
+DELIVERY_QUEUE = QueueSpec(
+    name="delivery",
+    env_var="HERMES_DELIVERY_QUEUE_URL",
+    fifo=False,
+    visibility_timeout_seconds=180,
+    max_receive_count=5,
+)
+QUEUES: tuple[QueueSpec, ...] = (INBOUND_QUEUE, DELIVERY_QUEUE)
+
+TURN_STATE_MACHINE = StateMachineSpec(
+    name="turn",
+    env_var="HERMES_TURN_STATE_MACHINE_ARN",
+    definition_file="infra/statemachines/turn.asl.json",
+    substitutions={"AgentFunctionArn": "agent"},
+)
+
+SECRET_NAMES = ("TELEGRAM_BOT_TOKEN", "TELEGRAM_WEBHOOK_SECRET", "OPENAI_API_KEY", "WEBCHAT_TOKEN")
+
+FUNCTIONS: tuple[FunctionSpec, ...] = (
+    FunctionSpec(
+        name="ingress",
+        code_dir="functions/ingress",
+        handler="handler.lambda_handler",
+        description="Webhooks: verify, normalize, de-duplicate, enqueue, acknowledge",
+        memory_mb=512,
+        timeout_seconds=10,
+        grants={"idempotency": Access.READ_WRITE, "inbound": Access.SEND},
+        secrets=("TELEGRAM_WEBHOOK_SECRET",),
+    ),
+    FunctionSpec(
+        name="router",
+        code_dir="functions/router",
+        handler="handler.lambda_handler",
+        description="Inbound queue consumer: authorize, route to a session, start the turn",
+        memory_mb=512,
+        timeout_seconds=10,
+        grants={
+            "routes": Access.READ_WRITE,
+            "sessions": Access.READ_WRITE,
+            "messages": Access.READ_WRITE,
+            "inbound": Access.CONSUME,
+            "turn": Access.START,
+        },
+        consumes="inbound",
+    ),
+    FunctionSpec(
+        name="agent",
+        code_dir="functions/agent",
+        handler="handler.lambda_handler",
+        description="Turn tasks run by the turn state machine: prepare, model call, deliver, commit",
+        memory_mb=512,
+        timeout_seconds=120,
+        grants={
+            "routes": Access.READ_WRITE,
+            "sessions": Access.READ_WRITE,
+            "messages": Access.READ_WRITE,
+            "delivery": Access.SEND,
+        },
+        secrets=("OPENAI_API_KEY",),
+    ),
+    FunctionSpec(
+        name="delivery",
+        code_dir="functions/delivery",
+        handler="handler.lambda_handler",
+        description="Delivery queue consumer: platform send with chunking, outbox",
+        memory_mb=256,
+        timeout_seconds=30,
+        grants={"outbox": Access.READ_WRITE, "delivery": Access.CONSUME},
+        consumes="delivery",
+        batch_size=5,
+        secrets=("TELEGRAM_BOT_TOKEN",),
+    ),
+    FunctionSpec(
+        name="expiry",
+        code_dir="functions/expiry",
+        handler="handler.lambda_handler",
+        description="Scheduled: release expired turn leases and mark their sessions resume_pending",
+        memory_mb=256,
+        timeout_seconds=60,
+        grants={"routes": Access.READ_WRITE},
+    ),
+)
+
+SCHEDULES: tuple[ScheduleSpec, ...] = (
+    ScheduleSpec(
+        name="tick",
+        function="expiry",
+        rate_minutes=1,
+        description="Every minute: expired leases (later: cron ticks, expiry sweep, maintenance)",
+    ),
+)
+
+
+def function(name: str) -> FunctionSpec:
+    for spec in FUNCTIONS:
+        if spec.name == name:
+            return spec
+    raise KeyError(name)
+
+
+def repo_root() -> Path:
+    """The repository root, for reading shared files such as the ASL definition."""
+    return Path(__file__).resolve().parents[3]
+
+
+@dataclass(frozen=True)
+class Bindings:
+    """The physical names each function is given through its environment."""
+
+    tables: dict[str, str]
+    queues: dict[str, str]
+    state_machines: dict[str, str]
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Bindings:
+        return cls(
+            tables={t.name: env[t.env_var] for t in TABLES if t.env_var in env},
+            queues={q.name: env[q.env_var] for q in QUEUES if q.env_var in env},
+            state_machines={
+                m.name: env[m.env_var] for m in (TURN_STATE_MACHINE,) if m.env_var in env
+            },
+        )
+
+    def table(self, name: str) -> str:
+        try:
+            return self.tables[name]
+        except KeyError:
+            spec = next(t for t in TABLES if t.name == name)
+            raise ConfigError(f"environment variable {spec.env_var} is not set (table {name})") from None
+
+    def queue(self, name: str) -> str:
+        try:
+            return self.queues[name]
+        except KeyError:
+            spec = next(q for q in QUEUES if q.name == name)
+            raise ConfigError(f"environment variable {spec.env_var} is not set (queue {name})") from None
+
+    def state_machine(self, name: str) -> str:
+        try:
+            return self.state_machines[name]
+        except KeyError:
+            raise ConfigError(
+                f"environment variable {TURN_STATE_MACHINE.env_var} is not set (state machine {name})"
+            ) from None

@@ -1,0 +1,128 @@
+"""Delivery: send a reply to its platform, chunk by chunk, through the outbox.
+
+Each chunk is written to the outbox before it is sent and marked sent only with the platform's
+message id, so a repeated delivery (the queue may hand a job over twice) sends nothing twice.
+A failure raises: the queue retries the job, and a job that keeps failing lands in the DLQ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from hermes_gateway.adapters.dynamo_outbox import OutboxEntry
+from hermes_gateway.domain.split import split_message
+from hermes_gateway.errors import BadRequest, PermanentError
+from hermes_gateway.observability import MetricUnit, logger, metrics
+
+PLATFORM_LIMITS = {"telegram": 4096, "webchat": 8000}
+DEFAULT_LIMIT = 4000
+
+
+class Sender(Protocol):
+    def send_text(self, chat_id: str, text: str, *, thread_id: str | None = None) -> str:
+        """Send one chunk; return the platform's message id."""
+        ...
+
+
+class Outbox(Protocol):
+    def record(
+        self,
+        delivery_id: str,
+        *,
+        platform: str,
+        chat_id: str | None,
+        thread_id: str | None,
+        text: str,
+        turn_id: str | None,
+        chunk: int,
+        chunks: int,
+        now: float,
+    ) -> OutboxEntry: ...
+
+    def mark(
+        self, delivery_id: str, status: str, now: float, *, platform_message_id: str | None = None,
+        error: str | None = None,
+    ) -> None: ...
+
+
+class RecordOnly:
+    """A sender for targets that are only recorded (the web chat page reads the outbox)."""
+
+    status = "recorded"
+
+    def send_text(self, chat_id: str, text: str, *, thread_id: str | None = None) -> str:
+        return ""
+
+
+@dataclass
+class DeliveryDeps:
+    outbox: Outbox
+    # The sender for a platform; None when it cannot send (e.g. no bot token in a deployment).
+    sender_for: Callable[[str], Sender | None]
+    now: Callable[[], float]
+
+
+@dataclass(frozen=True)
+class DeliveryJob:
+    delivery_id: str
+    turn_id: str | None
+    platform: str
+    chat_id: str | None
+    thread_id: str | None
+    text: str
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DeliveryJob:
+        try:
+            target = data["target"]
+            return cls(
+                delivery_id=str(data["delivery_id"]),
+                turn_id=data.get("turn_id"),
+                platform=str(target["platform"]),
+                chat_id=None if target.get("chat_id") is None else str(target["chat_id"]),
+                thread_id=None if target.get("thread_id") is None else str(target["thread_id"]),
+                text=str(data["text"]),
+            )
+        except (KeyError, TypeError) as exc:
+            raise BadRequest(f"malformed delivery job: missing {exc}") from None
+
+
+def deliver(job: DeliveryJob, deps: DeliveryDeps) -> list[OutboxEntry]:
+    """Send every chunk not yet sent; return the outbox entries as they were before sending."""
+    sender = deps.sender_for(job.platform)
+    if sender is None:
+        raise PermanentError(f"no way to send to {job.platform}: its credentials are not configured")
+    if not job.chat_id:
+        raise PermanentError("the delivery target has no chat id")
+    chunks = split_message(job.text, PLATFORM_LIMITS.get(job.platform, DEFAULT_LIMIT))
+    entries = []
+    for index, chunk in enumerate(chunks, start=1):
+        delivery_id = f"{job.delivery_id}#{index}"
+        entry = deps.outbox.record(
+            delivery_id,
+            platform=job.platform,
+            chat_id=job.chat_id,
+            thread_id=job.thread_id,
+            text=chunk,
+            turn_id=job.turn_id,
+            chunk=index,
+            chunks=len(chunks),
+            now=deps.now(),
+        )
+        entries.append(entry)
+        if entry.status in ("sent", "recorded"):
+            continue  # a repeated job: this chunk already went out
+        try:
+            message_id = sender.send_text(job.chat_id, chunk, thread_id=job.thread_id)
+        except Exception as exc:
+            deps.outbox.mark(delivery_id, "failed", deps.now(), error=f"{type(exc).__name__}: {exc}")
+            logger.warning("delivery failed", extra={"platform": job.platform, "error": type(exc).__name__})
+            metrics.add_metric(name="DeliveryFailed", unit=MetricUnit.Count, value=1)
+            raise
+        status = getattr(sender, "status", "sent")
+        deps.outbox.mark(delivery_id, status, deps.now(), platform_message_id=message_id or None)
+        metrics.add_metric(name="DeliverySent", unit=MetricUnit.Count, value=1)
+    logger.info("delivered", extra={"platform": job.platform, "chunks": len(chunks)})
+    return entries

@@ -1,0 +1,307 @@
+"""Validated settings: `gateway.yaml` overlaid by environment variables.
+
+One table (`FIELDS`) names every setting once: its place in `gateway.yaml`, its environment
+variable, its type and default. At synth time the CDK app loads `gateway.yaml` and hands each
+function the resolved values as those same environment variables (`Settings.to_env`), so a
+Lambda builds its settings from the environment alone, once, at cold start.
+
+Secrets are not settings: they are never read from `gateway.yaml` and never written by
+`to_env`; see `hermes_gateway.secrets`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hermes_gateway.errors import ConfigError
+from hermes_gateway.resources import SECRET_NAMES
+
+PROVIDERS = ("echo", "openai", "bedrock")
+_STAGE = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
+_PROFILE = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
+
+
+def _parse_bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected true or false, got {raw!r}")
+
+
+def _parse_int(raw: Any) -> int:
+    if isinstance(raw, bool):
+        raise ValueError(f"expected a whole number, got {raw!r}")
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"expected a whole number, got {raw!r}") from None
+
+
+def _parse_list(raw: Any) -> tuple[str, ...]:
+    """A YAML list, or a comma-separated string as environment variables carry it."""
+    if raw is None:
+        return ()
+    items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
+    return tuple(str(item).strip() for item in items if str(item).strip())
+
+
+def _parse_str(raw: Any) -> str:
+    if isinstance(raw, dict | list):
+        raise ValueError(f"expected text, got {type(raw).__name__}")
+    return "" if raw is None else str(raw).strip()
+
+
+@dataclass(frozen=True)
+class Field:
+    path: str  # dotted place in gateway.yaml
+    env: str  # environment variable that overrides it
+    parse: Callable[[Any], Any]
+    default: Any
+    doc: str
+
+
+FIELDS: tuple[Field, ...] = (
+    Field("stage", "GATEWAY_STAGE", _parse_str, "dev", "deployment stage; several stages can live in one account"),
+    Field("time_zone", "GATEWAY_TIME_ZONE", _parse_str, "UTC", "IANA time zone for daily resets and schedules"),
+    Field("profile", "GATEWAY_PROFILE", _parse_str, "default", "agent profile; namespaces session keys"),
+    Field("provider.name", "GATEWAY_PROVIDER", _parse_str, "echo", "echo | openai | bedrock"),
+    Field("provider.model", "GATEWAY_MODEL", _parse_str, "", "model id for openai or bedrock"),
+    Field("provider.openai_base_url", "OPENAI_BASE_URL", _parse_str, "https://api.openai.com/v1", "any OpenAI-compatible chat-completions base URL"),
+    Field("provider.timeout_seconds", "GATEWAY_PROVIDER_TIMEOUT_SECONDS", _parse_int, 60, "one model request's time limit"),
+    Field("provider.max_history_messages", "GATEWAY_MAX_HISTORY_MESSAGES", _parse_int, 40, "transcript rows sent to the model"),
+    Field("access.allowed_users", "GATEWAY_ALLOWED_USERS", _parse_list, (), "user ids allowed on every platform"),
+    Field("access.allow_all_users", "GATEWAY_ALLOW_ALL_USERS", _parse_bool, False, "allow everyone on every platform"),
+    Field("sessions.group_sessions_per_user", "GATEWAY_GROUP_SESSIONS_PER_USER", _parse_bool, True, "one session per user in a group"),
+    Field("sessions.thread_sessions_per_user", "GATEWAY_THREAD_SESSIONS_PER_USER", _parse_bool, False, "one session per user in a thread"),
+    Field("sessions.turn_timeout_seconds", "GATEWAY_TURN_TIMEOUT_SECONDS", _parse_int, 300, "a turn lease expires this long after it starts"),
+    Field("ingress.max_body_bytes", "GATEWAY_MAX_BODY_BYTES", _parse_int, 65536, "larger webhook bodies get 413"),
+    Field("platforms.telegram.enabled", "TELEGRAM_ENABLED", _parse_bool, True, "accept Telegram webhooks"),
+    Field("platforms.telegram.api_base_url", "TELEGRAM_API_BASE_URL", _parse_str, "https://api.telegram.org", "Bot API base URL"),
+    Field("platforms.telegram.allowed_users", "TELEGRAM_ALLOWED_USERS", _parse_list, (), "Telegram user ids allowed"),
+    Field("platforms.telegram.allow_all_users", "TELEGRAM_ALLOW_ALL_USERS", _parse_bool, False, "allow every Telegram user"),
+    Field("platforms.webchat.enabled", "WEBCHAT_ENABLED", _parse_bool, False, "the local web chat page (local mode only)"),
+    Field("platforms.webchat.allow_all_users", "WEBCHAT_ALLOW_ALL_USERS", _parse_bool, True, "allow every web chat user"),
+)
+_BY_PATH = {f.path: f for f in FIELDS}
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    name: str
+    model: str
+    openai_base_url: str
+    timeout_seconds: int
+    max_history_messages: int
+
+
+@dataclass(frozen=True)
+class AccessSettings:
+    allowed_users: tuple[str, ...]
+    allow_all_users: bool
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    group_sessions_per_user: bool
+    thread_sessions_per_user: bool
+    turn_timeout_seconds: int
+
+
+@dataclass(frozen=True)
+class PlatformSettings:
+    name: str
+    enabled: bool
+    allowed_users: tuple[str, ...] = ()
+    allow_all_users: bool = False
+    api_base_url: str = ""
+
+
+@dataclass(frozen=True)
+class Settings:
+    stage: str
+    time_zone: str
+    profile: str
+    provider: ProviderSettings
+    access: AccessSettings
+    sessions: SessionSettings
+    max_body_bytes: int
+    platforms: Mapping[str, PlatformSettings]
+
+    def platform(self, name: str) -> PlatformSettings | None:
+        found = self.platforms.get(name)
+        return found if found is not None and found.enabled else None
+
+    def to_env(self) -> dict[str, str]:
+        """Every setting as the environment variable that carries it into a function."""
+        values = _flatten_settings(self)
+        env: dict[str, str] = {}
+        for f in FIELDS:
+            value = values[f.path]
+            if isinstance(value, bool):
+                env[f.env] = "true" if value else "false"
+            elif isinstance(value, tuple):
+                env[f.env] = ",".join(value)
+            else:
+                env[f.env] = str(value)
+        return env
+
+
+def _flatten_settings(settings: Settings) -> dict[str, Any]:
+    tg = settings.platforms["telegram"]
+    wc = settings.platforms["webchat"]
+    p, a, s = settings.provider, settings.access, settings.sessions
+    return {
+        "stage": settings.stage,
+        "time_zone": settings.time_zone,
+        "profile": settings.profile,
+        "provider.name": p.name,
+        "provider.model": p.model,
+        "provider.openai_base_url": p.openai_base_url,
+        "provider.timeout_seconds": p.timeout_seconds,
+        "provider.max_history_messages": p.max_history_messages,
+        "access.allowed_users": a.allowed_users,
+        "access.allow_all_users": a.allow_all_users,
+        "sessions.group_sessions_per_user": s.group_sessions_per_user,
+        "sessions.thread_sessions_per_user": s.thread_sessions_per_user,
+        "sessions.turn_timeout_seconds": s.turn_timeout_seconds,
+        "ingress.max_body_bytes": settings.max_body_bytes,
+        "platforms.telegram.enabled": tg.enabled,
+        "platforms.telegram.api_base_url": tg.api_base_url,
+        "platforms.telegram.allowed_users": tg.allowed_users,
+        "platforms.telegram.allow_all_users": tg.allow_all_users,
+        "platforms.webchat.enabled": wc.enabled,
+        "platforms.webchat.allow_all_users": wc.allow_all_users,
+    }
+
+
+def _flatten_yaml(data: Mapping[str, Any], prefix: str, source: str) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if str(key).upper() in SECRET_NAMES or str(key).lower() in ("bot_token", "webhook_secret", "api_key"):
+            raise ConfigError(
+                f"{source}: {path}: secrets do not belong in the config file; "
+                "set them with `hermes-gateway secrets set` (deployed) or the environment (local)"
+            )
+        if path in _BY_PATH:
+            flat[path] = value
+        elif isinstance(value, Mapping) and any(p.startswith(path + ".") for p in _BY_PATH):
+            flat.update(_flatten_yaml(value, path + ".", source))
+        else:
+            raise ConfigError(f"{source}: {path}: unknown setting")
+    return flat
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """Read a config file; imported lazily because functions never read YAML at run time."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of settings")
+    return data
+
+
+def load_settings(
+    env: Mapping[str, str] | None = None,
+    config: Mapping[str, Any] | None = None,
+    source: str = "gateway.yaml",
+) -> Settings:
+    """Build settings from a parsed config mapping and the environment (which wins)."""
+    env = os.environ if env is None else env
+    raw = _flatten_yaml(config or {}, "", source)
+    values: dict[str, Any] = {}
+    for f in FIELDS:
+        if f.env in env:
+            value, where = env[f.env], f"environment variable {f.env}"
+        elif f.path in raw:
+            value, where = raw[f.path], f"{source}: {f.path}"
+        else:
+            values[f.path] = f.default
+            continue
+        try:
+            values[f.path] = f.parse(value)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    return _build(values, source)
+
+
+def _build(v: dict[str, Any], source: str) -> Settings:
+    def fail(path: str, reason: str) -> ConfigError:
+        return ConfigError(f"{source}: {path} ({_BY_PATH[path].env}): {reason}")
+
+    if not _STAGE.match(v["stage"]):
+        raise fail("stage", "use 1-20 lower-case letters, digits or '-', starting with a letter")
+    if not _PROFILE.match(v["profile"]):
+        raise fail("profile", "use 1-40 letters, digits, '_' or '-'")
+    if v["provider.name"] not in PROVIDERS:
+        raise fail("provider.name", f"must be one of {', '.join(PROVIDERS)}")
+    if v["provider.name"] != "echo" and not v["provider.model"]:
+        raise fail("provider.model", f"is required for provider {v['provider.name']}")
+    for url_field in ("provider.openai_base_url", "platforms.telegram.api_base_url"):
+        if not re.match(r"^https?://[^\s/]+", v[url_field]):
+            raise fail(url_field, "must be an http(s) URL")
+    for positive in ("provider.timeout_seconds", "sessions.turn_timeout_seconds", "provider.max_history_messages"):
+        if v[positive] <= 0:
+            raise fail(positive, "must be greater than zero")
+    if not 1024 <= v["ingress.max_body_bytes"] <= 200_000:
+        raise fail("ingress.max_body_bytes", "must be between 1024 and 200000 (the queue message limit)")
+    try:
+        import zoneinfo
+
+        zoneinfo.ZoneInfo(v["time_zone"])
+    except Exception:  # noqa: BLE001 - any failure means the name is unusable
+        raise fail("time_zone", f"unknown time zone {v['time_zone']!r}") from None
+    return Settings(
+        stage=v["stage"],
+        time_zone=v["time_zone"],
+        profile=v["profile"],
+        provider=ProviderSettings(
+            name=v["provider.name"],
+            model=v["provider.model"],
+            openai_base_url=v["provider.openai_base_url"].rstrip("/"),
+            timeout_seconds=v["provider.timeout_seconds"],
+            max_history_messages=v["provider.max_history_messages"],
+        ),
+        access=AccessSettings(v["access.allowed_users"], v["access.allow_all_users"]),
+        sessions=SessionSettings(
+            v["sessions.group_sessions_per_user"],
+            v["sessions.thread_sessions_per_user"],
+            v["sessions.turn_timeout_seconds"],
+        ),
+        max_body_bytes=v["ingress.max_body_bytes"],
+        platforms={
+            "telegram": PlatformSettings(
+                name="telegram",
+                enabled=v["platforms.telegram.enabled"],
+                allowed_users=v["platforms.telegram.allowed_users"],
+                allow_all_users=v["platforms.telegram.allow_all_users"],
+                api_base_url=v["platforms.telegram.api_base_url"].rstrip("/"),
+            ),
+            "webchat": PlatformSettings(
+                name="webchat",
+                enabled=v["platforms.webchat.enabled"],
+                allow_all_users=v["platforms.webchat.allow_all_users"],
+            ),
+        },
+    )
+
+
+def load_settings_file(path: Path, env: Mapping[str, str] | None = None) -> Settings:
+    """Settings from a `gateway.yaml` (missing file = defaults) plus the environment."""
+    config = read_yaml(path) if path.exists() else {}
+    return load_settings(env=env, config=config, source=str(path))

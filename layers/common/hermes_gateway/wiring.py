@@ -1,0 +1,144 @@
+"""Builds settings and adapters from the environment, once per cold start.
+
+Handlers ask this module for what they need; nothing is created before it is first used, so a
+function pays only for the clients it touches. `reset()` forgets everything (tests, local mode).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from functools import cache
+from typing import TYPE_CHECKING
+
+from hermes_gateway.resources import Bindings
+from hermes_gateway.secrets import Secrets
+from hermes_gateway.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from hermes_gateway.adapters.aws import IdempotentEnqueue, SqsQueue, StepFunctionsStarter
+    from hermes_gateway.adapters.dynamo_outbox import DynamoOutbox
+    from hermes_gateway.adapters.dynamo_sessions import DynamoSessionStore
+    from hermes_gateway.services.delivery import DeliveryDeps, Sender
+    from hermes_gateway.services.ingress import InboundAdapter
+    from hermes_gateway.services.turn import TurnDeps
+
+
+def local_mode() -> bool:
+    return os.environ.get("HERMES_LOCAL_MODE") == "1"
+
+
+def region() -> str | None:
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+
+
+@cache
+def settings() -> Settings:
+    return load_settings(os.environ, source="environment")
+
+
+@cache
+def bindings() -> Bindings:
+    return Bindings.from_env(os.environ)
+
+
+@cache
+def secrets() -> Secrets:
+    return Secrets()
+
+
+@cache
+def session_store() -> DynamoSessionStore:
+    from hermes_gateway.adapters.dynamo_sessions import DynamoSessionStore
+
+    return DynamoSessionStore(bindings(), region())
+
+
+@cache
+def outbox() -> DynamoOutbox:
+    from hermes_gateway.adapters.dynamo_outbox import DynamoOutbox
+
+    return DynamoOutbox(bindings(), region())
+
+
+@cache
+def queue(name: str) -> SqsQueue:
+    from hermes_gateway.adapters.aws import SqsQueue
+
+    return SqsQueue(bindings().queue(name), region())
+
+
+@cache
+def turn_starter() -> StepFunctionsStarter:
+    from hermes_gateway.adapters.aws import StepFunctionsStarter
+
+    return StepFunctionsStarter(bindings().state_machine("turn"), region())
+
+
+@cache
+def inbound_adapters() -> dict[str, InboundAdapter]:
+    from hermes_gateway.platforms.telegram_inbound import TelegramInbound
+    from hermes_gateway.platforms.webchat import WebchatInbound
+
+    adapters: dict[str, InboundAdapter] = {"telegram": TelegramInbound()}
+    if local_mode():
+        adapters["webchat"] = WebchatInbound()
+    return adapters
+
+
+@cache
+def enqueue_once() -> IdempotentEnqueue:
+    from hermes_gateway.adapters.aws import IdempotentEnqueue, group_id_for
+    from hermes_gateway.services.ingress import IDEMPOTENCY_SECONDS
+
+    inbound = queue("inbound")
+
+    def send(envelope: dict[str, object]) -> str:
+        key = str(envelope["session_key"])
+        return inbound.send(envelope, group_id=group_id_for(key), dedup_id=str(envelope["event_id"]))
+
+    return IdempotentEnqueue(bindings().table("idempotency"), send, IDEMPOTENCY_SECONDS)
+
+
+@cache
+def turn_deps() -> TurnDeps:
+    from hermes_gateway.providers import make_provider
+    from hermes_gateway.services.turn import TurnDeps
+
+    store = session_store()
+    return TurnDeps(
+        settings=settings(),
+        store=store,
+        lease=store,
+        provider=cache(lambda: make_provider(settings().provider, secrets())),
+        delivery=queue("delivery"),
+        now=time.time,
+    )
+
+
+def sender_for(platform: str) -> Sender | None:
+    """A sender per platform. Local mode records what it cannot (or should not) really send."""
+    from hermes_gateway.services.delivery import RecordOnly
+
+    if platform == "telegram":
+        token = secrets().get("TELEGRAM_BOT_TOKEN")
+        if token:
+            from hermes_gateway.platforms.telegram import TelegramSender
+
+            return TelegramSender(settings().platforms["telegram"].api_base_url, token)
+    return RecordOnly() if local_mode() else None
+
+
+@cache
+def delivery_deps() -> DeliveryDeps:
+    from hermes_gateway.services.delivery import DeliveryDeps
+
+    return DeliveryDeps(outbox=outbox(), sender_for=sender_for, now=time.time)
+
+
+def reset() -> None:
+    for built in (
+        settings, bindings, secrets, session_store, outbox, queue, turn_starter,
+        inbound_adapters, enqueue_once, turn_deps, delivery_deps,
+    ):
+        built.cache_clear()

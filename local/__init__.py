@@ -1,0 +1,1 @@
+"""Local mode: the embedded runtime and its web chat page. Not deployed."""

@@ -1,0 +1,166 @@
+"""The embedded AWS of local mode: moto in server mode on loopback, with Lambda invokes run
+in-process by our own handlers, and the deployment's resources created from
+`hermes_gateway.resources` (the description the CDK stack reads too).
+
+The Lambda dispatch replaces one method of moto's "simple" Lambda backend; it is pinned to
+moto 5.2.x (requirements/dev.txt) and checked by tests/e2e.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from hermes_gateway.resources import QUEUES, TABLES, TURN_STATE_MACHINE, Bindings, QueueSpec, TableSpec, repo_root
+
+ACCOUNT_ID = "123456789012"
+FAKE_ARN_ROLE = f"arn:aws:iam::{ACCOUNT_ID}:role/hermes-local"
+Handler = Callable[[dict[str, Any], Any], Any]
+
+
+def configure_moto() -> None:
+    """Run Step Functions executions for real, keep Lambda out of docker, and keep the embedded
+    server's per-request access log out of the terminal."""
+    from moto.core.config import default_user_config
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    default_user_config.setdefault("stepfunctions", {})["execute_state_machine"] = True
+    default_user_config.setdefault("lambda", {})["use_docker"] = False
+
+
+def install_lambda_dispatch(resolve: Callable[[str], Handler | None], context_for: Callable[[str], Any]) -> None:
+    """Make every Lambda invoke inside moto (Step Functions tasks included) call our handler.
+
+    A raised exception comes back as a function error with `errorType` = the exception class,
+    so the state machine's Retry/Catch see the same error names as in AWS.
+    """
+    from moto.awslambda_simple.models import LambdaSimpleBackend
+
+    def invoke(
+        self: LambdaSimpleBackend,
+        function_name: str,
+        qualifier: str | None,
+        body: Any,
+        headers: Any,
+        response_headers: Any,
+    ) -> bytes:
+        name = function_name.rsplit(":", 1)[-1]
+        handler = resolve(name)
+        if handler is None:
+            response_headers["x-amz-function-error"] = "Unhandled"
+            return json.dumps({"errorType": "ResourceNotFound", "errorMessage": f"no function {name}"}).encode()
+        event = json.loads(body) if body else {}
+        try:
+            result = handler(event, context_for(name))
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a function error, as in Lambda
+            response_headers["x-amz-function-error"] = "Unhandled"
+            return json.dumps(
+                {
+                    "errorType": type(exc).__name__,
+                    "errorMessage": str(exc),
+                    "stackTrace": traceback.format_exception(exc)[-3:],
+                }
+            ).encode()
+        return json.dumps(result).encode()
+
+    LambdaSimpleBackend.invoke = invoke  # type: ignore[method-assign]
+
+
+def _physical(prefix: str, name: str) -> str:
+    return f"{prefix}-{name}"
+
+
+def _create_table(client: Any, spec: TableSpec, name: str) -> None:
+    attributes = {spec.partition.name: spec.partition.type}
+    key_schema = [{"AttributeName": spec.partition.name, "KeyType": "HASH"}]
+    if spec.sort:
+        attributes[spec.sort.name] = spec.sort.type
+        key_schema.append({"AttributeName": spec.sort.name, "KeyType": "RANGE"})
+    indexes = []
+    for index in spec.indexes:
+        attributes[index.partition.name] = index.partition.type
+        index_keys = [{"AttributeName": index.partition.name, "KeyType": "HASH"}]
+        if index.sort:
+            attributes[index.sort.name] = index.sort.type
+            index_keys.append({"AttributeName": index.sort.name, "KeyType": "RANGE"})
+        indexes.append({"IndexName": index.name, "KeySchema": index_keys, "Projection": {"ProjectionType": "ALL"}})
+    kwargs: dict[str, Any] = {
+        "TableName": name,
+        "KeySchema": key_schema,
+        "AttributeDefinitions": [{"AttributeName": k, "AttributeType": t} for k, t in attributes.items()],
+        "BillingMode": "PAY_PER_REQUEST",
+    }
+    if indexes:
+        kwargs["GlobalSecondaryIndexes"] = indexes
+    client.create_table(**kwargs)
+    if spec.ttl_attribute:
+        client.update_time_to_live(
+            TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": spec.ttl_attribute}
+        )
+
+
+def _create_queue(client: Any, spec: QueueSpec, name: str) -> str:
+    suffix = ".fifo" if spec.fifo else ""
+    fifo_attrs = {"FifoQueue": "true", "ContentBasedDeduplication": "false"} if spec.fifo else {}
+    dlq_url = client.create_queue(QueueName=f"{name}-dlq{suffix}", Attributes=dict(fifo_attrs))["QueueUrl"]
+    dlq_arn = client.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    attributes = {
+        **fifo_attrs,
+        "VisibilityTimeout": str(spec.visibility_timeout_seconds),
+        "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": spec.max_receive_count}),
+    }
+    return str(client.create_queue(QueueName=f"{name}{suffix}", Attributes=attributes)["QueueUrl"])
+
+
+def definition_with_substitutions(function_arns: dict[str, str], root: Path | None = None) -> str:
+    """The turn workflow's ASL with each `${Placeholder}` replaced, as CloudFormation does."""
+    text = ((root or repo_root()) / TURN_STATE_MACHINE.definition_file).read_text(encoding="utf-8")
+    for placeholder, function in TURN_STATE_MACHINE.substitutions.items():
+        text = text.replace("${" + placeholder + "}", function_arns[function])
+    return text
+
+
+def create_resources(region: str, prefix: str = "hermes-local") -> tuple[Bindings, dict[str, str]]:
+    """Create every table, queue (with its DLQ) and the state machine; return the bindings and
+    the environment variables that carry them into the functions."""
+    env: dict[str, str] = {}
+    dynamodb = boto3.client("dynamodb", region_name=region)
+    for table in TABLES:
+        name = _physical(prefix, table.name)
+        _create_table(dynamodb, table, name)
+        env[table.env_var] = name
+    sqs = boto3.client("sqs", region_name=region)
+    for queue in QUEUES:
+        env[queue.env_var] = _create_queue(sqs, queue, _physical(prefix, queue.name))
+    function_arns = {
+        fn: f"arn:aws:lambda:{region}:{ACCOUNT_ID}:function:{prefix}-{fn}"
+        for fn in set(TURN_STATE_MACHINE.substitutions.values())
+    }
+    sfn = boto3.client("stepfunctions", region_name=region)
+    machine = sfn.create_state_machine(
+        name=_physical(prefix, TURN_STATE_MACHINE.name),
+        definition=definition_with_substitutions(function_arns),
+        roleArn=FAKE_ARN_ROLE,
+        type="EXPRESS" if TURN_STATE_MACHINE.express else "STANDARD",
+    )
+    env[TURN_STATE_MACHINE.env_var] = machine["stateMachineArn"]
+    return Bindings.from_env(env), env
+
+
+def local_aws_environment(port: int, region: str) -> dict[str, str]:
+    """What the functions (and any AWS CLI the user points at it) need to reach the moto server."""
+    return {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "MOTO_PORT": str(port),
+        "AWS_ACCESS_KEY_ID": os.environ.get("HERMES_LOCAL_ACCESS_KEY", "local"),
+        "AWS_SECRET_ACCESS_KEY": os.environ.get("HERMES_LOCAL_SECRET_KEY", "local"),
+        "AWS_DEFAULT_REGION": region,
+        "AWS_REGION": region,
+    }

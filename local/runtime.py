@@ -1,0 +1,264 @@
+"""Local mode: the whole gateway in one process on loopback (ARCHITECTURE §8).
+
+moto (server mode) is the AWS; the five functions' handlers run in-process: the HTTP front calls
+ingress, queue pollers call the router and delivery consumers as Lambda's event source mappings
+would (partial batch failures honoured, failed messages retried after their visibility timeout,
+then dead-lettered), Step Functions executions run inside moto and invoke the agent handler, and
+a timer plays EventBridge Scheduler.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from hermes_gateway.resources import FUNCTIONS, QUEUES, SCHEDULES, FunctionSpec, repo_root
+from hermes_gateway.settings import Settings, load_settings, read_yaml
+
+REGION = "us-east-1"
+PREFIX = "hermes-local"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class LambdaContext:
+    """What a handler may read from its context object."""
+
+    function_name: str
+    memory_limit_in_mb: int
+    invoked_function_arn: str
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    deadline: float = 0.0
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self.deadline - time.time()) * 1000))
+
+
+def load_handler_module(spec: FunctionSpec, root: Path | None = None) -> ModuleType:
+    """Import a function's handler from its code directory under a unique module name, since all
+    functions share one interpreter here (in Lambda each is `handler` in its own sandbox)."""
+    module_file, _ = spec.handler.split(".", 1)
+    path = (root or repo_root()) / spec.code_dir / f"{module_file}.py"
+    name = f"hermes_function_{spec.name}"
+    if name in sys.modules:
+        return sys.modules[name]
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    module_spec.loader.exec_module(module)
+    return module
+
+
+class Functions:
+    """The deployment's functions, invocable by name as Lambda would invoke them."""
+
+    def __init__(self, prefix: str, region: str) -> None:
+        self.prefix = prefix
+        self.region = region
+        self.specs = {spec.name: spec for spec in FUNCTIONS}
+        self.handlers = {
+            spec.name: getattr(load_handler_module(spec), spec.handler.split(".", 1)[1]) for spec in FUNCTIONS
+        }
+
+    def resolve(self, physical_name: str) -> Any:
+        return self.handlers.get(physical_name.removeprefix(self.prefix + "-"))
+
+    def context(self, physical_name: str) -> LambdaContext:
+        name = physical_name.removeprefix(self.prefix + "-")
+        spec = self.specs[name]
+        return LambdaContext(
+            function_name=f"{self.prefix}-{name}",
+            memory_limit_in_mb=spec.memory_mb,
+            invoked_function_arn=f"arn:aws:lambda:{self.region}:123456789012:function:{self.prefix}-{name}",
+            deadline=time.time() + spec.timeout_seconds,
+        )
+
+    def invoke(self, name: str, event: dict[str, Any]) -> Any:
+        return self.handlers[name](event, self.context(name))
+
+
+def local_settings_env(config_path: Path | None, environ: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """Settings for local mode as environment variables, plus notices to print at start-up.
+
+    Defaults let a newcomer chat at once: the web chat page is on, and when no allowlist or
+    allow-all is configured anywhere, everyone is allowed (and start-up says so)."""
+    notices: list[str] = []
+    config = read_yaml(config_path) if config_path and config_path.exists() else {}
+    env = dict(environ)
+    env.setdefault("WEBCHAT_ENABLED", "true")
+    probe = load_settings(env=env, config=config, source=str(config_path or "defaults"))
+    tg = probe.platforms["telegram"]
+    nothing_configured = not (
+        tg.allowed_users or tg.allow_all_users or probe.access.allowed_users or probe.access.allow_all_users
+    )
+    if nothing_configured and "GATEWAY_ALLOW_ALL_USERS" not in environ:
+        env["GATEWAY_ALLOW_ALL_USERS"] = "true"
+        notices.append(
+            "no allowlist configured: local mode allows EVERY user "
+            "(set TELEGRAM_ALLOWED_USERS or GATEWAY_ALLOWED_USERS to restrict)"
+        )
+    settings: Settings = load_settings(env=env, config=config, source=str(config_path or "defaults"))
+    return settings.to_env(), notices
+
+
+class LocalGateway:
+    """Start and stop the whole local system. Used by `hermes-gateway local` and the e2e tests."""
+
+    def __init__(
+        self,
+        *,
+        port: int = 8080,
+        host: str = "127.0.0.1",
+        config_path: Path | None = None,
+        environ: dict[str, str] | None = None,
+        tick_seconds: float = 60.0,
+        poll_wait_seconds: int = 1,
+    ) -> None:
+        self.port = port
+        self.host = host
+        self.config_path = config_path
+        self.base_environ = dict(os.environ if environ is None else environ)
+        self.tick_seconds = tick_seconds
+        self.poll_wait_seconds = poll_wait_seconds
+        self.notices: list[str] = []
+        self.local_secrets: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._saved_environ: dict[str, str] | None = None
+        self.started_at = 0.0
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> LocalGateway:
+        from hermes_local.aws import configure_moto, create_resources, install_lambda_dispatch, local_aws_environment
+        from hermes_local.http_front import serve
+        from moto.server import ThreadedMotoServer
+
+        from hermes_gateway import wiring
+
+        self.started_at = time.time()
+        self._saved_environ = dict(os.environ)
+        settings_env, self.notices = local_settings_env(self.config_path, self.base_environ)
+        for name in ("TELEGRAM_WEBHOOK_SECRET", "WEBCHAT_TOKEN"):
+            self.local_secrets[name] = self.base_environ.get(name) or secrets.token_urlsafe(24)
+        self.moto_port = free_port()
+        env = {
+            **settings_env,
+            **local_aws_environment(self.moto_port, REGION),
+            **self.local_secrets,
+            "HERMES_LOCAL_MODE": "1",
+            "POWERTOOLS_METRICS_DISABLED": "true",
+            "POWERTOOLS_SERVICE_NAME": "hermes-gateway",
+            "POWERTOOLS_LOG_LEVEL": self.base_environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
+        }
+        for name in ("TELEGRAM_BOT_TOKEN", "OPENAI_API_KEY"):
+            if self.base_environ.get(name):
+                env[name] = self.base_environ[name]
+        os.environ.update(env)
+        wiring.reset()
+
+        configure_moto()
+        self.functions = Functions(PREFIX, REGION)
+        install_lambda_dispatch(self.functions.resolve, self.functions.context)
+        self._moto = ThreadedMotoServer(ip_address="127.0.0.1", port=self.moto_port, verbose=False)
+        self._moto.start()
+        # moto's state lives in this interpreter; a fresh start must not see an earlier run's data.
+        urllib.request.urlopen(  # noqa: S310 - loopback URL built here
+            urllib.request.Request(f"http://127.0.0.1:{self.moto_port}/moto-api/reset", method="POST"), timeout=10
+        ).close()
+        _, resource_env = create_resources(REGION, PREFIX)
+        os.environ.update(resource_env)
+        wiring.reset()
+
+        for spec in FUNCTIONS:
+            if spec.consumes:
+                queue_spec = next(q for q in QUEUES if q.name == spec.consumes)
+                self._spawn(f"poll-{spec.name}", self._poll, spec, os.environ[queue_spec.env_var])
+        for schedule in SCHEDULES:
+            self._spawn(f"schedule-{schedule.name}", self._tick, schedule.function)
+        self._http = serve(self, self.host, self.port)
+        self.port = self._http.server_address[1]
+        return self
+
+    def _spawn(self, name: str, target: Any, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _poll(self, spec: FunctionSpec, queue_url: str) -> None:
+        from hermes_local.pollers import poll_queue
+
+        poll_queue(self.functions, spec, queue_url, self._stop, self.poll_wait_seconds)
+
+    def _tick(self, function: str) -> None:
+        while not self._stop.wait(self.tick_seconds):
+            self.run_schedule(function)
+
+    def run_schedule(self, function: str) -> Any:
+        event = {"source": "aws.scheduler", "detail-type": "Scheduled Event", "time": time.time()}
+        try:
+            return self.functions.invoke(function, event)
+        except Exception as exc:  # noqa: BLE001 - a failed tick is logged; the next tick runs anyway
+            print(f"[local] scheduled {function} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return None
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "ok": all(t.is_alive() for t in self._threads),
+            "uptime_seconds": round(time.time() - self.started_at, 1),
+            "functions": sorted(self.functions.handlers),
+            "aws_endpoint": f"http://127.0.0.1:{self.moto_port}",
+        }
+
+    def outbox(self, chat_id: str | None = None, platform: str | None = None) -> list[dict[str, Any]]:
+        """Every delivery that would have gone to a platform, newest last."""
+        from hermes_gateway import wiring
+
+        return [
+            row.to_dict()
+            for row in wiring.outbox().recent()
+            if (chat_id is None or row.chat_id == chat_id) and (platform is None or row.platform == platform)
+        ]
+
+    def stop(self) -> None:
+        self._stop.set()
+        if getattr(self, "_http", None) is not None:
+            self._http.shutdown()
+            self._http.server_close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        if getattr(self, "_moto", None) is not None:
+            self._moto.stop()
+        if self._saved_environ is not None:
+            os.environ.clear()
+            os.environ.update(self._saved_environ)
+        from hermes_gateway import wiring
+
+        wiring.reset()
+
+    def __enter__(self) -> LocalGateway:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
