@@ -2,8 +2,9 @@
 
 Reads `gateway.yaml` at the repository root (or the file named by GATEWAY_CONFIG), validates it, and
 synthesizes the stack `HermesGateway-<stage>` with the cdk-nag AwsSolutions checks. A configuration
-error stops synthesis with the setting's key and the reason. HERMES_SKIP_BUNDLING=1 skips building
-the layer (for quick checks; the template is complete, the layer asset is not).
+error stops synthesis with the setting's key and the reason, before the CDK is even loaded.
+HERMES_SKIP_BUNDLING=1 skips building the layer (quick checks: the template is complete, the layer
+asset is not).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _INFRA_DIR = Path(__file__).resolve().parent
@@ -30,14 +31,15 @@ def _use_repository_imports() -> None:
 
 _use_repository_imports()
 
-import aws_cdk as cdk  # noqa: E402
-from cdk_nag import AwsSolutionsChecks  # noqa: E402
-
 from hermes_gateway.errors import ConfigError  # noqa: E402
 from hermes_gateway.settings import Settings, load_settings_file  # noqa: E402
-from infra.stack import HermesGatewayStack, stack_name  # noqa: E402
 
-SKIP_BUNDLING = {"aws:cdk:bundling-stacks": []}
+if TYPE_CHECKING:
+    import aws_cdk as cdk
+
+    from infra.stack import HermesGatewayStack
+
+SKIP_BUNDLING: dict[str, Any] = {"aws:cdk:bundling-stacks": []}
 
 
 def cdk_json_context() -> dict[str, Any]:
@@ -50,6 +52,11 @@ def build_app(
     settings: Settings, *, context: Mapping[str, Any] | None = None, outdir: str | None = None
 ) -> tuple[cdk.App, HermesGatewayStack]:
     """The app with its one stack and the cdk-nag checks; `context` overrides cdk.json's."""
+    import aws_cdk as cdk
+    from cdk_nag import AwsSolutionsChecks
+
+    from infra.stack import HermesGatewayStack, stack_name
+
     app = cdk.App(context={**cdk_json_context(), **(context or {})}, outdir=outdir)
     stack = HermesGatewayStack(app, stack_name(settings.stage), settings=settings)
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks())

@@ -50,9 +50,7 @@ def function_environment(settings: Settings) -> dict[str, str]:
 
 class HermesGatewayStack(Stack):
     def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, **kwargs: Any) -> None:
-        super().__init__(
-            scope, construct_id, description=f"Hermes Serverless Gateway ({settings.stage})", **kwargs
-        )
+        super().__init__(scope, construct_id, description=f"Hermes Serverless Gateway ({settings.stage})", **kwargs)
         stage = settings.stage
         root = repo_root()
         Tags.of(self).add("project", PROJECT)
@@ -76,12 +74,13 @@ class HermesGatewayStack(Stack):
             environment=function_environment(settings),
             secrets_prefix=secrets_prefix(stage),
         )
+        lambdas = {name: f.function for name, f in functions.by_name.items()}
         workflow = TurnWorkflow(
             self,
             "Workflow",
             spec=TURN_STATE_MACHINE,
             definition_file=root / TURN_STATE_MACHINE.definition_file,
-            functions={name: f.function for name, f in functions.by_name.items()},
+            functions=lambdas,
             log_group_name=f"/aws/vendedlogs/states/{PROJECT}-{stage}-{TURN_STATE_MACHINE.name}",
         )
         functions.connect(
@@ -91,20 +90,12 @@ class HermesGatewayStack(Stack):
                 state_machines={TURN_STATE_MACHINE.name: (TURN_STATE_MACHINE, workflow.state_machine)},
             )
         )
-        for name, function in functions.by_name.items():
-            alarms.on_errors(name, function.function)
+        for name, function in lambdas.items():
+            alarms.on_errors(name, function)
         alarms.on_failed_executions(TURN_STATE_MACHINE.name, workflow.state_machine)
 
-        api = WebhookApi(
-            self, "Webhooks", handler=functions.by_name[WEBHOOK_FUNCTION].function, api_name=f"{PROJECT}-{stage}"
-        )
-        Schedules(
-            self,
-            "Schedules",
-            specs=SCHEDULES,
-            functions={name: f.function for name, f in functions.by_name.items()},
-            alarms=alarms,
-        )
+        api = WebhookApi(self, "Webhooks", handler=lambdas[WEBHOOK_FUNCTION], api_name=f"{PROJECT}-{stage}")
+        Schedules(self, "Schedules", specs=SCHEDULES, functions=lambdas, alarms=alarms)
 
         CfnOutput(self, "WebhookUrl", value=f"{api.url}webhooks/", description="Append the platform name")
         CfnOutput(

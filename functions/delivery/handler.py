@@ -15,7 +15,9 @@ from hermes_gateway.observability import logger, metrics
 from hermes_gateway.platforms.telegram import RateLimited
 from hermes_gateway.services.delivery import DeliveryJob, deliver
 
-processor = BatchProcessor(event_type=EventType.SQS)
+# A failed job is reported, not raised: flood control and platform outages are expected, and
+# the queue retries (then dead-letters) exactly the jobs reported.
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
 
 def record_handler(record: SQSRecord) -> None:
@@ -32,4 +34,6 @@ def record_handler(record: SQSRecord) -> None:
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+    return dict(
+        process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+    )

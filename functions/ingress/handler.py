@@ -27,7 +27,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     platform = (http.path_parameters or {}).get("platform") or http.raw_path.rstrip("/").rsplit("/", 1)[-1]
     settings = wiring.settings()
     try:
-        body = decode_body(http.get("body"), http.is_base64_encoded, settings.max_body_bytes)
+        body = decode_body(http.get("body"), bool(http.is_base64_encoded), settings.max_body_bytes)
     except PayloadTooLarge as exc:
         logger.warning("webhook rejected", extra={"platform": platform, "status": 413, "reason": str(exc)})
         return _respond(HttpResponse(413, {"ok": False, "error": str(exc)}))

@@ -69,9 +69,7 @@ class WebhookApi(Construct):
             "DefaultStage",
             http_api=self.http_api,
             auto_deploy=True,
-            throttle=apigatewayv2.ThrottleSettings(
-                rate_limit=THROTTLE_RATE_PER_SECOND, burst_limit=THROTTLE_BURST
-            ),
+            throttle=apigatewayv2.ThrottleSettings(rate_limit=THROTTLE_RATE_PER_SECOND, burst_limit=THROTTLE_BURST),
             access_log_settings=AccessLogSettings(
                 apigatewayv2.LogGroupLogDestination(self.access_logs),
                 apigateway.AccessLogFormat.custom(ACCESS_LOG_FORMAT),

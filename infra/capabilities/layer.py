@@ -43,7 +43,7 @@ def pip_install_command(requirements: Path, target: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def _matching_python() -> str | None:
+def matching_python() -> str | None:
     """An interpreter of the runtime's version, to precompile the layer; None when there is none."""
     if f"{sys.version_info.major}.{sys.version_info.minor}" == PYTHON_VERSION:
         return sys.executable
@@ -61,41 +61,51 @@ def _matching_python() -> str | None:
 
 @jsii.implements(ILocalBundling)
 class LayerBundler:
-    """Builds `<out>/python/` on this machine; docker is never used."""
+    """Builds `<out>/python/` on this machine; docker is never used.
 
-    def __init__(self, *, requirements: Path, package: Path) -> None:
+    With an interpreter of the runtime's version (`compiler`), the layer ships .pyc files: /opt is
+    read-only in Lambda, so without them every cold start compiles the layer again. They are
+    hash-based (unchecked), so they stay valid whatever timestamps the asset zip gives the sources.
+    """
+
+    def __init__(self, *, requirements: Path, package: Path, compiler: str | None) -> None:
         self.requirements = requirements
         self.package = package
+        self.compiler = compiler
 
-    def try_bundle(self, output_dir: str, options: Any = None) -> bool:
+    def try_bundle(self, output_dir: str, *, image: DockerImage, **options: Any) -> bool:
+        """Called by CDK before docker bundling; returning True means docker is never run."""
         target = Path(output_dir) / "python"
         target.mkdir(parents=True, exist_ok=True)
         subprocess.run(pip_install_command(self.requirements, target), check=True)  # noqa: S603
         shutil.copytree(self.package, target / self.package.name, ignore=_SKIPPED, dirs_exist_ok=True)
-        self._precompile(target)
-        return True
-
-    @staticmethod
-    def _precompile(target: Path) -> None:
-        # /opt is read-only in Lambda: without shipped .pyc every cold start compiles the layer again.
-        # Hash-based (unchecked) .pyc stay valid whatever timestamps the asset zip gives the sources.
-        python = _matching_python()
-        if python is None:
+        if self.compiler is None:
             print(
                 f"note: no python{PYTHON_VERSION} found; the layer ships without .pyc (slower cold starts)",
                 file=sys.stderr,
             )
-            return
-        subprocess.run(  # noqa: S603
-            [python, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash", str(target)],
-            check=True,
-        )
+        else:
+            subprocess.run(  # noqa: S603
+                [
+                    self.compiler,
+                    "-m",
+                    "compileall",
+                    "-q",
+                    "-j",
+                    "0",
+                    "--invalidation-mode",
+                    "unchecked-hash",
+                    str(target),
+                ],
+                check=True,
+            )
+        return True
 
 
-def content_hash(requirements: Path, package: Path) -> str:
+def content_hash(requirements: Path, package: Path, *, precompiled: bool) -> str:
     """Hash of everything that decides the layer's content: requirements, package sources, pip target."""
     digest = hashlib.sha256()
-    digest.update(" ".join(PIP_TARGET_ARGS).encode())
+    digest.update(" ".join((*PIP_TARGET_ARGS, f"precompiled={precompiled}")).encode())
     digest.update(requirements.read_bytes())
     for path in sorted(package.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
@@ -107,6 +117,7 @@ def content_hash(requirements: Path, package: Path) -> str:
 class CommonLayer(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, requirements: Path, package: Path) -> None:
         super().__init__(scope, construct_id)
+        compiler = matching_python()
         self.layer = lambda_.LayerVersion(
             self,
             "Layer",
@@ -116,10 +127,10 @@ class CommonLayer(Construct):
             code=lambda_.Code.from_asset(
                 str(package.parent),
                 asset_hash_type=AssetHashType.CUSTOM,
-                asset_hash=content_hash(requirements, package),
+                asset_hash=content_hash(requirements, package, precompiled=compiler is not None),
                 bundling=BundlingOptions(
                     image=DockerImage.from_registry("none"),  # required by the API; local bundling always succeeds
-                    local=LayerBundler(requirements=requirements, package=package),
+                    local=LayerBundler(requirements=requirements, package=package, compiler=compiler),
                 ),
             ),
         )

@@ -70,7 +70,7 @@ class Schedules(Construct):
 
     def _scheduler_role(self) -> iam.Role:
         """The role Scheduler assumes, trusted only for this account's default schedule group."""
-        role = iam.Role(
+        return iam.Role(
             self,
             "InvokeRole",
             description="EventBridge Scheduler: invoke the scheduled Hermes Gateway functions",
@@ -86,4 +86,3 @@ class Schedules(Construct):
                 },
             ),
         )
-        return role

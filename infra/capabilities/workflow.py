@@ -52,9 +52,7 @@ class TurnWorkflow(Construct):
                 placeholder: functions[name].function_arn for placeholder, name in spec.substitutions.items()
             },
             state_machine_type=sfn.StateMachineType.EXPRESS if spec.express else sfn.StateMachineType.STANDARD,
-            logs=sfn.LogOptions(
-                destination=self.log_group, level=sfn.LogLevel.ERROR, include_execution_data=False
-            ),
+            logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ERROR, include_execution_data=False),
             tracing_enabled=True,
         )
         # The definition calls the unqualified function ARNs; an explicit statement avoids the `:*`

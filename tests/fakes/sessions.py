@@ -20,6 +20,7 @@ class FakeSessionStore:
         self.messages: dict[str, list[TranscriptRow]] = {}
         self.dedupe: dict[tuple[str, str], int] = {}
         self.leases: dict[str, dict[str, Any]] = {}
+        self.started: dict[tuple[str, str], str] = {}
 
     def get_route(self, session_key: str) -> SessionEntry | None:
         with self._lock:
@@ -36,14 +37,22 @@ class FakeSessionStore:
         )
 
     def get_or_create(
-        self, source: SessionSource, session_key: str, now: float, *, force_new: bool = False, touch_activity: bool = True
+        self,
+        source: SessionSource,
+        session_key: str,
+        now: float,
+        *,
+        force_new: bool = False,
+        touch_activity: bool = True,
     ) -> SessionEntry:
         with self._lock:
             current = self.routes.get(session_key)
             if current is not None:
                 session = self.sessions.get(current.session_id)
                 stale = session is None or session["ended_at"] is not None
-                reason = "forced" if force_new else "suspended" if current.suspended else "stale_route" if stale else None
+                reason = (
+                    "forced" if force_new else "suspended" if current.suspended else "stale_route" if stale else None
+                )
                 if reason is None:
                     if touch_activity:
                         self.routes[session_key] = replace(current, updated_at=now, created=False)
@@ -51,8 +60,14 @@ class FakeSessionStore:
                 if session is not None and reason != "stale_route":
                     session.update(ended_at=now, end_reason=reason)
             session_id = new_session_id(now)
-            self.sessions[session_id] = {"session_key": session_key, "started_at": now, "ended_at": None,
-                                         "end_reason": None, "input_tokens": 0, "output_tokens": 0}
+            self.sessions[session_id] = {
+                "session_key": session_key,
+                "started_at": now,
+                "ended_at": None,
+                "end_reason": None,
+                "input_tokens": 0,
+                "output_tokens": 0,
+            }
             self.messages[session_id] = []
             entry = SessionEntry(
                 session_key=session_key,
@@ -66,8 +81,12 @@ class FakeSessionStore:
             )
             self.routes[session_key] = entry
             return self._with_lease(
-                replace(entry, created=True, reset_reason=reason if current else None,
-                        prev_session_id=current.session_id if current else None)
+                replace(
+                    entry,
+                    created=True,
+                    reset_reason=reason if current else None,
+                    prev_session_id=current.session_id if current else None,
+                )
             )
 
     def append_message(
@@ -96,7 +115,19 @@ class FakeSessionStore:
             self.sessions[session_id]["output_tokens"] += output_tokens or 0
             return seq
 
-    def transcript(self, session_id: str, *, upto_seq: int | None = None, limit: int | None = None) -> list[TranscriptRow]:
+    def turn_started(self, session_id: str, dedupe_key: str) -> bool:
+        with self._lock:
+            return (session_id, dedupe_key) in self.started
+
+    def mark_turn_started(self, session_id: str, dedupe_key: str, turn_id: str) -> None:
+        with self._lock:
+            if (session_id, dedupe_key) not in self.dedupe:
+                raise KeyError("no row was appended under that key")  # DynamoDB: the condition fails
+            self.started[(session_id, dedupe_key)] = turn_id
+
+    def transcript(
+        self, session_id: str, *, upto_seq: int | None = None, limit: int | None = None
+    ) -> list[TranscriptRow]:
         with self._lock:
             rows = [r for r in self.messages[session_id] if upto_seq is None or r.seq <= upto_seq]
             return rows[-limit:] if limit else rows

@@ -25,7 +25,11 @@ EXAMPLES = [
     (S("telegram", user_id="jordan"), {}, "agent:main:telegram:dm:jordan"),
     (S("telegram", user_id="primary", user_id_alt="alt"), {}, "agent:main:telegram:dm:alt"),
     (S("telegram", chat_id="99", thread_id="topic-1", user_id="42"), {}, "agent:main:telegram:dm:99:topic-1"),
-    (S("discord", chat_id="guild-123", chat_type="group", user_id="alice"), {}, "agent:main:discord:group:guild-123:alice"),
+    (
+        S("discord", chat_id="guild-123", chat_type="group", user_id="alice"),
+        {},
+        "agent:main:discord:group:guild-123:alice",
+    ),
     (
         S("discord", chat_id="guild-123", chat_type="group", user_id="alice"),
         {"group_sessions_per_user": False},
@@ -46,7 +50,11 @@ EXAMPLES = [
         {},
         "agent:main:discord:thread:channel-1:msg-100",
     ),
-    (S("slack", chat_id="C123", chat_type="group", scope_id="T1", user_id="U1"), {}, "agent:main:slack:group:T1:C123:U1"),
+    (
+        S("slack", chat_id="C123", chat_type="group", scope_id="T1", user_id="U1"),
+        {},
+        "agent:main:slack:group:T1:C123:U1",
+    ),
     (S("whatsapp", chat_id="15551234567@s.whatsapp.net"), {}, "agent:main:whatsapp:dm:15551234567"),
     (S("telegram", chat_id="99"), {"profile": "coder"}, "agent:coder:telegram:dm:99"),
 ]
@@ -165,7 +173,9 @@ def test_key_is_deterministic_and_namespaced(src: SessionSource, per_user: bool,
 
 @given(sources(), flags, flags)
 def test_display_fields_never_change_the_key(src: SessionSource, per_user: bool, per_thread_user: bool) -> None:
-    renamed = SessionSource.from_dict({**src.to_dict(), "user_name": "someone else", "chat_name": "x", "message_id": "9"})
+    renamed = SessionSource.from_dict(
+        {**src.to_dict(), "user_name": "someone else", "chat_name": "x", "message_id": "9"}
+    )
     options = {"group_sessions_per_user": per_user, "thread_sessions_per_user": per_thread_user}
     assert build_session_key(src, **options) == build_session_key(renamed, **options)
 

@@ -45,8 +45,10 @@ def _run_local(args: argparse.Namespace) -> int:
     print("Local secrets (generated unless set in the environment):")
     for name, value in gateway.local_secrets.items():
         print(f"  {name}={value}")
-    telegram_sends = "really sends to " + env["TELEGRAM_API_BASE_URL"] if env.get("TELEGRAM_BOT_TOKEN") else (
-        "records replies in the outbox only (no TELEGRAM_BOT_TOKEN)"
+    telegram_sends = (
+        "really sends to " + env["TELEGRAM_API_BASE_URL"]
+        if env.get("TELEGRAM_BOT_TOKEN")
+        else ("records replies in the outbox only (no TELEGRAM_BOT_TOKEN)")
     )
     print(f"  Telegram delivery {telegram_sends}")
     for notice in gateway.notices:

@@ -8,7 +8,7 @@ no CDK imports.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 
-class Access(str, Enum):
+class Access(StrEnum):
     READ = "read"
     WRITE = "write"
     READ_WRITE = "read_write"
@@ -135,7 +135,9 @@ INBOUND_QUEUE = QueueSpec(
     env_var="HERMES_INBOUND_QUEUE_URL",
     fifo=True,
     visibility_timeout_seconds=60,  # >= 6 x the router timeout is AWS's advice for SQS sources
-    max_receive_count=5,
+    # A message for a busy session is retried with a doubling delay while a turn runs; the
+    # receives must cover the longest turn before the message is dead-lettered (settings check it).
+    max_receive_count=12,
 )
 DELIVERY_QUEUE = QueueSpec(
     name="delivery",
@@ -255,9 +257,7 @@ class Bindings:
         return cls(
             tables={t.name: env[t.env_var] for t in TABLES if t.env_var in env},
             queues={q.name: env[q.env_var] for q in QUEUES if q.env_var in env},
-            state_machines={
-                m.name: env[m.env_var] for m in (TURN_STATE_MACHINE,) if m.env_var in env
-            },
+            state_machines={m.name: env[m.env_var] for m in (TURN_STATE_MACHINE,) if m.env_var in env},
         )
 
     def table(self, name: str) -> str:

@@ -19,9 +19,21 @@ from pathlib import Path
 from typing import Any
 
 from hermes_gateway.errors import ConfigError
-from hermes_gateway.resources import SECRET_NAMES
+from hermes_gateway.resources import INBOUND_QUEUE, SECRET_NAMES
 
 PROVIDERS = ("echo", "openai", "bedrock")
+MODEL_CALL_LIMIT_SECONDS = 80  # the CallModel task may run 90 s (infra/statemachines/turn.asl.json)
+TURN_LIMIT_SECONDS = 300  # an Express execution's longest run
+LEASE_MARGIN_SECONDS = 60  # a turn's lease outlives its time limit by this much
+BUSY_RETRY_CAP_SECONDS = 120
+
+
+def busy_retry_delay(base_seconds: int, receive_count: int) -> int:
+    """How long a message for a busy session waits before its next try: doubling from
+    `busy_retry_seconds`, capped, so a burst retries quickly and a long turn is waited out."""
+    return int(min(BUSY_RETRY_CAP_SECONDS, base_seconds * 2 ** max(0, receive_count - 1)))
+
+
 _STAGE = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
 _PROFILE = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 
@@ -32,7 +44,7 @@ def _parse_bool(raw: Any) -> bool:
     text = str(raw).strip().lower()
     if text in ("1", "true", "yes", "on"):
         return True
-    if text in ("0", "false", "no", "off", ""):
+    if text in ("0", "false", "no", "off"):
         return False
     raise ValueError(f"expected true or false, got {raw!r}")
 
@@ -47,11 +59,18 @@ def _parse_int(raw: Any) -> int:
 
 
 def _parse_list(raw: Any) -> tuple[str, ...]:
-    """A YAML list, or a comma-separated string as environment variables carry it."""
+    """A YAML list, or a comma-separated string as environment variables carry it. An entry may
+    not hold a comma or white space itself: the environment form could not carry it intact."""
     if raw is None:
         return ()
-    items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
-    return tuple(str(item).strip() for item in items if str(item).strip())
+    if isinstance(raw, list | tuple):
+        items = [str(item).strip() for item in raw]
+        for item in items:
+            if "," in item or any(c.isspace() for c in item):
+                raise ValueError(f"list entry {item!r} may not contain a comma or white space")
+    else:
+        items = [item.strip() for item in str(raw).split(",")]
+    return tuple(item for item in items if item)
 
 
 def _parse_str(raw: Any) -> str:
@@ -75,21 +94,76 @@ FIELDS: tuple[Field, ...] = (
     Field("profile", "GATEWAY_PROFILE", _parse_str, "default", "agent profile; namespaces session keys"),
     Field("provider.name", "GATEWAY_PROVIDER", _parse_str, "echo", "echo | openai | bedrock"),
     Field("provider.model", "GATEWAY_MODEL", _parse_str, "", "model id for openai or bedrock"),
-    Field("provider.openai_base_url", "OPENAI_BASE_URL", _parse_str, "https://api.openai.com/v1", "any OpenAI-compatible chat-completions base URL"),
-    Field("provider.timeout_seconds", "GATEWAY_PROVIDER_TIMEOUT_SECONDS", _parse_int, 60, "one model request's time limit"),
-    Field("provider.max_history_messages", "GATEWAY_MAX_HISTORY_MESSAGES", _parse_int, 40, "transcript rows sent to the model"),
+    Field(
+        "provider.openai_base_url",
+        "OPENAI_BASE_URL",
+        _parse_str,
+        "https://api.openai.com/v1",
+        "any OpenAI-compatible chat-completions base URL",
+    ),
+    Field(
+        "provider.timeout_seconds", "GATEWAY_PROVIDER_TIMEOUT_SECONDS", _parse_int, 60, "one model request's time limit"
+    ),
+    Field(
+        "provider.max_history_messages",
+        "GATEWAY_MAX_HISTORY_MESSAGES",
+        _parse_int,
+        40,
+        "transcript rows sent to the model",
+    ),
     Field("access.allowed_users", "GATEWAY_ALLOWED_USERS", _parse_list, (), "user ids allowed on every platform"),
     Field("access.allow_all_users", "GATEWAY_ALLOW_ALL_USERS", _parse_bool, False, "allow everyone on every platform"),
-    Field("sessions.group_sessions_per_user", "GATEWAY_GROUP_SESSIONS_PER_USER", _parse_bool, True, "one session per user in a group"),
-    Field("sessions.thread_sessions_per_user", "GATEWAY_THREAD_SESSIONS_PER_USER", _parse_bool, False, "one session per user in a thread"),
-    Field("sessions.turn_timeout_seconds", "GATEWAY_TURN_TIMEOUT_SECONDS", _parse_int, 300, "a turn lease expires this long after it starts"),
+    Field(
+        "sessions.group_sessions_per_user",
+        "GATEWAY_GROUP_SESSIONS_PER_USER",
+        _parse_bool,
+        True,
+        "one session per user in a group",
+    ),
+    Field(
+        "sessions.thread_sessions_per_user",
+        "GATEWAY_THREAD_SESSIONS_PER_USER",
+        _parse_bool,
+        False,
+        "one session per user in a thread",
+    ),
+    Field(
+        "sessions.turn_timeout_seconds",
+        "GATEWAY_TURN_TIMEOUT_SECONDS",
+        _parse_int,
+        300,
+        "a turn lease expires this long after it starts",
+    ),
+    Field(
+        "sessions.busy_retry_seconds",
+        "GATEWAY_BUSY_RETRY_SECONDS",
+        _parse_int,
+        2,
+        "a message for a busy session is retried after this long",
+    ),
     Field("ingress.max_body_bytes", "GATEWAY_MAX_BODY_BYTES", _parse_int, 65536, "larger webhook bodies get 413"),
     Field("platforms.telegram.enabled", "TELEGRAM_ENABLED", _parse_bool, True, "accept Telegram webhooks"),
-    Field("platforms.telegram.api_base_url", "TELEGRAM_API_BASE_URL", _parse_str, "https://api.telegram.org", "Bot API base URL"),
+    Field(
+        "platforms.telegram.api_base_url",
+        "TELEGRAM_API_BASE_URL",
+        _parse_str,
+        "https://api.telegram.org",
+        "Bot API base URL",
+    ),
     Field("platforms.telegram.allowed_users", "TELEGRAM_ALLOWED_USERS", _parse_list, (), "Telegram user ids allowed"),
-    Field("platforms.telegram.allow_all_users", "TELEGRAM_ALLOW_ALL_USERS", _parse_bool, False, "allow every Telegram user"),
-    Field("platforms.webchat.enabled", "WEBCHAT_ENABLED", _parse_bool, False, "the local web chat page (local mode only)"),
-    Field("platforms.webchat.allow_all_users", "WEBCHAT_ALLOW_ALL_USERS", _parse_bool, True, "allow every web chat user"),
+    Field(
+        "platforms.telegram.allow_all_users",
+        "TELEGRAM_ALLOW_ALL_USERS",
+        _parse_bool,
+        False,
+        "allow every Telegram user",
+    ),
+    Field(
+        "platforms.webchat.enabled", "WEBCHAT_ENABLED", _parse_bool, False, "the local web chat page (local mode only)"
+    ),
+    Field(
+        "platforms.webchat.allow_all_users", "WEBCHAT_ALLOW_ALL_USERS", _parse_bool, True, "allow every web chat user"
+    ),
 )
 _BY_PATH = {f.path: f for f in FIELDS}
 
@@ -114,6 +188,7 @@ class SessionSettings:
     group_sessions_per_user: bool
     thread_sessions_per_user: bool
     turn_timeout_seconds: int
+    busy_retry_seconds: int
 
 
 @dataclass(frozen=True)
@@ -173,6 +248,7 @@ def _flatten_settings(settings: Settings) -> dict[str, Any]:
         "sessions.group_sessions_per_user": s.group_sessions_per_user,
         "sessions.thread_sessions_per_user": s.thread_sessions_per_user,
         "sessions.turn_timeout_seconds": s.turn_timeout_seconds,
+        "sessions.busy_retry_seconds": s.busy_retry_seconds,
         "ingress.max_body_bytes": settings.max_body_bytes,
         "platforms.telegram.enabled": tg.enabled,
         "platforms.telegram.api_base_url": tg.api_base_url,
@@ -192,13 +268,24 @@ def _flatten_yaml(data: Mapping[str, Any], prefix: str, source: str) -> dict[str
                 f"{source}: {path}: secrets do not belong in the config file; "
                 "set them with `hermes-gateway secrets set` (deployed) or the environment (local)"
             )
+        is_section = any(p.startswith(path + ".") for p in _BY_PATH)
         if path in _BY_PATH:
             flat[path] = value
-        elif isinstance(value, Mapping) and any(p.startswith(path + ".") for p in _BY_PATH):
+        elif is_section and value is None:
+            continue  # a section whose lines are all commented out
+        elif is_section and isinstance(value, Mapping):
             flat.update(_flatten_yaml(value, path + ".", source))
+        elif is_section:
+            raise ConfigError(f"{source}: {path}: expected a section of settings, got {type(value).__name__}")
         else:
             raise ConfigError(f"{source}: {path}: unknown setting")
     return flat
+
+
+def configured_paths(config: Mapping[str, Any], env: Mapping[str, str], source: str = "gateway.yaml") -> set[str]:
+    """The settings a user set explicitly, in the config file or the environment."""
+    from_file = set(_flatten_yaml(config, "", source))
+    return from_file | {f.path for f in FIELDS if f.env in env}
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -240,32 +327,78 @@ def load_settings(
     return _build(values, source)
 
 
-def _build(v: dict[str, Any], source: str) -> Settings:
-    def fail(path: str, reason: str) -> ConfigError:
-        return ConfigError(f"{source}: {path} ({_BY_PATH[path].env}): {reason}")
+def _is_http_url(text: str) -> bool:
+    from urllib.parse import urlsplit
 
+    try:
+        parts = urlsplit(text)
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and port_ok and not re.search(r"\s", text)
+
+
+class _Invalid(Exception):
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(reason)
+        self.path, self.reason = path, reason
+
+
+def _check_names(v: dict[str, Any]) -> None:
     if not _STAGE.match(v["stage"]):
-        raise fail("stage", "use 1-20 lower-case letters, digits or '-', starting with a letter")
+        raise _Invalid("stage", "use 1-20 lower-case letters, digits or '-', starting with a letter")
     if not _PROFILE.match(v["profile"]):
-        raise fail("profile", "use 1-40 letters, digits, '_' or '-'")
+        raise _Invalid("profile", "use 1-40 letters, digits, '_' or '-'")
     if v["provider.name"] not in PROVIDERS:
-        raise fail("provider.name", f"must be one of {', '.join(PROVIDERS)}")
+        raise _Invalid("provider.name", f"must be one of {', '.join(PROVIDERS)}")
     if v["provider.name"] != "echo" and not v["provider.model"]:
-        raise fail("provider.model", f"is required for provider {v['provider.name']}")
+        raise _Invalid("provider.model", f"is required for provider {v['provider.name']}")
     for url_field in ("provider.openai_base_url", "platforms.telegram.api_base_url"):
-        if not re.match(r"^https?://[^\s/]+", v[url_field]):
-            raise fail(url_field, "must be an http(s) URL")
-    for positive in ("provider.timeout_seconds", "sessions.turn_timeout_seconds", "provider.max_history_messages"):
-        if v[positive] <= 0:
-            raise fail(positive, "must be greater than zero")
-    if not 1024 <= v["ingress.max_body_bytes"] <= 200_000:
-        raise fail("ingress.max_body_bytes", "must be between 1024 and 200000 (the queue message limit)")
+        if not _is_http_url(v[url_field]):
+            raise _Invalid(url_field, "must be an http(s) URL with a host and no white space")
     try:
         import zoneinfo
 
         zoneinfo.ZoneInfo(v["time_zone"])
     except Exception:  # noqa: BLE001 - any failure means the name is unusable
-        raise fail("time_zone", f"unknown time zone {v['time_zone']!r}") from None
+        raise _Invalid("time_zone", f"unknown time zone {v['time_zone']!r}") from None
+
+
+def _check_limits(v: dict[str, Any]) -> None:
+    for positive in (
+        "provider.timeout_seconds",
+        "sessions.turn_timeout_seconds",
+        "sessions.busy_retry_seconds",
+        "provider.max_history_messages",
+    ):
+        if v[positive] <= 0:
+            raise _Invalid(positive, "must be greater than zero")
+    upper_limits = (
+        ("provider.timeout_seconds", MODEL_CALL_LIMIT_SECONDS, "the CallModel task's limit"),
+        ("sessions.turn_timeout_seconds", TURN_LIMIT_SECONDS, "an Express workflow's limit"),
+        ("sessions.busy_retry_seconds", BUSY_RETRY_CAP_SECONDS, "the retry delay's cap"),
+    )
+    for path, limit, why in upper_limits:
+        if v[path] > limit:
+            raise _Invalid(path, f"must be at most {limit} ({why})")
+    retries = range(1, INBOUND_QUEUE.max_receive_count)
+    patience = sum(busy_retry_delay(v["sessions.busy_retry_seconds"], n) for n in retries)
+    lease = v["sessions.turn_timeout_seconds"] + LEASE_MARGIN_SECONDS
+    if patience <= lease:
+        raise _Invalid(
+            "sessions.busy_retry_seconds",
+            f"its {len(retries)} retries must outlast a turn's lease ({lease} s), else waiting messages are dead-lettered",
+        )
+    if not 1024 <= v["ingress.max_body_bytes"] <= 200_000:
+        raise _Invalid("ingress.max_body_bytes", "must be between 1024 and 200000 (the queue message limit)")
+
+
+def _build(v: dict[str, Any], source: str) -> Settings:
+    try:
+        _check_names(v)
+        _check_limits(v)
+    except _Invalid as exc:
+        raise ConfigError(f"{source}: {exc.path} ({_BY_PATH[exc.path].env}): {exc.reason}") from None
     return Settings(
         stage=v["stage"],
         time_zone=v["time_zone"],
@@ -282,6 +415,7 @@ def _build(v: dict[str, Any], source: str) -> Settings:
             v["sessions.group_sessions_per_user"],
             v["sessions.thread_sessions_per_user"],
             v["sessions.turn_timeout_seconds"],
+            v["sessions.busy_retry_seconds"],
         ),
         max_body_bytes=v["ingress.max_body_bytes"],
         platforms={

@@ -138,7 +138,16 @@ def delivery_deps() -> DeliveryDeps:
 
 def reset() -> None:
     for built in (
-        settings, bindings, secrets, session_store, outbox, queue, turn_starter,
-        inbound_adapters, enqueue_once, turn_deps, delivery_deps,
+        settings,
+        bindings,
+        secrets,
+        session_store,
+        outbox,
+        queue,
+        turn_starter,
+        inbound_adapters,
+        enqueue_once,
+        turn_deps,
+        delivery_deps,
     ):
         built.cache_clear()

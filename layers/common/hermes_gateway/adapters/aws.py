@@ -73,6 +73,16 @@ class StepFunctionsStarter:
 
         return boto3.client("stepfunctions", region_name=self._region)
 
+    def is_running(self, name: str) -> bool:
+        """Only asked after `start` answered False, which Standard workflows do (Express
+        workflows start every request, so their tasks are idempotent on the turn id instead)."""
+        execution_arn = self.arn.replace(":stateMachine:", ":execution:", 1) + ":" + name
+        try:
+            status = self._client.describe_execution(executionArn=execution_arn)["status"]
+        except self._client.exceptions.ExecutionDoesNotExist:
+            return False
+        return bool(status == "RUNNING")
+
     def start(self, name: str, turn: dict[str, Any]) -> bool:
         """True when this call started the execution, False when it already existed."""
         try:
@@ -112,7 +122,7 @@ class IdempotentEnqueue:
             response_hook=self._on_duplicate,
         )
 
-        @idempotent_function(
+        @idempotent_function(  # type: ignore[untyped-decorator]
             data_keyword_argument="envelope",
             persistence_store=DynamoDBPersistenceLayer(table_name=table_name),
             config=self.config,
@@ -122,7 +132,7 @@ class IdempotentEnqueue:
 
         self._send_once = send_once
 
-    def _on_duplicate(self, response: Any, record: Any) -> Any:
+    def _on_duplicate(self, response: Any, idempotent_data: Any) -> Any:
         self._seen.duplicate = True
         return response
 

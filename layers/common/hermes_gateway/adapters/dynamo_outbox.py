@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pynamodb.exceptions import DoesNotExist, PutError
+from pynamodb.expressions.update import Action
 
-from hermes_gateway.adapters.models import OutboxModelBase, bind_outbox
+from hermes_gateway.adapters.models import OutboxModelBase, bind_outbox, dynamodb_endpoint
 from hermes_gateway.resources import Bindings
 
 RETENTION_SECONDS = 30 * 24 * 3600
@@ -54,7 +55,7 @@ def _entry(item: OutboxModelBase) -> OutboxEntry:
 
 class DynamoOutbox:
     def __init__(self, bindings: Bindings, region: str | None = None) -> None:
-        self.model = bind_outbox(bindings.table("outbox"), region)
+        self.model = bind_outbox(bindings.table("outbox"), region, dynamodb_endpoint())
 
     def record(
         self,
@@ -94,10 +95,17 @@ class DynamoOutbox:
             item = Outbox.get(delivery_id, consistent_read=True)
         return _entry(item)
 
-    def mark(self, delivery_id: str, status: str, now: float, *, platform_message_id: str | None = None,
-             error: str | None = None) -> None:
+    def mark(
+        self,
+        delivery_id: str,
+        status: str,
+        now: float,
+        *,
+        platform_message_id: str | None = None,
+        error: str | None = None,
+    ) -> None:
         Outbox = self.model
-        actions = [Outbox.status.set(status), Outbox.updated_at.set(now), Outbox.attempts.add(1)]
+        actions: list[Action] = [Outbox.status.set(status), Outbox.updated_at.set(now), Outbox.attempts.add(1)]
         if platform_message_id is not None:
             actions.append(Outbox.platform_message_id.set(platform_message_id))
         if error is not None:

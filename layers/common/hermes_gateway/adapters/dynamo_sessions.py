@@ -8,15 +8,19 @@ was read. Every condition failure becomes `Conflict` (or a retry) here and nowhe
 from __future__ import annotations
 
 import hashlib
+import random
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cached_property
 from typing import Any
 
 from pynamodb.connection import Connection
 from pynamodb.exceptions import DoesNotExist, PutError, TransactWriteError, UpdateError
+from pynamodb.expressions.update import Action
 from pynamodb.transactions import TransactWrite
 
-from hermes_gateway.adapters.models import LEASE_SHARD, BoundModels, RouteModelBase, bind_models
+from hermes_gateway.adapters.models import LEASE_SHARD, BoundModels, RouteModelBase, dynamodb_endpoint
 from hermes_gateway.domain.sessions import ExpiredLease, SessionEntry, TranscriptRow, new_session_id
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.errors import Conflict, TransientError
@@ -25,6 +29,12 @@ from hermes_gateway.resources import Bindings
 _CONDITION_FAILED = "ConditionalCheckFailed"
 _RETRYABLE = ("ProvisionedThroughputExceeded", "ThrottlingException", "RequestLimitExceeded", "TransactionConflict")
 _MAX_ATTEMPTS = 8
+_APPEND_ATTEMPTS = 25  # appends to one session race only when many writers share it
+
+
+def _backoff(attempt: int) -> None:
+    """Full jitter, capped: contention on one item clears fastest when writers spread out."""
+    time.sleep(random.uniform(0, min(0.2, 0.005 * 2**attempt)))  # noqa: S311 - jitter, not security
 
 
 def _cause_code(exc: Exception) -> str:
@@ -80,13 +90,14 @@ class DynamoSessionStore:
     """`SessionStore` and `TurnLease` on the routes, sessions and messages tables."""
 
     def __init__(self, bindings: Bindings, region: str | None = None) -> None:
-        self.models: BoundModels = bind_models(
-            bindings.table("routes"), bindings.table("sessions"), bindings.table("messages"), region
-        )
         self._region = region
+        self._host = dynamodb_endpoint()
+        self.models = BoundModels(bindings, region, self._host)
 
+    @cached_property
     def _connection(self) -> Connection:
-        return Connection(region=self._region)
+        # One connection (one botocore client, which is thread-safe) for every transaction.
+        return Connection(region=self._region, host=self._host)
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -97,7 +108,13 @@ class DynamoSessionStore:
             return None
 
     def get_or_create(
-        self, source: SessionSource, session_key: str, now: float, *, force_new: bool = False, touch_activity: bool = True
+        self,
+        source: SessionSource,
+        session_key: str,
+        now: float,
+        *,
+        force_new: bool = False,
+        touch_activity: bool = True,
     ) -> SessionEntry:
         Route = self.models.route
         for _ in range(_MAX_ATTEMPTS):
@@ -166,7 +183,7 @@ class DynamoSessionStore:
         Route, Session = self.models.route, self.models.session
         route, session = self._new_items(source, session_key, now)
         try:
-            with _mapped_errors(), TransactWrite(connection=self._connection()) as tx:
+            with _mapped_errors(), TransactWrite(connection=self._connection) as tx:
                 tx.save(route, condition=Route.session_key.does_not_exist())
                 tx.save(session, condition=Session.session_id.does_not_exist())
         except TransactWriteError as exc:
@@ -179,7 +196,7 @@ class DynamoSessionStore:
         Route, Session = self.models.route, self.models.session
         fresh, session = self._new_items(source, old.session_key, now)
         try:
-            with _mapped_errors(), TransactWrite(connection=self._connection()) as tx:
+            with _mapped_errors(), TransactWrite(connection=self._connection) as tx:
                 tx.update(
                     old,
                     actions=[
@@ -205,16 +222,17 @@ class DynamoSessionStore:
             if _CONDITION_FAILED in _cancellation_codes(exc):
                 return None
             raise
-        updated = self.models.route.get(old.session_key, consistent_read=True)
-        return _entry(updated, created=True, reset_reason=reason, prev_session_id=old.session_id)
+        # What this call wrote (a re-read could already show a later replacement).
+        fresh.revision = int(old.revision) + 1
+        fresh.execution_generation = int(old.execution_generation) + 1
+        fresh.created_at = old.created_at
+        return _entry(fresh, created=True, reset_reason=reason, prev_session_id=old.session_id)
 
     # -- transcript -------------------------------------------------------------------------
 
     def _last_seq(self, session_id: str) -> int:
         Message = self.models.message
-        for row in Message.query(
-            session_id, Message.seq > 0, consistent_read=True, scan_index_forward=False, limit=1
-        ):
+        for row in Message.query(session_id, Message.seq > 0, consistent_read=True, scan_index_forward=False, limit=1):
             return int(row.seq)
         return 0
 
@@ -233,7 +251,7 @@ class DynamoSessionStore:
         output_tokens: int | None = None,
     ) -> int:
         Message, Session = self.models.message, self.models.session
-        for _ in range(_MAX_ATTEMPTS):
+        for attempt in range(_APPEND_ATTEMPTS):
             seq = self._last_seq(session_id) + 1
             row = Message(
                 session_id,
@@ -250,14 +268,14 @@ class DynamoSessionStore:
                 output_tokens=output_tokens,
             )
             try:
-                with _mapped_errors(), TransactWrite(connection=self._connection()) as tx:
+                with TransactWrite(connection=self._connection) as tx:
                     tx.save(row, condition=Message.seq.does_not_exist())
                     if dedupe_key:
                         marker = Message(session_id, _dedupe_seq(dedupe_key), dedupe_key=dedupe_key, role="marker")
                         marker.content = str(seq)
                         tx.save(marker, condition=Message.seq.does_not_exist())
                     # Token usage rides in the same transaction, so a repeated append counts nothing twice.
-                    counters = [Session.message_count.add(1)]
+                    counters: list[Action] = [Session.message_count.add(1)]
                     if input_tokens:
                         counters.append(Session.input_tokens.add(input_tokens))
                     if output_tokens:
@@ -268,13 +286,29 @@ class DynamoSessionStore:
                 if dedupe_key and len(codes) > 1 and codes[1] == _CONDITION_FAILED:
                     existing = Message.get(session_id, _dedupe_seq(dedupe_key), consistent_read=True)
                     return int(existing.content or 0)
-                if codes and codes[0] == _CONDITION_FAILED:
-                    continue  # another writer took this seq; read the tail again
+                if (codes and codes[0] == _CONDITION_FAILED) or any(c in _RETRYABLE for c in codes):
+                    _backoff(attempt)  # another writer took this seq (or holds the item); read the tail again
+                    continue
                 raise
             return seq
-        raise Conflict(f"could not append to the transcript after {_MAX_ATTEMPTS} attempts")
+        raise Conflict(f"could not append to the transcript after {_APPEND_ATTEMPTS} attempts")
 
-    def transcript(self, session_id: str, *, upto_seq: int | None = None, limit: int | None = None) -> list[TranscriptRow]:
+    def turn_started(self, session_id: str, dedupe_key: str) -> bool:
+        try:
+            marker = self.models.message.get(session_id, _dedupe_seq(dedupe_key), consistent_read=True)
+        except DoesNotExist:
+            return False
+        return marker.turn_id is not None
+
+    def mark_turn_started(self, session_id: str, dedupe_key: str, turn_id: str) -> None:
+        Message = self.models.message
+        Message(session_id, _dedupe_seq(dedupe_key)).update(
+            actions=[Message.turn_id.set(turn_id)], condition=Message.dedupe_key == dedupe_key
+        )
+
+    def transcript(
+        self, session_id: str, *, upto_seq: int | None = None, limit: int | None = None
+    ) -> list[TranscriptRow]:
         Message = self.models.message
         condition = Message.seq.between(1, upto_seq) if upto_seq is not None else Message.seq > 0
         rows: list[TranscriptRow] = []

@@ -1,23 +1,24 @@
 """pynamodb models for the routes, sessions and messages tables.
 
-Table names are deployment-specific, so the classes are made per binding by `bind_models`
+Table names are deployment-specific, so the classes are made per binding by the `bind_*` functions
 (pynamodb reads the table name from a class-level `Meta`). The attribute names match
 `hermes_gateway.resources`, which the CDK stack and local mode build the tables from.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import lru_cache
+import os
+from functools import cached_property, lru_cache
 
 from pynamodb.attributes import (
     BooleanAttribute,
-    MapAttribute,
     NumberAttribute,
     UnicodeAttribute,
 )
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
+
+from hermes_gateway.resources import Bindings
 
 LEASE_SHARD = "lease"
 
@@ -34,7 +35,6 @@ class RouteModelBase(Model):
     platform = UnicodeAttribute()
     chat_type = UnicodeAttribute()
     display_name = UnicodeAttribute(null=True)
-    origin = MapAttribute[str, object](null=True)
     suspended = BooleanAttribute(default=False)
     resume_pending = BooleanAttribute(default=False)
     resume_reason = UnicodeAttribute(null=True)
@@ -81,25 +81,24 @@ class MessageModelBase(Model):
     output_tokens = NumberAttribute(null=True)
 
 
-@dataclass(frozen=True)
-class BoundModels:
-    route: type[RouteModelBase]
-    session: type[SessionModelBase]
-    message: type[MessageModelBase]
+def dynamodb_endpoint() -> str | None:
+    """An endpoint override (local mode's embedded AWS); None means the region's real endpoint."""
+    return os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or os.environ.get("AWS_ENDPOINT_URL") or None
 
 
-def _meta(table_name: str, region: str | None) -> type:
+def _meta(table_name: str, region: str | None, host: str | None) -> type:
     attrs: dict[str, object] = {"table_name": table_name}
     if region:
         attrs["region"] = region
+    if host:
+        attrs["host"] = host
     return type("Meta", (), attrs)
 
 
+# Bound classes are cached: pynamodb keeps a connection per class, so the endpoint is in the key.
 @lru_cache(maxsize=8)
-def bind_models(routes_table: str, sessions_table: str, messages_table: str, region: str | None) -> BoundModels:
-    """Model classes bound to physical table names (cached: pynamodb keeps a connection per class)."""
-
-    class ByLeaseExpiry(GlobalSecondaryIndex[RouteModelBase]):
+def bind_route(table: str, region: str | None, host: str | None = None) -> type[RouteModelBase]:
+    class ByLeaseExpiry(GlobalSecondaryIndex[RouteModelBase]):  # type: ignore[no-untyped-call]
         class Meta:
             index_name = "by_lease_expiry"
             projection = AllProjection()
@@ -107,14 +106,41 @@ def bind_models(routes_table: str, sessions_table: str, messages_table: str, reg
         lease_shard = UnicodeAttribute(hash_key=True)
         lease_expires_at = NumberAttribute(range_key=True)
 
-    route = type(
+    return type(
         "Route",
         (RouteModelBase,),
-        {"Meta": _meta(routes_table, region), "by_lease_expiry": ByLeaseExpiry(), "__module__": __name__},
+        {"Meta": _meta(table, region, host), "by_lease_expiry": ByLeaseExpiry(), "__module__": __name__},
     )
-    session = type("Session", (SessionModelBase,), {"Meta": _meta(sessions_table, region), "__module__": __name__})
-    message = type("Message", (MessageModelBase,), {"Meta": _meta(messages_table, region), "__module__": __name__})
-    return BoundModels(route=route, session=session, message=message)
+
+
+@lru_cache(maxsize=8)
+def bind_session(table: str, region: str | None, host: str | None = None) -> type[SessionModelBase]:
+    return type("Session", (SessionModelBase,), {"Meta": _meta(table, region, host), "__module__": __name__})
+
+
+@lru_cache(maxsize=8)
+def bind_message(table: str, region: str | None, host: str | None = None) -> type[MessageModelBase]:
+    return type("Message", (MessageModelBase,), {"Meta": _meta(table, region, host), "__module__": __name__})
+
+
+class BoundModels:
+    """The three session tables' models, each bound when first used: a function granted only the
+    routes table (the expiry sweep) never needs the other two names."""
+
+    def __init__(self, bindings: Bindings, region: str | None, host: str | None) -> None:
+        self._bindings, self._region, self._host = bindings, region, host
+
+    @cached_property
+    def route(self) -> type[RouteModelBase]:
+        return bind_route(self._bindings.table("routes"), self._region, self._host)
+
+    @cached_property
+    def session(self) -> type[SessionModelBase]:
+        return bind_session(self._bindings.table("sessions"), self._region, self._host)
+
+    @cached_property
+    def message(self) -> type[MessageModelBase]:
+        return bind_message(self._bindings.table("messages"), self._region, self._host)
 
 
 class OutboxModelBase(Model):
@@ -138,5 +164,5 @@ class OutboxModelBase(Model):
 
 
 @lru_cache(maxsize=8)
-def bind_outbox(outbox_table: str, region: str | None) -> type[OutboxModelBase]:
-    return type("Outbox", (OutboxModelBase,), {"Meta": _meta(outbox_table, region), "__module__": __name__})
+def bind_outbox(outbox_table: str, region: str | None, host: str | None = None) -> type[OutboxModelBase]:
+    return type("Outbox", (OutboxModelBase,), {"Meta": _meta(outbox_table, region, host), "__module__": __name__})

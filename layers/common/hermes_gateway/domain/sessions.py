@@ -64,7 +64,13 @@ class ExpiredLease:
 
 class SessionStore(Protocol):
     def get_or_create(
-        self, source: SessionSource, session_key: str, now: float, *, force_new: bool = False, touch_activity: bool = True
+        self,
+        source: SessionSource,
+        session_key: str,
+        now: float,
+        *,
+        force_new: bool = False,
+        touch_activity: bool = True,
     ) -> SessionEntry:
         """The live session for a key, created once however many callers race for it."""
         ...
@@ -89,7 +95,17 @@ class SessionStore(Protocol):
         `dedupe_key` appends and counts nothing and returns the seq of the row it first wrote."""
         ...
 
-    def transcript(self, session_id: str, *, upto_seq: int | None = None, limit: int | None = None) -> list[TranscriptRow]:
+    def turn_started(self, session_id: str, dedupe_key: str) -> bool:
+        """True once `mark_turn_started` was recorded for the row appended under `dedupe_key`."""
+        ...
+
+    def mark_turn_started(self, session_id: str, dedupe_key: str, turn_id: str) -> None:
+        """Record that the turn answering the row appended under `dedupe_key` has started."""
+        ...
+
+    def transcript(
+        self, session_id: str, *, upto_seq: int | None = None, limit: int | None = None
+    ) -> list[TranscriptRow]:
         """Active rows, oldest first (the newest `limit` of them). A failed read raises."""
         ...
 

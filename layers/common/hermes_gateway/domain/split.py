@@ -4,8 +4,8 @@ Rules, in order of preference for each cut:
 1. a newline that leaves the chunk at least half full;
 2. a space;
 3. any newline;
-4. the same separators inside inline code, when nothing else fits;
-5. a hard cut, placed before an inline code span or a fence line when one is in the way.
+4. a space or newline inside inline code or a fence line, when nothing else fits;
+5. a hard cut, moved back before an inline code span or a fence line that it would break.
 The whitespace at a cut is dropped (trailing whitespace of the chunk, the separator and repeats of
 it), so chunks neither end with blank lines nor start with them; indentation after a newline cut
 is kept because it matters in code. A cut inside a ``` block closes the block at the end of the

@@ -1,6 +1,7 @@
 """Telegram Bot API: webhook verification, update normalization and sending (PLATFORMS §1).
 
-Standard library only: this module is on the ingress cold-start path.
+Standard library only, and the HTTP client is imported only when a sender is built: the ingress
+imports this module on its cold-start path and never sends.
 """
 
 from __future__ import annotations
@@ -8,15 +9,16 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-import urllib.error
-import urllib.request
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from http.client import HTTPException
-from typing import Any, Literal, TypeGuard
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import BadRequest, ConfigError, PermanentError, TransientError, Unauthorized
+
+if TYPE_CHECKING:
+    import urllib.error
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +146,7 @@ def _source(message: dict[str, Any], chat: dict[str, Any], chat_type: str) -> Se
         user_id, user_name, is_bot = None, None, False
     # A reply in an ordinary group also carries message_thread_id; only a forum topic is a thread.
     topic = message.get("message_thread_id") if message.get("is_topic_message") is True else None
-    chat_name = _person_name(chat) or user_name if chat_type == "dm" else chat.get("title")
+    chat_name = (_person_name(chat) or user_name) if chat_type == "dm" else chat.get("title")
     return SessionSource(
         platform="telegram",
         chat_id=str(chat["id"]),
@@ -212,6 +214,8 @@ class TelegramSender:
         self._base = api_base_url.rstrip("/")
         self._token = token
         self._timeout = timeout
+        import urllib.request
+
         self._opener = urllib.request.build_opener()
 
     def __repr__(self) -> str:
@@ -247,15 +251,20 @@ class TelegramSender:
     def _send_message(self, payload: dict[str, Any]) -> str:
         answer = self._call("sendMessage", payload)
         body = answer.body
-        if answer.status == 200 and body is not None and body.get("ok") is True:
-            result = body.get("result")
+        if answer.status == 200 and (body is None or body.get("ok") is True):
+            result = body.get("result") if body is not None else None
             message_id = result.get("message_id") if isinstance(result, dict) else None
             if _is_int(message_id):
                 return str(message_id)
-            raise PermanentError("telegram accepted the message but its answer has no message_id")
+            # The message may well have been sent; resending could post it twice.
+            raise PermanentError("telegram answered 200 without a message_id; the message may have been sent")
         raise self._failure(answer)
 
     def _call(self, method: str, payload: dict[str, Any]) -> _Answer:
+        import urllib.error
+        import urllib.request
+        from http.client import HTTPException
+
         request = urllib.request.Request(  # noqa: S310 - the constructor admits only http(s) base URLs
             f"{self._base}/bot{self._token}/{method}",
             data=json.dumps(payload).encode("utf-8"),
@@ -300,10 +309,13 @@ class TelegramSender:
 
 def _numeric(value: str) -> int | str:
     """Telegram ids travel as numbers; a channel's @username stays a string."""
-    return int(value) if value.lstrip("-").isdigit() else value
+    digits = value.removeprefix("-")
+    return int(value) if digits.isascii() and digits.isdigit() else value
 
 
 def _error_body(exc: urllib.error.HTTPError) -> bytes:
+    from http.client import HTTPException
+
     try:
         with exc:
             return exc.read()
@@ -325,6 +337,6 @@ def _retry_after(from_body: Any, from_header: str | None) -> float:
             seconds = float(candidate)  # type: ignore[arg-type]
         except (TypeError, ValueError):
             continue
-        if seconds >= 0:
+        if math.isfinite(seconds) and seconds >= 0:
             return seconds
     return _DEFAULT_RETRY_AFTER

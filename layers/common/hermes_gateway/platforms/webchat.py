@@ -16,7 +16,7 @@ from hermes_gateway.errors import BadRequest, Unauthorized
 from hermes_gateway.secrets import Secrets
 from hermes_gateway.services.ingress import HttpRequest, Ignored
 
-TOKEN_HEADER = "x-hermes-local-token"
+TOKEN_HEADER = "x-hermes-local-token"  # noqa: S105 - a header name, not a secret
 TEXT_LIMIT = 8000
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 

@@ -42,7 +42,12 @@ class Outbox(Protocol):
     ) -> OutboxEntry: ...
 
     def mark(
-        self, delivery_id: str, status: str, now: float, *, platform_message_id: str | None = None,
+        self,
+        delivery_id: str,
+        status: str,
+        now: float,
+        *,
+        platform_message_id: str | None = None,
         error: str | None = None,
     ) -> None: ...
 
@@ -74,19 +79,34 @@ class DeliveryJob:
     text: str
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> DeliveryJob:
-        try:
-            target = data["target"]
-            return cls(
-                delivery_id=str(data["delivery_id"]),
-                turn_id=data.get("turn_id"),
-                platform=str(target["platform"]),
-                chat_id=None if target.get("chat_id") is None else str(target["chat_id"]),
-                thread_id=None if target.get("thread_id") is None else str(target["thread_id"]),
-                text=str(data["text"]),
-            )
-        except (KeyError, TypeError) as exc:
-            raise BadRequest(f"malformed delivery job: missing {exc}") from None
+    def from_dict(cls, data: Any) -> DeliveryJob:
+        if not isinstance(data, dict) or not isinstance(data.get("target"), dict):
+            raise BadRequest("malformed delivery job: expected an object with a target object")
+        target = data["target"]
+        required = (
+            ("delivery_id", data.get("delivery_id")),
+            ("text", data.get("text")),
+            ("target.platform", target.get("platform")),
+        )
+        for name, value in required:
+            if not isinstance(value, str) or not value:
+                raise BadRequest(f"malformed delivery job: {name} must be a non-empty string")
+        return cls(
+            delivery_id=data["delivery_id"],
+            turn_id=_optional_id(data.get("turn_id")),
+            platform=target["platform"],
+            chat_id=_optional_id(target.get("chat_id")),
+            thread_id=_optional_id(target.get("thread_id")),
+            text=data["text"],
+        )
+
+
+def _optional_id(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise BadRequest("malformed delivery job: ids must be strings or numbers")
+    return str(value)
 
 
 def deliver(job: DeliveryJob, deps: DeliveryDeps) -> list[OutboxEntry]:

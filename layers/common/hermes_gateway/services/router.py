@@ -17,18 +17,20 @@ from hermes_gateway.domain.sessions import SessionStore, TurnLease
 from hermes_gateway.domain.source import InboundMessage
 from hermes_gateway.errors import SessionBusy
 from hermes_gateway.observability import MetricUnit, hash_id, logger, metrics
-from hermes_gateway.settings import Settings
-
-LEASE_MARGIN_SECONDS = 60  # a lease outlives the turn's own time limit by this much
+from hermes_gateway.settings import LEASE_MARGIN_SECONDS, Settings
 
 
 class TurnStarter(Protocol):
-    def start(self, name: str, turn: dict[str, Any]) -> bool: ...
+    def start(self, name: str, turn: dict[str, Any]) -> bool:
+        """Start the named execution; False when one of that name already exists."""
+        ...
+
+    def is_running(self, name: str) -> bool: ...
 
 
 @dataclass(frozen=True)
 class RouteOutcome:
-    status: str  # started | denied | already_started
+    status: str  # started | denied | already_started | already_answered
     reason: str
     turn_id: str | None = None
     session_id: str | None = None
@@ -73,6 +75,10 @@ def route_message(
         metrics.add_metric(name="SessionStarted", unit=MetricUnit.Count, value=1)
 
     turn_id = turn_id_for(entry.session_id, message.event_id)
+    if store.turn_started(entry.session_id, message.event_id):
+        # A redelivery of a message whose turn already started: its lease is that turn's to release.
+        logger.info("message already routed", extra={"turn_id": turn_id})
+        return RouteOutcome("already_answered", "ok", turn_id, entry.session_id)
     token = lease_token_for(turn_id)
     ttl = settings.sessions.turn_timeout_seconds + LEASE_MARGIN_SECONDS
     if not lease.acquire(session_key, turn_id, token, now, ttl):
@@ -105,6 +111,10 @@ def route_message(
         "started_at": now,
     }
     started = starter.start(turn_id, turn)
+    store.mark_turn_started(entry.session_id, message.event_id, turn_id)
+    if not started and not starter.is_running(turn_id):
+        # The execution ran to its end before this retry re-took the lease: free it again.
+        lease.release(session_key, token)
     metrics.add_metric(name="TurnStarted", unit=MetricUnit.Count, value=1 if started else 0)
     logger.info("turn started" if started else "turn already started", extra={"turn_id": turn_id})
     return RouteOutcome("started" if started else "already_started", "ok", turn_id, entry.session_id)

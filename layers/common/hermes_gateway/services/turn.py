@@ -113,7 +113,9 @@ def call_model(turn: dict[str, Any], deps: TurnDeps) -> dict[str, Any]:
 
 
 def _queue_delivery(deps: TurnDeps, turn: dict[str, Any], delivery_id: str, text: str) -> None:
-    deps.delivery.send({"delivery_id": delivery_id, "turn_id": turn["turn_id"], "target": turn["reply_to"], "text": text})
+    deps.delivery.send(
+        {"delivery_id": delivery_id, "turn_id": turn["turn_id"], "target": turn["reply_to"], "text": text}
+    )
 
 
 def deliver(turn: dict[str, Any], deps: TurnDeps) -> dict[str, Any]:
@@ -150,7 +152,9 @@ def fail(turn: dict[str, Any], deps: TurnDeps) -> dict[str, Any]:
     error_name = str(error.get("Error", "unknown"))
     logger.error("turn failed", extra={"turn_id": turn["turn_id"], "error": error_name})
     metrics.add_metric(name="TurnFailed", unit=MetricUnit.Count, value=1)
-    if error_name != LeaseLost.__name__:
+    # No apology when the session moved on without this turn, or when the answer already went out
+    # (a failure in Commit comes after Deliver queued the reply).
+    if error_name != LeaseLost.__name__ and turn.get("delivery") not in ("queued", "silent"):
         _queue_delivery(deps, turn, f"{turn['turn_id']}-failed", APOLOGY)
     released = deps.lease.release(turn["session_key"], turn["lease_token"])
     return {"turn_id": turn["turn_id"], "failed": error_name, "released": released}

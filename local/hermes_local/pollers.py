@@ -42,14 +42,18 @@ def sqs_event(messages: list[dict[str, Any]], queue_arn: str, region: str) -> di
     }
 
 
-def process_batch(functions: Invoker, spec: FunctionSpec, sqs: Any, queue_url: str, queue_arn: str,
-                  messages: list[dict[str, Any]]) -> int:
+def process_batch(
+    functions: Invoker, spec: FunctionSpec, sqs: Any, queue_url: str, queue_arn: str, messages: list[dict[str, Any]]
+) -> int:
     """Invoke the consumer with one batch; delete what succeeded. Returns how many succeeded."""
     try:
         result = functions.invoke(spec.name, sqs_event(messages, queue_arn, functions.region)) or {}
         failed = {item["itemIdentifier"] for item in result.get("batchItemFailures", [])}
     except Exception as exc:  # noqa: BLE001 - a crashed invocation fails the whole batch, as in Lambda
-        print(f"[local] {spec.name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        first_line = str(exc).splitlines()[0] if str(exc) else ""
+        print(
+            f"[local] {spec.name}: batch failed, will be retried: {type(exc).__name__}: {first_line}", file=sys.stderr
+        )
         failed = {m["MessageId"] for m in messages}
     done = [m for m in messages if m["MessageId"] not in failed]
     if done:
@@ -60,8 +64,9 @@ def process_batch(functions: Invoker, spec: FunctionSpec, sqs: Any, queue_url: s
     return len(done)
 
 
-def poll_queue(functions: Invoker, spec: FunctionSpec, queue_url: str, stop: threading.Event,
-               wait_seconds: int = 1) -> None:
+def poll_queue(
+    functions: Invoker, spec: FunctionSpec, queue_url: str, stop: threading.Event, wait_seconds: int = 1
+) -> None:
     sqs = boto3.client("sqs", region_name=functions.region)
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     while not stop.is_set():
@@ -81,3 +86,5 @@ def poll_queue(functions: Invoker, spec: FunctionSpec, queue_url: str, stop: thr
             continue
         if messages:
             process_batch(functions, spec, sqs, queue_url, queue_arn, messages)
+        elif wait_seconds == 0:
+            stop.wait(0.05)  # short polling: do not spin

@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from hermes_gateway.resources import FUNCTIONS, QUEUES, SCHEDULES, FunctionSpec, repo_root
-from hermes_gateway.settings import Settings, load_settings, read_yaml
+from hermes_gateway.settings import Settings, configured_paths, load_settings, read_yaml
 
 REGION = "us-east-1"
 PREFIX = "hermes-local"
@@ -101,21 +101,26 @@ def local_settings_env(config_path: Path | None, environ: dict[str, str]) -> tup
     Defaults let a newcomer chat at once: the web chat page is on, and when no allowlist or
     allow-all is configured anywhere, everyone is allowed (and start-up says so)."""
     notices: list[str] = []
+    source = str(config_path or "defaults")
     config = read_yaml(config_path) if config_path and config_path.exists() else {}
+    explicit = configured_paths(config, environ, source)
     env = dict(environ)
-    env.setdefault("WEBCHAT_ENABLED", "true")
-    probe = load_settings(env=env, config=config, source=str(config_path or "defaults"))
-    tg = probe.platforms["telegram"]
-    nothing_configured = not (
-        tg.allowed_users or tg.allow_all_users or probe.access.allowed_users or probe.access.allow_all_users
-    )
-    if nothing_configured and "GATEWAY_ALLOW_ALL_USERS" not in environ:
+    # Local defaults apply only where the user chose nothing, in the file or the environment.
+    if "platforms.webchat.enabled" not in explicit:
+        env["WEBCHAT_ENABLED"] = "true"
+    access_paths = {
+        "platforms.telegram.allowed_users",
+        "platforms.telegram.allow_all_users",
+        "access.allowed_users",
+        "access.allow_all_users",
+    }
+    if not access_paths & explicit:
         env["GATEWAY_ALLOW_ALL_USERS"] = "true"
         notices.append(
             "no allowlist configured: local mode allows EVERY user "
             "(set TELEGRAM_ALLOWED_USERS or GATEWAY_ALLOWED_USERS to restrict)"
         )
-    settings: Settings = load_settings(env=env, config=config, source=str(config_path or "defaults"))
+    settings: Settings = load_settings(env=env, config=config, source=source)
     return settings.to_env(), notices
 
 
@@ -150,11 +155,11 @@ class LocalGateway:
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> LocalGateway:
-        from hermes_local.aws import configure_moto, create_resources, install_lambda_dispatch, local_aws_environment
-        from hermes_local.http_front import serve
         from moto.server import ThreadedMotoServer
 
         from hermes_gateway import wiring
+        from hermes_local.aws import configure_moto, create_resources, install_lambda_dispatch, local_aws_environment
+        from hermes_local.http_front import serve
 
         self.started_at = time.time()
         self._saved_environ = dict(os.environ)
@@ -183,7 +188,7 @@ class LocalGateway:
         self._moto = ThreadedMotoServer(ip_address="127.0.0.1", port=self.moto_port, verbose=False)
         self._moto.start()
         # moto's state lives in this interpreter; a fresh start must not see an earlier run's data.
-        urllib.request.urlopen(  # noqa: S310 - loopback URL built here
+        urllib.request.urlopen(
             urllib.request.Request(f"http://127.0.0.1:{self.moto_port}/moto-api/reset", method="POST"), timeout=10
         ).close()
         _, resource_env = create_resources(REGION, PREFIX)
@@ -261,4 +266,3 @@ class LocalGateway:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +34,69 @@ def configure_moto() -> None:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     default_user_config.setdefault("stepfunctions", {})["execute_state_machine"] = True
     default_user_config.setdefault("lambda", {})["use_docker"] = False
+    make_dynamodb_atomic()
+    make_sqs_fifo_ordered()
+
+
+_DYNAMODB_LOCK = threading.RLock()
+_DYNAMODB_ITEM_OPERATIONS = (
+    "put_item",
+    "update_item",
+    "delete_item",
+    "get_item",
+    "query",
+    "scan",
+    "transact_write_items",
+    "transact_get_items",
+    "batch_write_item",
+    "batch_get_item",
+)
+
+
+def make_dynamodb_atomic() -> None:
+    """Serialize moto's DynamoDB item operations.
+
+    DynamoDB applies a conditional write atomically and runs transactions serializably; moto
+    checks the condition and writes without a lock, so two threads can both "win" the same
+    conditional write. Local mode and the tests run handlers on many threads, so without this the
+    single-flight and lease guarantees would be tested against a weaker store than the real one.
+    """
+    from moto.dynamodb.models import DynamoDBBackend
+
+    for name in _DYNAMODB_ITEM_OPERATIONS:
+        original = getattr(DynamoDBBackend, name)
+        if getattr(original, "_hermes_atomic", False):
+            continue
+
+        def locked(*args: Any, __original: Any = original, **kwargs: Any) -> Any:
+            with _DYNAMODB_LOCK:
+                return __original(*args, **kwargs)
+
+        locked._hermes_atomic = True  # type: ignore[attr-defined]
+        setattr(DynamoDBBackend, name, locked)
+
+
+def make_sqs_fifo_ordered() -> None:
+    """Keep a FIFO group in order when its messages come back from a visibility timeout.
+
+    moto decides which groups are in flight from a snapshot that still counts messages whose
+    visibility has run out, so it can hand out a later message of a group before an earlier one
+    that is already visible again. SQS never does; local mode and the tests rely on that order.
+    """
+    from moto.sqs.models import SQSBackend
+
+    original = SQSBackend.receive_message
+    if getattr(original, "_hermes_ordered", False):
+        return
+
+    def receive_message(self: SQSBackend, queue_name: str, *args: Any, **kwargs: Any) -> Any:
+        queue = self.get_queue(queue_name)
+        for message in [m for m in queue.pending_messages if m.visible]:
+            queue.pending_messages.discard(message)  # visible again means no longer in flight
+        return original(self, queue_name, *args, **kwargs)
+
+    receive_message._hermes_ordered = True  # type: ignore[attr-defined]
+    SQSBackend.receive_message = receive_message  # type: ignore[method-assign]
 
 
 def install_lambda_dispatch(resolve: Callable[[str], Handler | None], context_for: Callable[[str], Any]) -> None:

@@ -1,0 +1,144 @@
+"""Local mode's HTTP front: API Gateway (HTTP API, payload 2.0) in front of the ingress handler,
+plus the web chat page and two local-only endpoints (`/local/outbox`, `/local/health`)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+import uuid
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlsplit
+
+if TYPE_CHECKING:
+    from hermes_local.runtime import LocalGateway
+
+API_GATEWAY_MAX_BODY = 10 * 1024 * 1024  # HTTP API payload quota
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+def api_gateway_v2_event(
+    method: str, target: str, headers: list[tuple[str, str]], body: bytes, source_ip: str
+) -> dict[str, Any]:
+    """An HTTP API payload format 2.0 event, as API Gateway builds it."""
+    parts = urlsplit(target)
+    merged: dict[str, str] = {}
+    for name, value in headers:
+        key = name.lower()  # payload 2.0 lower-cases header names and comma-joins repeats
+        merged[key] = f"{merged[key]},{value}" if key in merged else value
+    query: dict[str, str] = {}
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        query[name] = f"{query[name]},{value}" if name in query else value
+    try:
+        text, is_b64 = body.decode("utf-8"), False
+    except UnicodeDecodeError:
+        text, is_b64 = base64.b64encode(body).decode("ascii"), True
+    segments = parts.path.strip("/").split("/")
+    path_params = {"platform": segments[1]} if len(segments) == 2 and segments[0] == "webhooks" else {}
+    now = time.time()
+    return {
+        "version": "2.0",
+        "routeKey": f"{method} /webhooks/{{platform}}",
+        "rawPath": parts.path,
+        "rawQueryString": parts.query,
+        "headers": merged,
+        "queryStringParameters": query or None,
+        "pathParameters": path_params,
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "local",
+            "domainName": merged.get("host", "127.0.0.1"),
+            "http": {
+                "method": method,
+                "path": parts.path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": source_ip,
+                "userAgent": merged.get("user-agent", ""),
+            },
+            "requestId": str(uuid.uuid4()),
+            "routeKey": f"{method} /webhooks/{{platform}}",
+            "stage": "$default",
+            "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
+            "timeEpoch": int(now * 1000),
+        },
+        "body": text,
+        "isBase64Encoded": is_b64,
+    }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "hermes-local"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # the functions log what matters; per-request lines would drown them
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(body)))
+        self.send_header("cache-control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, status: int, data: Any) -> None:
+        self._send(status, json.dumps(data).encode(), "application/json")
+
+    def do_GET(self) -> None:
+        gateway = self.server.gateway
+        parts = urlsplit(self.path)
+        if parts.path in ("/", "/index.html"):
+            page = (STATIC / "index.html").read_text(encoding="utf-8")
+            page = page.replace("__WEBCHAT_TOKEN__", gateway.local_secrets["WEBCHAT_TOKEN"])
+            self._send(200, page.encode(), "text/html; charset=utf-8")
+        elif parts.path == "/local/health":
+            self._json(200, gateway.health())
+        elif parts.path == "/local/outbox":
+            filters = dict(parse_qsl(parts.query))
+            self._json(200, gateway.outbox(chat_id=filters.get("chat_id"), platform=filters.get("platform")))
+        elif parts.path.startswith("/webhooks/"):
+            self._webhook("GET")
+        else:
+            self._json(404, {"ok": False, "error": "not found"})
+
+    def do_POST(self) -> None:
+        if urlsplit(self.path).path.startswith("/webhooks/"):
+            self._webhook("POST")
+        else:
+            self._json(404, {"ok": False, "error": "not found"})
+
+    def _webhook(self, method: str) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        if length > API_GATEWAY_MAX_BODY:
+            self._json(413, {"message": "Request Entity Too Large"})
+            return
+        body = self.rfile.read(length) if length else b""
+        event = api_gateway_v2_event(method, self.path, list(self.headers.items()), body, self.client_address[0])
+        try:
+            result = self.server.gateway.functions.invoke("ingress", event)
+        except Exception:
+            self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"message": "Internal Server Error"})
+            raise
+        self._send(
+            int(result.get("statusCode", 200)),
+            str(result.get("body", "")).encode(),
+            result.get("headers", {}).get("content-type", "application/json"),
+        )
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], gateway: LocalGateway) -> None:
+        super().__init__(address, _Handler)
+        self.gateway = gateway
+
+
+def serve(gateway: LocalGateway, host: str, port: int) -> ThreadingHTTPServer:
+    server = _Server((host, port), gateway)
+    threading.Thread(target=server.serve_forever, name="http-front", daemon=True).start()
+    return server

@@ -1,0 +1,3 @@
+"""Test-wide plugins: the fake platform and model servers' fixtures."""
+
+pytest_plugins = ("tests.fakes.telegram_server", "tests.fakes.openai_server")

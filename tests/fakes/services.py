@@ -1,0 +1,183 @@
+"""In-memory stand-ins for the ports the services call: the idempotent enqueue, the turn starter,
+the delivery queue, the outbox, a platform sender and a scripted model provider.
+
+Each keeps the rule of the adapter it replaces, so a test that passes here cannot rely on a
+behaviour the real adapter would refuse: the enqueue answers False for an event id it has seen
+(like the idempotency record), the starter answers False for an execution name it has started
+(like ExecutionAlreadyExists), and the outbox returns the stored entry when an id exists (like
+DynamoOutbox's conditional put).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from hermes_gateway.adapters.dynamo_outbox import OutboxEntry
+from hermes_gateway.errors import TransientError
+from hermes_gateway.providers.base import ChatMessage, ModelReply
+from hermes_gateway.settings import Settings, load_settings
+
+
+def make_settings(env: Mapping[str, str] | None = None, config: Mapping[str, Any] | None = None) -> Settings:
+    """Settings from an explicit environment only: never the test runner's own os.environ."""
+    return load_settings(env=dict(env or {}), config=config or {})
+
+
+class FakeEnqueue:
+    """`EnqueueOnce`: records each envelope sent; a repeated event id is a duplicate (False)."""
+
+    def __init__(self, fail_with: Exception | None = None) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.seen: set[str] = set()
+        self.calls = 0
+        self.fail_with = fail_with
+
+    def __call__(self, envelope: dict[str, Any]) -> bool:
+        self.calls += 1
+        if self.fail_with is not None:
+            raise self.fail_with
+        event_id = envelope["event_id"]  # the idempotency key: a missing one is a bug in the caller
+        if event_id in self.seen:
+            return False
+        self.seen.add(event_id)
+        self.sent.append(envelope)
+        return True
+
+
+class FakeStarter:
+    """`TurnStarter`: one execution per name; a repeated name answers False."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.started: dict[str, dict[str, Any]] = {}
+        self.running: set[str] = set()
+
+    def start(self, name: str, turn: dict[str, Any]) -> bool:
+        self.calls.append((name, turn))
+        if name in self.started:
+            return False
+        self.started[name] = turn
+        self.running.add(name)
+        return True
+
+    def is_running(self, name: str) -> bool:
+        return name in self.running
+
+    def finish(self, name: str) -> None:
+        self.running.discard(name)
+
+
+class FakeDeliveryQueue:
+    """`DeliveryQueue`: keeps every body sent, in order."""
+
+    def __init__(self, fail_with: Exception | None = None) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        self.fail_with = fail_with
+
+    def send(self, body: dict[str, Any], *, group_id: str | None = None, dedup_id: str | None = None) -> str:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.bodies.append(body)
+        return f"msg-{len(self.bodies)}"
+
+
+class FakeOutbox:
+    """The outbox with DynamoOutbox's rules: `record` writes a pending entry unless the id exists
+    and returns what is stored either way; `mark` sets the status and counts an attempt."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, OutboxEntry] = {}
+        self.marks: list[tuple[str, str]] = []
+
+    def record(
+        self,
+        delivery_id: str,
+        *,
+        platform: str,
+        chat_id: str | None,
+        thread_id: str | None,
+        text: str,
+        turn_id: str | None,
+        chunk: int,
+        chunks: int,
+        now: float,
+    ) -> OutboxEntry:
+        if delivery_id not in self.entries:
+            self.entries[delivery_id] = OutboxEntry(
+                delivery_id=delivery_id,
+                platform=platform,
+                chat_id=chat_id,
+                thread_id=thread_id,
+                text=text,
+                turn_id=turn_id,
+                chunk=chunk,
+                chunks=chunks,
+                status="pending",
+                attempts=0,
+                platform_message_id=None,
+                error=None,
+                created_at=now,
+                updated_at=now,
+            )
+        return self.entries[delivery_id]
+
+    def mark(
+        self,
+        delivery_id: str,
+        status: str,
+        now: float,
+        *,
+        platform_message_id: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        # Stricter than DynamoDB's update (which would create a partial item): marking an entry that
+        # was never recorded is a bug in the caller.
+        entry = self.entries[delivery_id]
+        self.entries[delivery_id] = replace(
+            entry,
+            status=status,
+            updated_at=now,
+            attempts=entry.attempts + 1,
+            platform_message_id=platform_message_id if platform_message_id is not None else entry.platform_message_id,
+            error=error[:500] if error is not None else entry.error,
+        )
+        self.marks.append((delivery_id, status))
+
+
+class FakeSender:
+    """A platform sender that keeps what it sent and can fail on chosen calls (1-based)."""
+
+    def __init__(self, fail_on: set[int] | None = None, error: Exception | None = None) -> None:
+        self.sent: list[tuple[str, str, str | None]] = []
+        self.attempts = 0
+        self.fail_on = fail_on or set()
+        self.error = error or TransientError("platform timed out")
+
+    def send_text(self, chat_id: str, text: str, *, thread_id: str | None = None) -> str:
+        self.attempts += 1
+        if self.attempts in self.fail_on:
+            raise self.error
+        self.sent.append((chat_id, text, thread_id))
+        return str(1000 + len(self.sent))
+
+
+class ScriptedProvider:
+    """A provider that answers with a fixed text (or a function of the messages) and keeps each
+    request it was given, so a test can read exactly what reached the model."""
+
+    name = "scripted"
+
+    def __init__(
+        self, reply: str | Callable[[list[ChatMessage]], str] = "ok", *, input_tokens: int = 7, output_tokens: int = 3
+    ) -> None:
+        self.reply = reply
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.requests: list[tuple[str, list[ChatMessage]]] = []
+
+    def complete(self, system: str, messages: list[ChatMessage]) -> ModelReply:
+        self.requests.append((system, list(messages)))
+        text = self.reply(messages) if callable(self.reply) else self.reply
+        return ModelReply(text=text, model="scripted", input_tokens=self.input_tokens, output_tokens=self.output_tokens)
