@@ -387,7 +387,7 @@ def _check_limits(v: dict[str, Any]) -> None:
     if patience <= lease:
         raise _Invalid(
             "sessions.busy_retry_seconds",
-            f"its {len(retries)} retries must outlast a turn's lease ({lease} s), else waiting messages are dead-lettered",
+            f"its {len(retries)} retries must outlast a turn's lease ({lease} s) or messages go to the DLQ",
         )
     if not 1024 <= v["ingress.max_body_bytes"] <= 200_000:
         raise _Invalid("ingress.max_body_bytes", "must be between 1024 and 200000 (the queue message limit)")
