@@ -27,6 +27,7 @@ from infra.capabilities.workflow import TurnWorkflow
 
 PROJECT = "hermes-gateway"
 WEBHOOK_FUNCTION = "ingress"
+MODEL_FUNCTION = "agent"  # the function that calls the model provider
 
 
 def stack_name(stage: str) -> str:
@@ -74,6 +75,7 @@ class HermesGatewayStack(Stack):
             environment=function_environment(settings),
             secrets_prefix=secrets_prefix(stage),
         )
+        functions.by_name[MODEL_FUNCTION].grant_model(settings.provider)
         lambdas = {name: f.function for name, f in functions.by_name.items()}
         workflow = TurnWorkflow(
             self,

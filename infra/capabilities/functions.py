@@ -21,6 +21,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from hermes_gateway.resources import SECRET_NAMES, Access, FunctionSpec, QueueSpec, StateMachineSpec, TableSpec
+from hermes_gateway.settings import ProviderSettings
 from infra.capabilities.layer import ARCHITECTURE, RUNTIME
 from infra.nag import acknowledge, arn_finding
 
@@ -40,6 +41,9 @@ class GrantTargets:
     tables: Mapping[str, tuple[TableSpec, dynamodb.Table]]
     queues: Mapping[str, tuple[QueueSpec, sqs.Queue]]
     state_machines: Mapping[str, tuple[StateMachineSpec, sfn.StateMachine]]
+
+
+_INFERENCE_PROFILE_PREFIXES = ("us", "eu", "apac", "global")
 
 
 class GatewayFunction(Construct):
@@ -146,6 +150,38 @@ class GatewayFunction(Construct):
             raise ValueError(f"function {self.spec.name}: state machine {spec.name} cannot be granted {access.value}")
         machine.grant_start_execution(self.role)
         self.function.add_environment(spec.env_var, machine.state_machine_arn)
+
+    def grant_model(self, provider: ProviderSettings) -> None:
+        """Amazon Bedrock: InvokeModel on the configured model only (Converse uses that action).
+
+        A cross-region inference profile id (`us.`, `eu.`, `apac.`, `global.` + model) routes to
+        the model in several regions, so the foundation-model ARN leaves the region open."""
+        if provider.name != "bedrock":
+            return
+        prefix, _, rest = provider.model.partition(".")
+        base_model = rest if prefix in _INFERENCE_PROFILE_PREFIXES and rest else provider.model
+        stack = Stack.of(self)
+        foundation = f"arn:{stack.partition}:bedrock:*::foundation-model/{base_model}"
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["bedrock:InvokeModel"],
+                resources=[
+                    foundation,
+                    stack.format_arn(
+                        service="bedrock",
+                        resource="inference-profile",
+                        resource_name=provider.model,
+                        arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+                    ),
+                ],
+            )
+        )
+        acknowledge(
+            self.role,
+            f"IAM5[Resource::arn:<AWS::Partition>:bedrock:*::foundation-model/{base_model}]",
+            "The configured model only; the region is open because a cross-region inference profile "
+            "serves the model from several regions.",
+        )
 
     def _grant_secrets(self, prefix: str) -> None:
         """GetParameter on exactly the function's own secrets; the parameters are written by the CLI."""

@@ -123,6 +123,14 @@ class FakeOutbox:
             )
         return self.entries[delivery_id]
 
+    def claim(self, delivery_id: str, now: float, stale_after_seconds: float = 60) -> bool:
+        entry = self.entries[delivery_id]
+        stale = entry.status == "sending" and entry.updated_at < now - stale_after_seconds
+        if entry.status not in ("pending", "failed") and not stale:
+            return False
+        self.entries[delivery_id] = replace(entry, status="sending", updated_at=now)
+        return True
+
     def mark(
         self,
         delivery_id: str,

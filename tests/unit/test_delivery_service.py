@@ -213,3 +213,43 @@ def test_a_null_text_or_delivery_id_is_a_bad_request(field: str) -> None:
 
     with pytest.raises(BadRequest):
         DeliveryJob.from_dict(data)
+
+
+def test_a_second_worker_does_not_send_a_chunk_another_worker_is_sending() -> None:
+    # Given a chunk claimed by a worker that is still sending it
+    outbox, sender = FakeOutbox(), FakeSender()
+    outbox.record(
+        "turn-abc#1",
+        platform="telegram",
+        chat_id="99",
+        thread_id=None,
+        text="hi",
+        turn_id="turn-abc",
+        chunk=1,
+        chunks=1,
+        now=NOW,
+    )
+    assert outbox.claim("turn-abc#1", NOW)
+    # When the same job reaches a second worker
+    with pytest.raises(TransientError):
+        deliver(job("hi"), deps(outbox, sender))
+    # Then it sent nothing, and it will retry after the first worker's claim
+    assert sender.sent == []
+
+
+def test_a_claim_left_by_a_worker_that_died_is_taken_over() -> None:
+    outbox, sender = FakeOutbox(), FakeSender()
+    outbox.record(
+        "turn-abc#1",
+        platform="telegram",
+        chat_id="99",
+        thread_id=None,
+        text="hi",
+        turn_id="turn-abc",
+        chunk=1,
+        chunks=1,
+        now=NOW - 600,
+    )
+    assert outbox.claim("turn-abc#1", NOW - 600)
+    deliver(job("hi"), deps(outbox, sender))
+    assert len(sender.sent) == 1 and outbox.entries["turn-abc#1"].status == "sent"

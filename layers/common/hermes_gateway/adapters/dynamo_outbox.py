@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pynamodb.exceptions import DoesNotExist, PutError
+from pynamodb.exceptions import DoesNotExist, PutError, UpdateError
 from pynamodb.expressions.update import Action
 
 from hermes_gateway.adapters.models import OutboxModelBase, bind_outbox, dynamodb_endpoint
 from hermes_gateway.resources import Bindings
 
 RETENTION_SECONDS = 30 * 24 * 3600
+SEND_CLAIM_SECONDS = 60  # a claim older than this belongs to a worker that died mid-send
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,22 @@ class DynamoOutbox:
                 raise
             item = Outbox.get(delivery_id, consistent_read=True)
         return _entry(item)
+
+    def claim(self, delivery_id: str, now: float, stale_after_seconds: float = SEND_CLAIM_SECONDS) -> bool:
+        """Take the chunk for sending. False while another worker holds a fresh claim, or once it
+        is sent: two deliveries of one job (a queue may hand it over twice) never both send."""
+        Outbox = self.model
+        try:
+            Outbox(delivery_id).update(
+                actions=[Outbox.status.set("sending"), Outbox.updated_at.set(now)],
+                condition=Outbox.status.is_in("pending", "failed")
+                | ((Outbox.status == "sending") & (Outbox.updated_at < now - stale_after_seconds)),
+            )
+        except UpdateError as exc:
+            if getattr(exc, "cause_response_code", "") == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
 
     def mark(
         self,

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from hermes_gateway.adapters.dynamo_outbox import OutboxEntry
 from hermes_gateway.domain.split import split_message
-from hermes_gateway.errors import BadRequest, PermanentError
+from hermes_gateway.errors import BadRequest, PermanentError, TransientError
 from hermes_gateway.observability import MetricUnit, logger, metrics
 
 PLATFORM_LIMITS = {"telegram": 4096, "webchat": 8000}
@@ -40,6 +40,10 @@ class Outbox(Protocol):
         chunks: int,
         now: float,
     ) -> OutboxEntry: ...
+
+    def claim(self, delivery_id: str, now: float) -> bool:
+        """Take the chunk for sending; False while another worker holds it or once it is sent."""
+        ...
 
     def mark(
         self,
@@ -134,6 +138,8 @@ def deliver(job: DeliveryJob, deps: DeliveryDeps) -> list[OutboxEntry]:
         entries.append(entry)
         if entry.status in ("sent", "recorded"):
             continue  # a repeated job: this chunk already went out
+        if not deps.outbox.claim(delivery_id, deps.now()):
+            raise TransientError("another worker is sending this reply; retrying after it")
         try:
             message_id = sender.send_text(job.chat_id, chunk, thread_id=job.thread_id)
         except Exception as exc:
