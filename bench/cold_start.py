@@ -42,8 +42,13 @@ def measure(body: str, runs: int) -> float:
     code = PROBE.format(common=str(ROOT / "layers" / "common"), body=body)
     samples = []
     for _ in range(runs):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                             env={"POWERTOOLS_METRICS_DISABLED": "true", "PATH": "/usr/bin:/bin"})
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"POWERTOOLS_METRICS_DISABLED": "true", "PATH": "/usr/bin:/bin"},
+        )
         samples.append(float(out.stdout.strip().splitlines()[-1]))
     return statistics.median(samples)
 
