@@ -154,7 +154,7 @@ class OutboxModelBase(Model):
     turn_id = UnicodeAttribute(null=True)
     chunk = NumberAttribute(default=1)
     chunks = NumberAttribute(default=1)
-    status = UnicodeAttribute(default="pending")  # pending | sent | recorded | failed
+    status = UnicodeAttribute(default="pending")  # pending | sending (claimed) | sent | recorded | failed
     attempts = NumberAttribute(default=0)
     platform_message_id = UnicodeAttribute(null=True)
     error = UnicodeAttribute(null=True)

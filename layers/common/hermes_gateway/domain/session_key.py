@@ -110,7 +110,8 @@ def is_shared_session(
 def validate_session_key(key: str) -> str:
     """A key may hold an interior `/` (Google Chat spaces) but never `..` or a leading separator."""
     if not key or ".." in key or key[0] in "/\\" or "\x00" in key:
-        raise InvalidIdentifier(f"unsafe session key (contains '..', a NUL or a leading separator): {key[:80]!r}")
+        # The value itself stays out of the message: it holds platform ids, and messages reach logs.
+        raise InvalidIdentifier("unsafe session key: it contains '..', a NUL or a leading separator")
     return key
 
 
@@ -124,5 +125,5 @@ def validate_session_id(session_id: str) -> str:
         or "\x00" in session_id
         or _DRIVE.match(session_id)
     ):
-        raise InvalidIdentifier(f"unsafe session id: {session_id[:80]!r}")
+        raise InvalidIdentifier("unsafe session id: it contains '..', a separator, a NUL or a drive letter")
     return session_id
