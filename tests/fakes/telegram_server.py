@@ -14,16 +14,14 @@ Point a `TelegramSender` (or `TELEGRAM_API_BASE_URL`) at `fake.base_url` with `f
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
+
+from tests.fakes.loopback import LoopbackFake, ScriptedAnswer
 
 DEFAULT_TOKEN = "123456:TEST-fake-token-value"
 CANT_PARSE_ENTITIES = {
@@ -54,76 +52,30 @@ class RecordedRequest:
     headers: dict[str, str]  # lower-cased names
 
 
-@dataclass(frozen=True)
-class _Scripted:
-    status: int
-    body: Any  # a dict is sent as JSON, str or bytes as they are
-    headers: dict[str, str]
-    delay: float
-
-
 @dataclass
-class FakeTelegram:
+class FakeTelegram(LoopbackFake[RecordedRequest]):
+    thread_name: ClassVar[str] = "fake-telegram"
+    http_methods: ClassVar[frozenset[str]] = frozenset({"GET", "POST"})
+
     token: str = DEFAULT_TOKEN
-    requests: list[RecordedRequest] = field(default_factory=list)
     sent: list[dict[str, Any]] = field(default_factory=list)  # accepted sendMessage bodies + "message_id"
-    _script: list[_Scripted] = field(default_factory=list)
     _next_message_id: int = 1
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _server: ThreadingHTTPServer | None = None
-
-    @property
-    def base_url(self) -> str:
-        assert self._server is not None, "the fake is not running"
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def answer_next(
-        self,
-        status: int,
-        body: Any,
-        *,
-        times: int = 1,
-        headers: dict[str, str] | None = None,
-        delay: float = 0.0,
-    ) -> None:
-        with self._lock:
-            self._script.extend(_Scripted(status, body, dict(headers or {}), delay) for _ in range(times))
 
     def calls(self, api_method: str) -> list[Any]:
         """The JSON bodies of every request to one Bot API method."""
         with self._lock:
             return [r.json for r in self.requests if r.api_method == api_method]
 
-    def start(self) -> FakeTelegram:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._server.fake = self  # type: ignore[attr-defined]
-        threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-telegram", daemon=True).start()
-        return self
+    def _record(self, http_method: str, path: str, headers: dict[str, str], body: Any) -> RecordedRequest:
+        parts = path.split("/")
+        api_method = parts[2] if len(parts) == 3 and parts[1].startswith("bot") else ""
+        return RecordedRequest(http_method, path, api_method, body, headers)
 
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-
-    def __enter__(self) -> FakeTelegram:
-        return self.start()
-
-    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        self.stop()
-
-    def _answer(self, request: RecordedRequest) -> _Scripted:
-        with self._lock:
-            self.requests.append(request)
-            if self._script:
-                return self._script.pop(0)
-            return self._default_answer(request)
-
-    def _default_answer(self, request: RecordedRequest) -> _Scripted:
+    def _default_answer(self, request: RecordedRequest) -> ScriptedAnswer:
         if not request.path.startswith(f"/bot{self.token}/"):
-            return _Scripted(401, {"ok": False, "error_code": 401, "description": "Unauthorized"}, {}, 0.0)
+            return ScriptedAnswer(401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
         if request.api_method != "sendMessage":
-            return _Scripted(200, {"ok": True, "result": True}, {}, 0.0)
+            return ScriptedAnswer(200, {"ok": True, "result": True})
         payload = request.json if isinstance(request.json, dict) else {}
         if not payload.get("chat_id"):
             return _bad_request("chat_id is empty")
@@ -136,57 +88,11 @@ class FakeTelegram:
         self._next_message_id += 1
         self.sent.append({**payload, "message_id": message_id})
         result = {"message_id": message_id, "date": int(time.time()), "chat": {"id": payload["chat_id"]}, "text": text}
-        return _Scripted(200, {"ok": True, "result": result}, {}, 0.0)
+        return ScriptedAnswer(200, {"ok": True, "result": result})
 
 
-def _bad_request(reason: str) -> _Scripted:
-    return _Scripted(400, {"ok": False, "error_code": 400, "description": f"Bad Request: {reason}"}, {}, 0.0)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:
-        self._handle()
-
-    def do_GET(self) -> None:
-        self._handle()
-
-    def _handle(self) -> None:
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        parts = self.path.split("/")
-        api_method = parts[2] if len(parts) == 3 and parts[1].startswith("bot") else ""
-        fake: FakeTelegram = self.server.fake  # type: ignore[attr-defined]
-        answer = fake._answer(
-            RecordedRequest(self.command, self.path, api_method, body, {k.lower(): v for k, v in self.headers.items()})
-        )
-        if answer.delay:
-            time.sleep(answer.delay)
-        _write(self, answer)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the test output is no place for a request log."""
-
-
-def _write(handler: BaseHTTPRequestHandler, answer: _Scripted) -> None:
-    if isinstance(answer.body, bytes):
-        payload, content_type = answer.body, "application/octet-stream"
-    elif isinstance(answer.body, str):
-        payload, content_type = answer.body.encode(), "text/plain"
-    else:
-        payload, content_type = json.dumps(answer.body).encode(), "application/json"
-    try:
-        handler.send_response(answer.status)
-        handler.send_header("Content-Type", content_type)
-        handler.send_header("Content-Length", str(len(payload)))
-        for name, value in answer.headers.items():
-            handler.send_header(name, value)
-        handler.end_headers()
-        handler.wfile.write(payload)
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # the client gave up (a timeout test); nothing to answer
+def _bad_request(reason: str) -> ScriptedAnswer:
+    return ScriptedAnswer(400, {"ok": False, "error_code": 400, "description": f"Bad Request: {reason}"})
 
 
 @pytest.fixture

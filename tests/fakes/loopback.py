@@ -1,0 +1,150 @@
+"""The loopback HTTP machinery the fake servers share.
+
+A fake subclasses `LoopbackFake` (a dataclass) and fills in two hooks:
+
+- `_record(http_method, path, headers, body)` turns one request into the fake's own recorded type;
+- `_default_answer(request)` answers a request nothing was scripted for (called with the lock held,
+  so it may update the fake's state).
+
+The base keeps every request in `requests`, in arrival order, failures included; `answer_next`
+scripts raw answers (errors, bodies that are not JSON, slow answers) that go before any default.
+A `ScriptedAnswer` body that is a dict (or any other JSON value) is sent as JSON, str or bytes as
+they are.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, ClassVar, Generic, Self, TypeVar
+
+RequestT = TypeVar("RequestT")
+
+
+@dataclass(frozen=True)
+class ScriptedAnswer:
+    status: int
+    body: Any  # a dict is sent as JSON, str or bytes as they are
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+@dataclass(kw_only=True)
+class LoopbackFake(ABC, Generic[RequestT]):
+    thread_name: ClassVar[str] = "fake-loopback"
+    url_suffix: ClassVar[str] = ""  # appended to `base_url`, e.g. "/v1"
+    http_methods: ClassVar[frozenset[str]] = frozenset({"POST"})  # others get the stdlib's 501
+
+    requests: list[RequestT] = field(default_factory=list)
+    _script: list[ScriptedAnswer] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: _LoopbackServer | None = None
+
+    @property
+    def base_url(self) -> str:
+        assert self._server is not None, "the fake is not running"
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}{self.url_suffix}"
+
+    def answer_next(
+        self,
+        status: int,
+        body: Any,
+        *,
+        times: int = 1,
+        headers: dict[str, str] | None = None,
+        delay: float = 0.0,
+    ) -> None:
+        with self._lock:
+            self._script.extend(ScriptedAnswer(status, body, dict(headers or {}), delay) for _ in range(times))
+
+    def start(self) -> Self:
+        self._server = _LoopbackServer(self)
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), name=self.thread_name, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.stop()
+
+    def _answer(self, request: RequestT) -> ScriptedAnswer:
+        with self._lock:
+            self.requests.append(request)
+            if self._script:
+                return self._script.pop(0)
+            return self._default_answer(request)
+
+    @abstractmethod
+    def _record(self, http_method: str, path: str, headers: dict[str, str], body: Any) -> RequestT:
+        """One request as the fake records it; `headers` has lower-cased names, `body` is None unless JSON."""
+
+    @abstractmethod
+    def _default_answer(self, request: RequestT) -> ScriptedAnswer:
+        """The answer when nothing is scripted; called with the lock held."""
+
+
+class _LoopbackServer(ThreadingHTTPServer):
+    def __init__(self, fake: LoopbackFake[Any]) -> None:
+        super().__init__(("127.0.0.1", 0), _LoopbackHandler)
+        self.fake = fake
+
+
+class _LoopbackHandler(BaseHTTPRequestHandler):
+    server: _LoopbackServer
+
+    def do_POST(self) -> None:
+        self._handle()
+
+    def do_GET(self) -> None:
+        self._handle()
+
+    def _handle(self) -> None:
+        fake = self.server.fake
+        if self.command not in fake.http_methods:
+            # as BaseHTTPRequestHandler answers a method it has no do_<METHOD> for
+            self.send_error(HTTPStatus.NOT_IMPLEMENTED, f"Unsupported method ({self.command!r})")
+            return
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        answer = fake._answer(fake._record(self.command, self.path, headers, body))
+        if answer.delay:
+            time.sleep(answer.delay)
+        self._write(answer)
+
+    def _write(self, answer: ScriptedAnswer) -> None:
+        if isinstance(answer.body, bytes):
+            payload, content_type = answer.body, "application/octet-stream"
+        elif isinstance(answer.body, str):
+            payload, content_type = answer.body.encode(), "text/plain"
+        else:
+            payload, content_type = json.dumps(answer.body).encode(), "application/json"
+        try:
+            self.send_response(answer.status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(payload)))
+            for name, value in answer.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (a timeout test); nothing to answer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the test output is no place for a request log."""
