@@ -23,10 +23,6 @@ class Unauthorized(GatewayError):
     """A webhook failed verification (wrong secret or signature): 401, nothing enqueued."""
 
 
-class NotFound(GatewayError):
-    """An unknown platform route, session or record."""
-
-
 class Conflict(GatewayError):
     """A conditional write lost: the item changed since it was read (or already exists)."""
 

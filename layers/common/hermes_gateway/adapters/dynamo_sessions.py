@@ -27,7 +27,7 @@ from hermes_gateway.errors import Conflict, TransientError
 from hermes_gateway.resources import Bindings
 
 _CONDITION_FAILED = "ConditionalCheckFailed"
-_RETRYABLE = ("ProvisionedThroughputExceeded", "ThrottlingException", "RequestLimitExceeded", "TransactionConflict")
+_RETRYABLE = ("ProvisionedThroughputExceeded", "ThrottlingException", "RequestLimitExceeded")
 _MAX_ATTEMPTS = 8
 _APPEND_ATTEMPTS = 25  # appends to one session race only when many writers share it
 
@@ -48,18 +48,26 @@ def _cancellation_codes(exc: TransactWriteError) -> list[str]:
 
 @contextmanager
 def _mapped_errors() -> Iterator[None]:
-    """Throttling and transaction contention are transient; the caller's retry policy applies."""
+    """Throttling is transient: the caller's retry policy (queue, workflow) applies."""
     try:
         yield
     except (PutError, UpdateError, TransactWriteError) as exc:
         code = _cause_code(exc)
         if code in _RETRYABLE or any(c in _RETRYABLE for c in _codes_if_transaction(exc)):
-            raise TransientError(f"DynamoDB is busy ({code or 'transaction conflict'})") from exc
+            raise TransientError(f"DynamoDB is throttling ({code or 'in a transaction'})") from exc
         raise
 
 
 def _codes_if_transaction(exc: Exception) -> list[str]:
     return _cancellation_codes(exc) if isinstance(exc, TransactWriteError) else []
+
+
+def _lost_race(exc: TransactWriteError) -> bool:
+    """Another writer got there first (its condition held, or its transaction held the item)."""
+    codes = _cancellation_codes(exc)
+    if "TransactionConflict" in codes:
+        _backoff(1)
+    return _CONDITION_FAILED in codes or "TransactionConflict" in codes
 
 
 def _dedupe_seq(dedupe_key: str) -> int:
@@ -187,7 +195,7 @@ class DynamoSessionStore:
                 tx.save(route, condition=Route.session_key.does_not_exist())
                 tx.save(session, condition=Session.session_id.does_not_exist())
         except TransactWriteError as exc:
-            if _CONDITION_FAILED in _cancellation_codes(exc):
+            if _lost_race(exc):
                 return None
             raise
         return _entry(route, created=True)
@@ -219,7 +227,7 @@ class DynamoSessionStore:
                         condition=Session.session_id.exists() & Session.ended_at.does_not_exist(),
                     )
         except TransactWriteError as exc:
-            if _CONDITION_FAILED in _cancellation_codes(exc):
+            if _lost_race(exc):
                 return None
             raise
         # What this call wrote (a re-read could already show a later replacement).
@@ -268,7 +276,7 @@ class DynamoSessionStore:
                 output_tokens=output_tokens,
             )
             try:
-                with TransactWrite(connection=self._connection) as tx:
+                with _mapped_errors(), TransactWrite(connection=self._connection) as tx:
                     tx.save(row, condition=Message.seq.does_not_exist())
                     if dedupe_key:
                         marker = Message(session_id, _dedupe_seq(dedupe_key), dedupe_key=dedupe_key, role="marker")
@@ -286,7 +294,7 @@ class DynamoSessionStore:
                 if dedupe_key and len(codes) > 1 and codes[1] == _CONDITION_FAILED:
                     existing = Message.get(session_id, _dedupe_seq(dedupe_key), consistent_read=True)
                     return int(existing.content or 0)
-                if (codes and codes[0] == _CONDITION_FAILED) or any(c in _RETRYABLE for c in codes):
+                if (codes and codes[0] == _CONDITION_FAILED) or "TransactionConflict" in codes:
                     _backoff(attempt)  # another writer took this seq (or holds the item); read the tail again
                     continue
                 raise
