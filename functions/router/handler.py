@@ -15,10 +15,12 @@ from hermes_gateway.domain.source import InboundMessage
 from hermes_gateway.errors import SessionBusy
 from hermes_gateway.observability import logger, metrics
 from hermes_gateway.services.router import route_message
-from hermes_gateway.settings import busy_retry_delay
 
 processor = SqsFifoPartialProcessor(skip_group_on_error=True)
-_busy_groups: set[str] = set()
+# A busy session is expected, not an error: report its records as failed instead of failing the
+# invocation (which would count as a function error and trip the alarm).
+processor.raise_on_entire_batch_failure = False
+_busy_groups: dict[str, int] = {}  # message group -> seconds until its messages come back
 
 
 def record_handler(record: SQSRecord) -> None:
@@ -32,36 +34,29 @@ def record_handler(record: SQSRecord) -> None:
             starter=wiring.turn_starter(),
             now=time.time(),
         )
-    except SessionBusy:
-        _busy_groups.add(record.attributes.message_group_id or "")
+    except SessionBusy as exc:
+        _busy_groups[record.attributes.message_group_id or ""] = exc.retry_after
         raise
 
 
-def _retry_busy_sessions_soon(event: dict[str, Any], failed: set[str]) -> None:
+def _retry_busy_sessions_later(event: dict[str, Any], failed: set[str]) -> None:
     """A busy session's messages (the one that met the lease and those queued behind it in its
-    group) come back after a short, doubling delay, not the queue's whole visibility timeout.
-    Issue #10 replaces retry-until-free with input queued on the lease."""
-    base = wiring.settings().sessions.busy_retry_seconds
+    group) come back together after the delay the router chose, not the queue's whole visibility
+    timeout. Issue #10 replaces retry-until-free with input queued on the lease."""
     inbound = wiring.queue("inbound")
     for raw in event.get("Records", []):
         record = SQSRecord(raw)
-        if record.message_id in failed and (record.attributes.message_group_id or "") in _busy_groups:
-            receives = int(record.attributes.approximate_receive_count or 1)
-            inbound.delay_retry(record.receipt_handle, busy_retry_delay(base, receives))
+        delay = _busy_groups.get(record.attributes.message_group_id or "")
+        if record.message_id in failed and delay is not None:
+            inbound.delay_retry(record.receipt_handle, delay)
 
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     _busy_groups.clear()
-    every_id = {raw["messageId"] for raw in event.get("Records", [])}
-    try:
-        response = process_partial_response(
-            event=event, record_handler=record_handler, processor=processor, context=context
-        )
-    except Exception:
-        _retry_busy_sessions_soon(event, every_id)  # the whole batch failed and comes back
-        raise
-    failures = response.get("batchItemFailures", [])
-    _retry_busy_sessions_soon(event, {str(item["itemIdentifier"]) for item in failures})
+    response = process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )
+    _retry_busy_sessions_later(event, {str(item["itemIdentifier"]) for item in response.get("batchItemFailures", [])})
     return dict(response)

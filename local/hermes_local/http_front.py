@@ -78,12 +78,15 @@ class _Handler(BaseHTTPRequestHandler):
         return  # the functions log what matters; per-request lines would drown them
 
     def _send(self, status: int, body: bytes, content_type: str) -> None:
-        self.send_response(status)
-        self.send_header("content-type", content_type)
-        self.send_header("content-length", str(len(body)))
-        self.send_header("cache-control", "no-store")
-        self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.send_response(status)
+            self.send_header("content-type", content_type)
+            self.send_header("content-length", str(len(body)))
+            self.send_header("cache-control", "no-store")
+            self.end_headers()
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client went away (a page reload); what it asked for was done regardless
 
     def _json(self, status: int, data: Any) -> None:
         self._send(status, json.dumps(data).encode(), "application/json")

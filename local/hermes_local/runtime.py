@@ -9,6 +9,7 @@ a timer plays EventBridge Scheduler.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import secrets
@@ -79,7 +80,8 @@ class Functions:
         }
 
     def resolve(self, physical_name: str) -> Any:
-        return self.handlers.get(physical_name.removeprefix(self.prefix + "-"))
+        name = physical_name.removeprefix(self.prefix + "-")
+        return functools.partial(self._call, name) if name in self.handlers else None
 
     def context(self, physical_name: str) -> LambdaContext:
         name = physical_name.removeprefix(self.prefix + "-")
@@ -92,7 +94,16 @@ class Functions:
         )
 
     def invoke(self, name: str, event: dict[str, Any]) -> Any:
-        return self.handlers[name](event, self.context(name))
+        return self._call(name, event, self.context(name))
+
+    def _call(self, name: str, event: dict[str, Any], context: Any) -> Any:
+        try:
+            return self.handlers[name](event, context)
+        finally:
+            # Metrics are not published locally; without a flush they would pile up in memory.
+            from hermes_gateway.observability import metrics
+
+            metrics.clear_metrics()
 
 
 def local_settings_env(config_path: Path | None, environ: dict[str, str]) -> tuple[dict[str, str], list[str]]:

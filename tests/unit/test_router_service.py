@@ -150,8 +150,12 @@ def test_a_different_message_while_the_lease_is_held_is_busy_and_appends_nothing
     first = route(message("telegram:default:1", "first"), store, starter)
 
     # When a second message for the same session arrives
-    with pytest.raises(SessionBusy):
+    with pytest.raises(SessionBusy) as busy:
         route(message("telegram:default:2", "second", message_id="6"), store, starter, now=NOW + 1)
+    assert busy.value.retry_after == 1  # a young turn: try again soon
+    with pytest.raises(SessionBusy) as busy:
+        route(message("telegram:default:2", "second", message_id="6"), store, starter, now=NOW + 200)
+    assert busy.value.retry_after == 50  # a long turn: a quarter of its age
 
     # Then it is left for the queue to retry: nothing appended, nothing started, the lease untouched
     assert [r.content for r in store.transcript(first.session_id)] == ["first"]  # type: ignore[arg-type]

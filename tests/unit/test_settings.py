@@ -38,7 +38,7 @@ def test_defaults_without_config_or_environment() -> None:
     assert s.sessions.group_sessions_per_user is True
     assert s.sessions.thread_sessions_per_user is False
     assert s.sessions.turn_timeout_seconds == 300
-    assert s.sessions.busy_retry_seconds == 2
+    assert s.sessions.busy_retry_seconds == 1
     assert s.max_body_bytes == 65536
     tg, wc = s.platforms["telegram"], s.platforms["webchat"]
     assert tg.enabled is True and tg.allowed_users == () and tg.allow_all_users is False
@@ -201,6 +201,7 @@ _IDS = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-@.", min_size=1, 
     model=st.from_regex(r"[a-z0-9.:-]{1,20}", fullmatch=True),
     time_zone=st.sampled_from(["UTC", "Europe/Berlin", "Asia/Kolkata", "America/Sao_Paulo"]),
     timeout=st.integers(1, 80),
+    busy_retry=st.integers(1, 60),
     body=st.integers(1024, 200_000),
     flags=st.tuples(*[st.booleans()] * 7),
     tg_users=st.lists(_IDS, max_size=4),
@@ -213,6 +214,7 @@ def test_to_env_round_trip_property(
     model: str,
     time_zone: str,
     timeout: int,
+    busy_retry: int,
     body: int,
     flags: tuple[bool, ...],
     tg_users: list[str],
@@ -227,7 +229,7 @@ def test_to_env_round_trip_property(
         "sessions": {
             "group_sessions_per_user": flags[1],
             "thread_sessions_per_user": flags[2],
-            "busy_retry_seconds": timeout,
+            "busy_retry_seconds": busy_retry,
         },
         "ingress": {"max_body_bytes": body},
         "platforms": {
@@ -407,3 +409,27 @@ def test_a_url_with_whitespace_is_refused(url: str) -> None:
     message = config_error({"OPENAI_BASE_URL": url})
 
     assert "provider.openai_base_url" in message
+
+
+def test_busy_retry_delay_is_short_for_a_young_turn_and_grows_with_its_age() -> None:
+    from hermes_gateway.settings import BUSY_RETRY_CAP_SECONDS, busy_patience_seconds, busy_retry_delay
+
+    assert busy_retry_delay(1, 0.0) == 1
+    assert busy_retry_delay(1, 40.0) == 10
+    assert busy_retry_delay(1, 10_000.0) == BUSY_RETRY_CAP_SECONDS
+    # With the defaults, a waiting message outlives the longest lease before it is dead-lettered.
+    s = load()
+    assert busy_patience_seconds(1, 30) > s.sessions.turn_timeout_seconds + 60
+
+
+def test_a_queue_that_would_dead_letter_waiting_messages_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given an inbound queue that gives up after 5 receives (about 5 s of waiting at 1 s a try)
+    import dataclasses
+
+    import hermes_gateway.settings as settings_module
+
+    short = dataclasses.replace(settings_module.INBOUND_QUEUE, max_receive_count=5)
+    monkeypatch.setattr(settings_module, "INBOUND_QUEUE", short)
+    # Then a turn's 360 s lease cannot be waited out, and the settings say so
+    with pytest.raises(ConfigError, match=r"sessions\.busy_retry_seconds.*less than a turn's lease"):
+        load()

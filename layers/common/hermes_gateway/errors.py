@@ -32,7 +32,11 @@ class InvalidIdentifier(GatewayError):
 
 
 class SessionBusy(GatewayError):
-    """Another turn holds the session's lease; the message is retried after it."""
+    """Another turn holds the session's lease; the message is retried after `retry_after` seconds."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class TransientError(GatewayError):

@@ -4,9 +4,13 @@ raw platform ids: ids are hashed with `hash_id` before they reach a log line."""
 from __future__ import annotations
 
 import hashlib
+import warnings
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
+
+# A task that counts nothing (a turn's Prepare step) is normal, not worth a warning per invocation.
+warnings.filterwarnings("ignore", message="No application metrics to publish")
 
 logger = Logger(service="hermes-gateway")
 metrics = Metrics(namespace="HermesGateway", service="hermes-gateway")

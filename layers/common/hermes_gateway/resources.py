@@ -135,9 +135,9 @@ INBOUND_QUEUE = QueueSpec(
     env_var="HERMES_INBOUND_QUEUE_URL",
     fifo=True,
     visibility_timeout_seconds=60,  # >= 6 x the router timeout is AWS's advice for SQS sources
-    # A message for a busy session is retried with a doubling delay while a turn runs; the
-    # receives must cover the longest turn before the message is dead-lettered (settings check it).
-    max_receive_count=12,
+    # A message for a busy session is retried with a delay that grows with the running turn's age;
+    # the receives must cover the longest turn before the message is dead-lettered (settings check it).
+    max_receive_count=30,
 )
 DELIVERY_QUEUE = QueueSpec(
     name="delivery",

@@ -25,13 +25,22 @@ PROVIDERS = ("echo", "openai", "bedrock")
 MODEL_CALL_LIMIT_SECONDS = 80  # the CallModel task may run 90 s (infra/statemachines/turn.asl.json)
 TURN_LIMIT_SECONDS = 300  # an Express execution's longest run
 LEASE_MARGIN_SECONDS = 60  # a turn's lease outlives its time limit by this much
-BUSY_RETRY_CAP_SECONDS = 120
+BUSY_RETRY_CAP_SECONDS = 60
 
 
-def busy_retry_delay(base_seconds: int, receive_count: int) -> int:
-    """How long a message for a busy session waits before its next try: doubling from
-    `busy_retry_seconds`, capped, so a burst retries quickly and a long turn is waited out."""
-    return int(min(BUSY_RETRY_CAP_SECONDS, base_seconds * 2 ** max(0, receive_count - 1)))
+def busy_retry_delay(base_seconds: int, lease_age_seconds: float) -> int:
+    """How long a message for a busy session waits before its next try: `busy_retry_seconds`
+    while the running turn is young (most turns are short, so a burst is answered quickly), then
+    a quarter of the turn's age, capped, so a long turn is waited out in few receives."""
+    return int(min(BUSY_RETRY_CAP_SECONDS, max(base_seconds, lease_age_seconds / 4)))
+
+
+def busy_patience_seconds(base_seconds: int, receives: int) -> float:
+    """How long a message can wait for a busy session before the queue dead-letters it."""
+    waited = 0.0
+    for _ in range(receives - 1):
+        waited += busy_retry_delay(base_seconds, waited)
+    return waited
 
 
 _STAGE = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
@@ -138,7 +147,7 @@ FIELDS: tuple[Field, ...] = (
         "sessions.busy_retry_seconds",
         "GATEWAY_BUSY_RETRY_SECONDS",
         _parse_int,
-        2,
+        1,
         "a message for a busy session is retried after this long",
     ),
     Field("ingress.max_body_bytes", "GATEWAY_MAX_BODY_BYTES", _parse_int, 65536, "larger webhook bodies get 413"),
@@ -381,13 +390,12 @@ def _check_limits(v: dict[str, Any]) -> None:
     for path, limit, why in upper_limits:
         if v[path] > limit:
             raise _Invalid(path, f"must be at most {limit} ({why})")
-    retries = range(1, INBOUND_QUEUE.max_receive_count)
-    patience = sum(busy_retry_delay(v["sessions.busy_retry_seconds"], n) for n in retries)
+    patience = busy_patience_seconds(v["sessions.busy_retry_seconds"], INBOUND_QUEUE.max_receive_count)
     lease = v["sessions.turn_timeout_seconds"] + LEASE_MARGIN_SECONDS
     if patience <= lease:
         raise _Invalid(
             "sessions.busy_retry_seconds",
-            f"its {len(retries)} retries must outlast a turn's lease ({lease} s) or messages go to the DLQ",
+            f"its retries wait {patience:.0f} s, less than a turn's lease ({lease} s): messages would go to the DLQ",
         )
     if not 1024 <= v["ingress.max_body_bytes"] <= 200_000:
         raise _Invalid("ingress.max_body_bytes", "must be between 1024 and 200000 (the queue message limit)")

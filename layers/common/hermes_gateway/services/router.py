@@ -13,11 +13,11 @@ from typing import Any, Protocol
 
 from hermes_gateway.domain.access import authorize
 from hermes_gateway.domain.session_key import build_session_key
-from hermes_gateway.domain.sessions import SessionStore, TurnLease
+from hermes_gateway.domain.sessions import SessionEntry, SessionStore, TurnLease
 from hermes_gateway.domain.source import InboundMessage
 from hermes_gateway.errors import SessionBusy
 from hermes_gateway.observability import MetricUnit, hash_id, logger, metrics
-from hermes_gateway.settings import LEASE_MARGIN_SECONDS, Settings
+from hermes_gateway.settings import LEASE_MARGIN_SECONDS, Settings, busy_retry_delay
 
 
 class TurnStarter(Protocol):
@@ -43,6 +43,12 @@ def turn_id_for(session_id: str, event_id: str) -> str:
 
 def lease_token_for(turn_id: str) -> str:
     return hashlib.sha256(f"lease|{turn_id}".encode()).hexdigest()[:32]
+
+
+def _busy_retry_after(entry: SessionEntry, settings: Settings, now: float) -> int:
+    ttl = settings.sessions.turn_timeout_seconds + LEASE_MARGIN_SECONDS
+    lease_age = now - (entry.lease_expires_at - ttl) if entry.lease_expires_at is not None else 0.0
+    return busy_retry_delay(settings.sessions.busy_retry_seconds, lease_age)
 
 
 def route_message(
@@ -84,7 +90,7 @@ def route_message(
     if not lease.acquire(session_key, turn_id, token, now, ttl):
         logger.info("session busy; message retried after the running turn")
         metrics.add_metric(name="SessionBusy", unit=MetricUnit.Count, value=1)
-        raise SessionBusy("another turn holds the session")
+        raise SessionBusy("another turn holds the session", _busy_retry_after(entry, settings, now))
 
     # Appended only once the lease is held, so the transcript reads in turn order: a message that
     # waited for a running turn comes after that turn's reply.
