@@ -47,16 +47,21 @@ def matching_python() -> str | None:
     """An interpreter of the runtime's version, to precompile the layer; None when there is none."""
     if f"{sys.version_info.major}.{sys.version_info.minor}" == PYTHON_VERSION:
         return sys.executable
-    candidate = shutil.which(f"python{PYTHON_VERSION}")
-    if candidate is None:
-        return None
-    probe = subprocess.run(  # noqa: S603 - fixed arguments, interpreter found on PATH by name
-        [candidate, "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
-        capture_output=True,
-        text=True,
-        check=False,
+    # On PATH, or installed by pyenv without being selected (its shim then refuses to run it).
+    candidates = [shutil.which(f"python{PYTHON_VERSION}")]
+    candidates += sorted(
+        str(p) for p in Path.home().glob(f".pyenv/versions/{PYTHON_VERSION}.*/bin/python{PYTHON_VERSION}")
     )
-    return candidate if probe.returncode == 0 and probe.stdout.strip() == PYTHON_VERSION else None
+    for candidate in filter(None, candidates):
+        probe = subprocess.run(  # noqa: S603 - fixed arguments, an interpreter found by name
+            [candidate, "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if probe.returncode == 0 and probe.stdout.strip() == PYTHON_VERSION:
+            return candidate
+    return None
 
 
 @jsii.implements(ILocalBundling)

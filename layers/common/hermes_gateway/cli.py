@@ -56,11 +56,10 @@ def _run_local(args: argparse.Namespace) -> int:
     print("Press Ctrl+C to stop.", flush=True)
 
     stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-    try:
-        while not stopped.wait(0.5):
-            pass
-    except KeyboardInterrupt:
+    # Both set explicitly: a shell script's background job starts with SIGINT ignored.
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, lambda *_: stopped.set())
+    while not stopped.wait(0.5):
         pass
     gateway.stop()
     print("stopped")
