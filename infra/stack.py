@@ -7,6 +7,7 @@ from typing import Any
 from aws_cdk import CfnOutput, Stack, Tags
 from constructs import Construct
 
+from hermes_gateway.cli.target import table_output_key
 from hermes_gateway.resources import (
     FUNCTIONS,
     QUEUES,
@@ -113,3 +114,6 @@ class HermesGatewayStack(Stack):
             description="SSM SecureString parameters the functions read; set them with the CLI",
         )
         CfnOutput(self, "AlarmTopicArn", value=alarms.topic.topic_arn, description="Subscribe to get alarms")
+        for name, table in data.tables.items():
+            # The CLI finds the deployment's tables through these (hermes_gateway.cli.target).
+            CfnOutput(self, table_output_key(name), value=table.table_name, description=f"The {name} table")

@@ -32,6 +32,7 @@ def record_handler(record: SQSRecord) -> None:
             store=wiring.session_store(),
             lease=wiring.session_store(),
             starter=wiring.turn_starter(),
+            access=wiring.access(),
             now=time.time(),
         )
     except SessionBusy as exc:

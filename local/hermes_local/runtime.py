@@ -24,6 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from hermes_gateway.cli.target import LOCAL_STATE_ENV, remove_local_state, write_local_state
 from hermes_gateway.resources import FUNCTIONS, QUEUES, SCHEDULES, FunctionSpec, repo_root
 from hermes_gateway.settings import Settings, configured_paths, load_settings, read_yaml
 
@@ -183,6 +184,7 @@ class LocalGateway:
             **local_aws_environment(self.moto_port, REGION),
             **self.local_secrets,
             "HERMES_LOCAL_MODE": "1",
+            **{k: v for k, v in self.base_environ.items() if k == LOCAL_STATE_ENV},
             "POWERTOOLS_METRICS_DISABLED": "true",
             "POWERTOOLS_SERVICE_NAME": "hermes-gateway",
             "POWERTOOLS_LOG_LEVEL": self.base_environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
@@ -205,6 +207,14 @@ class LocalGateway:
         _, resource_env = create_resources(REGION, PREFIX)
         os.environ.update(resource_env)
         wiring.reset()
+        # How `hermes-gateway pairing … --local` (another process) finds this embedded AWS.
+        write_local_state(
+            {
+                "pid": os.getpid(),
+                "aws_environment": local_aws_environment(self.moto_port, REGION),
+                "resources": resource_env,
+            }
+        )
 
         for spec in FUNCTIONS:
             if spec.consumes:
@@ -265,6 +275,7 @@ class LocalGateway:
             thread.join(timeout=5)
         if getattr(self, "_moto", None) is not None:
             self._moto.stop()
+            remove_local_state(os.getpid())
         if self._saved_environ is not None:
             os.environ.clear()
             os.environ.update(self._saved_environ)

@@ -83,6 +83,16 @@ class FakeDeliveryQueue:
         return f"msg-{len(self.bodies)}"
 
 
+class FakeEvents:
+    """`LifecycleEvents`: keeps every (name, detail) emitted."""
+
+    def __init__(self) -> None:
+        self.emitted: list[tuple[str, dict[str, Any]]] = []
+
+    def emit(self, name: str, detail: dict[str, Any]) -> None:
+        self.emitted.append((name, detail))
+
+
 class FakeOutbox:
     """The outbox with DynamoOutbox's rules: `record` writes a pending entry unless the id exists
     and returns what is stored either way; `mark` sets the status and counts an attempt."""

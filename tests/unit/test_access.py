@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_gateway.domain.access import Decision, authorize
+from hermes_gateway.domain.access import AccessFacts, Decision, _listed, authorize, is_admin, unauthorized_dm_action
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.settings import Settings
 from tests.fakes.services import make_settings
@@ -14,11 +14,16 @@ CLOSED: dict[str, str] = {}
 
 
 def tg(user_id: str | None = "42", **fields: object) -> SessionSource:
-    return SessionSource("telegram", chat_id="99", user_id=user_id, **fields)  # type: ignore[arg-type]
+    fields.setdefault("chat_id", "99")
+    return SessionSource("telegram", user_id=user_id, **fields)  # type: ignore[arg-type]
+
+
+def nobody_paired(platform: str, user_id: str) -> bool:
+    return False
 
 
 def decide(source: SessionSource, env: dict[str, str]) -> Decision:
-    return authorize(source, make_settings(env))
+    return authorize(source, make_settings(env), is_paired=nobody_paired)
 
 
 @pytest.mark.parametrize(
@@ -70,19 +75,19 @@ def test_the_order_is_first_allow_wins() -> None:
     )
 
     # When authorized, Then the earliest layer answers
-    assert authorize(tg(), settings).reason == "platform_allowlist"
+    assert authorize(tg(), settings, is_paired=nobody_paired).reason == "platform_allowlist"
 
 
 def test_platform_allow_all_precedes_the_allowlists() -> None:
     settings = make_settings({"TELEGRAM_ALLOW_ALL_USERS": "true", "TELEGRAM_ALLOWED_USERS": "42"})
 
-    assert authorize(tg(), settings).reason == "platform_allow_all"
+    assert authorize(tg(), settings, is_paired=nobody_paired).reason == "platform_allow_all"
 
 
 def test_a_disabled_platform_wins_over_every_allow() -> None:
     settings = make_settings({"TELEGRAM_ENABLED": "no", "GATEWAY_ALLOW_ALL_USERS": "yes", "GATEWAY_ALLOWED_USERS": "*"})
 
-    assert authorize(tg(), settings) == Decision(False, "platform_disabled")
+    assert authorize(tg(), settings, is_paired=nobody_paired) == Decision(False, "platform_disabled")
 
 
 def test_one_platform_allowlist_does_not_admit_on_another() -> None:
@@ -92,7 +97,9 @@ def test_one_platform_allowlist_does_not_admit_on_another() -> None:
     )
 
     # Then the web chat denies: platform lists are per platform, only the gateway list is shared
-    assert authorize(SessionSource("webchat", chat_id="c", user_id="u"), settings) == Decision(False, "not_allowlisted")
+    assert authorize(SessionSource("webchat", chat_id="c", user_id="u"), settings, is_paired=nobody_paired) == Decision(
+        False, "not_allowlisted"
+    )
 
 
 def test_reason_codes_are_a_closed_set() -> None:
@@ -120,3 +127,95 @@ def test_reason_codes_are_a_closed_set() -> None:
 
     assert reasons <= known
     assert len(reasons) >= 6  # the grid really exercised most layers
+
+
+# -- the layers of §4 beyond the allowlists ---------------------------------------------------
+
+GROUP = {"chat_id": "-100", "chat_type": "group"}
+
+
+def test_an_allowlisted_group_chat_allows_everyone_in_it_even_without_a_user_id() -> None:
+    settings = make_settings({"TELEGRAM_ALLOWED_CHATS": "-100"})
+    assert (
+        authorize(
+            SessionSource("telegram", chat_id="-100", chat_type="group"), settings, is_paired=nobody_paired
+        ).reason
+        == "group_chat_allowlist"
+    )
+    # ... but a DM with the same id is not a group chat
+    assert not authorize(tg(chat_id="-100"), settings, is_paired=nobody_paired).allowed
+
+
+@pytest.mark.parametrize(
+    ("policy", "mentions", "allowed"),
+    [("none", True, False), ("mentions", False, False), ("mentions", True, True), ("all", False, True)],
+)
+def test_bot_senders_follow_the_bot_policy_even_when_allowlisted(policy: str, mentions: bool, allowed: bool) -> None:
+    settings = make_settings({"TELEGRAM_BOT_POLICY": policy, "TELEGRAM_ALLOWED_USERS": "42"})
+    decision = authorize(tg(is_bot=True), settings, is_paired=nobody_paired, facts=AccessFacts(mentions_bot=mentions))
+    assert decision.allowed is allowed
+    assert decision.reason == ("bot_policy" if allowed else "bot_sender")
+
+
+def test_trusted_sources_and_role_grants_allow() -> None:
+    settings = make_settings(CLOSED)
+    assert (
+        authorize(tg(user_id=None), settings, is_paired=nobody_paired, facts=AccessFacts(trusted=True)).reason
+        == "trusted_source"
+    )
+    assert (
+        authorize(tg(), settings, is_paired=nobody_paired, facts=AccessFacts(role_granted=True)).reason == "role_grant"
+    )
+
+
+def test_an_approved_pairing_allows_in_union_with_the_allowlists() -> None:
+    # Given an allowlist that does not name user 42, and 42 approved by pairing
+    settings = make_settings({"TELEGRAM_ALLOWED_USERS": "7"})
+    paired = {("telegram", "42")}
+
+    def is_paired(platform: str, user_id: str) -> bool:
+        return (platform, user_id) in paired
+
+    # Then both the listed user and the paired user are allowed; a third is not
+    assert authorize(tg(user_id="7"), settings, is_paired=is_paired).reason == "platform_allowlist"
+    assert authorize(tg(user_id="42"), settings, is_paired=is_paired).reason == "paired"
+    assert not authorize(tg(user_id="8"), settings, is_paired=is_paired).allowed
+
+
+def test_the_pairing_store_is_not_read_for_an_allowlisted_user() -> None:
+    def must_not_be_called(platform: str, user_id: str) -> bool:
+        raise AssertionError("read the pairing store")
+
+    settings = make_settings({"TELEGRAM_ALLOWED_USERS": "42"})
+    assert authorize(tg(), settings, is_paired=must_not_be_called).allowed
+
+
+def test_whatsapp_aliases_match_each_other() -> None:
+    settings = make_settings({"GATEWAY_ALLOWED_USERS": "+15551234567"})
+    source = SessionSource("whatsapp", chat_id="15551234567@s.whatsapp.net", user_id="15551234567@s.whatsapp.net")
+    # whatsapp is not a configured platform yet: the rule is checked on the matcher directly
+    assert _listed(source.user_id or "", settings.access.allowed_users, "whatsapp")
+    assert not _listed(source.user_id or "", settings.access.allowed_users, "telegram")
+
+
+@pytest.mark.parametrize(
+    ("env", "source_fields", "action"),
+    [
+        ({}, {}, "pair"),  # no allowlist anywhere: pair
+        ({"TELEGRAM_ALLOWED_USERS": "7"}, {}, "ignore"),  # an allowlist: ignore
+        ({"GATEWAY_ALLOWED_USERS": "7"}, {}, "ignore"),
+        ({"TELEGRAM_ALLOWED_CHATS": "-100"}, {}, "ignore"),
+        ({"TELEGRAM_ALLOWED_USERS": "7", "TELEGRAM_UNAUTHORIZED_DM": "pair"}, {}, "pair"),  # explicit first
+        ({"TELEGRAM_UNAUTHORIZED_DM": "ignore"}, {}, "ignore"),
+        ({}, GROUP, "ignore"),  # groups are always ignored
+        ({}, {"is_bot": True}, "ignore"),
+    ],
+)
+def test_unauthorized_dm_precedence(env: dict[str, str], source_fields: dict[str, object], action: str) -> None:
+    assert unauthorized_dm_action(tg(**source_fields), make_settings(env)) == action
+
+
+def test_admins() -> None:
+    settings = make_settings({"GATEWAY_ADMINS": "1", "TELEGRAM_ADMINS": "2"})
+    assert is_admin(tg(user_id="1"), settings) and is_admin(tg(user_id="2"), settings)
+    assert not is_admin(tg(user_id="3"), settings)

@@ -253,3 +253,23 @@ def test_a_claim_left_by_a_worker_that_died_is_taken_over() -> None:
     assert outbox.claim("turn-abc#1", NOW - 600)
     deliver(job("hi"), deps(outbox, sender))
     assert len(sender.sent) == 1 and outbox.entries["turn-abc#1"].status == "sent"
+
+
+def test_a_pairing_code_is_sent_but_kept_masked_in_the_outbox() -> None:
+    outbox, sender = FakeOutbox(), FakeSender()
+    pairing = DeliveryJob.from_dict(
+        {
+            "delivery_id": "pairing-1",
+            "target": {"platform": "telegram", "chat_id": "99"},
+            "text": "Your pairing code is ABCD2345.",
+            "redact": ["ABCD2345"],
+        }
+    )
+    deliver(pairing, deps(outbox, sender))
+    assert sender.sent[0][1] == "Your pairing code is ABCD2345."
+    stored = outbox.entries["pairing-1#1"].text
+    assert "ABCD2345" not in stored and stored.startswith("Your pairing code is ")
+    # Local mode keeps it: its in-memory outbox is the only place a newcomer can read it
+    local = FakeOutbox()
+    deliver(pairing, DeliveryDeps(outbox=local, sender_for=lambda p: sender, now=lambda: NOW, store_sensitive=True))
+    assert "ABCD2345" in local.entries["pairing-1#1"].text

@@ -17,13 +17,15 @@ from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import SessionBusy
 from hermes_gateway.services.router import (
     LEASE_MARGIN_SECONDS,
+    Access,
     RouteOutcome,
     lease_token_for,
     route_message,
     turn_id_for,
 )
 from hermes_gateway.settings import Settings
-from tests.fakes.services import FakeStarter, make_settings
+from tests.fakes.access import FakePairingStore
+from tests.fakes.services import FakeDeliveryQueue, FakeEvents, FakeStarter, make_settings
 from tests.fakes.sessions import FakeSessionStore
 
 NOW = 1_764_400_000.0
@@ -46,15 +48,26 @@ def message(
     return InboundMessage(source=source, text=text, event_id=event, received_at=NOW - 1)
 
 
+def fake_access() -> Access:
+    return Access(pairing=FakePairingStore(), replies=FakeDeliveryQueue(), events=FakeEvents())
+
+
 def route(
     msg: InboundMessage,
     store: FakeSessionStore,
     starter: FakeStarter,
     settings: Settings | None = None,
     now: float = NOW,
+    access: Access | None = None,
 ) -> RouteOutcome:
     return route_message(
-        msg, settings=settings or make_settings(OPEN), store=store, lease=store, starter=starter, now=now
+        msg,
+        settings=settings or make_settings(OPEN),
+        store=store,
+        lease=store,
+        starter=starter,
+        access=access or fake_access(),
+        now=now,
     )
 
 
@@ -242,3 +255,75 @@ def test_turn_ids_are_valid_execution_names(session_id: str, event_id: str) -> N
 
     assert EXECUTION_NAME.fullmatch(turn_id)
     assert len(turn_id) <= 80
+
+
+# -- DM pairing ---------------------------------------------------------------------------------
+
+CODE = re.compile(r"pairing code is ([A-Z2-9]{8})")
+
+
+def test_an_unknown_dm_gets_a_pairing_code_and_stores_nothing_else() -> None:
+    # Given no allowlist anywhere (so unknown DMs pair) and a user nobody approved
+    store, starter, access = FakeSessionStore(), FakeStarter(), fake_access()
+    # When they write
+    outcome = route(message(), store, starter, settings=make_settings({}), access=access)
+    # Then they get one reply naming the code and the exact approve command, and nothing else happens
+    assert outcome.status == "pairing" and outcome.reason == "issued"
+    [reply] = access.replies.bodies  # type: ignore[attr-defined]
+    code = CODE.search(reply["text"]).group(1)  # type: ignore[union-attr]
+    assert f"hermes-gateway pairing approve telegram {code}" in reply["text"]
+    assert reply["redact"] == [code] and reply["target"] == {"platform": "telegram", "chat_id": "99", "thread_id": None}
+    assert access.events.emitted == [("pairing:requested", {"platform": "telegram", "user": reply_user_hash()})]  # type: ignore[attr-defined]
+    assert store.sessions == {} and starter.calls == []
+
+
+def reply_user_hash() -> str:
+    from hermes_gateway.observability import hash_id
+
+    return hash_id("42") or ""
+
+
+def test_asking_again_within_ten_minutes_is_silent_and_a_redelivery_replies_once() -> None:
+    store, starter, access = FakeSessionStore(), FakeStarter(), fake_access()
+    first = route(message(), store, starter, settings=make_settings({}), access=access)
+    again = route(
+        message("telegram:default:2"), store, starter, settings=make_settings({}), access=access, now=NOW + 60
+    )
+    assert first.status == "pairing" and again.reason == "pairing_rate_limited"
+    assert len(access.replies.bodies) == 1  # type: ignore[attr-defined]
+
+
+def test_once_approved_the_user_is_answered() -> None:
+    store, starter, access = FakeSessionStore(), FakeStarter(), fake_access()
+    route(message(), store, starter, settings=make_settings({}), access=access)
+    code = CODE.search(access.replies.bodies[0]["text"]).group(1)  # type: ignore[attr-defined, union-attr]
+    assert access.pairing.approve("telegram", code.lower(), NOW + 5, "test").status == "approved"
+    outcome = route(message("telegram:default:3"), store, starter, settings=make_settings({}), access=access)
+    assert outcome.status == "started"
+
+
+@pytest.mark.parametrize(
+    ("env", "chat_type"),
+    [({"TELEGRAM_ALLOWED_USERS": "7"}, "dm"), ({}, "group"), ({"TELEGRAM_UNAUTHORIZED_DM": "ignore"}, "dm")],
+)
+def test_ignored_messages_get_no_reply(env: dict[str, str], chat_type: str) -> None:
+    store, starter, access = FakeSessionStore(), FakeStarter(), fake_access()
+    source = SessionSource("telegram", chat_id="99", chat_type=chat_type, user_id="42")
+    msg = InboundMessage(source=source, text="hi", event_id="telegram:default:9", received_at=NOW)
+    outcome = route(msg, store, starter, settings=make_settings(env), access=access)
+    assert outcome.status == "denied"
+    assert access.replies.bodies == [] and store.sessions == {}  # type: ignore[attr-defined]
+
+
+def test_a_gateway_command_is_answered_without_a_session_or_turn() -> None:
+    store, starter, access = FakeSessionStore(), FakeStarter(), fake_access()
+    outcome = route(message(text="/whoami"), store, starter, access=access)
+    assert outcome.status == "command"
+    [reply] = access.replies.bodies  # type: ignore[attr-defined]
+    assert "user id 42 on telegram" in reply["text"] and reply["delivery_id"].startswith("command-")
+    assert store.sessions == {} and starter.calls == []
+
+
+def test_an_unknown_command_goes_to_the_agent() -> None:
+    store, starter, access = FakeSessionStore(), FakeStarter(), fake_access()
+    assert route(message(text="/summarize"), store, starter, access=access).status == "started"

@@ -16,10 +16,11 @@ from hermes_gateway.errors import PermanentError
 from hermes_gateway.observability import hash_id
 from hermes_gateway.providers.base import Provider
 from hermes_gateway.providers.echo import EchoProvider
-from hermes_gateway.services.router import route_message
+from hermes_gateway.services.router import Access, route_message
 from hermes_gateway.services.turn import APOLOGY, LeaseLost, TurnDeps, run_step
 from hermes_gateway.settings import Settings
-from tests.fakes.services import FakeDeliveryQueue, FakeStarter, ScriptedProvider, make_settings
+from tests.fakes.access import FakePairingStore
+from tests.fakes.services import FakeDeliveryQueue, FakeEvents, FakeStarter, ScriptedProvider, make_settings
 from tests.fakes.sessions import FakeSessionStore
 
 NOW = 1_764_400_000.0
@@ -57,8 +58,15 @@ class World:
     def route(self, text: str, source: SessionSource = DM, event: str = "telegram:default:1") -> dict[str, Any]:
         """Route a message and return the turn the state machine was started with."""
         msg = InboundMessage(source=source, text=text, event_id=event, received_at=self.clock)
+        access = Access(pairing=FakePairingStore(), replies=FakeDeliveryQueue(), events=FakeEvents())
         outcome = route_message(
-            msg, settings=self.settings, store=self.store, lease=self.store, starter=self.starter, now=self.clock
+            msg,
+            settings=self.settings,
+            store=self.store,
+            lease=self.store,
+            starter=self.starter,
+            access=access,
+            now=self.clock,
         )
         assert outcome.status == "started"
         return self.starter.started[outcome.turn_id]  # type: ignore[index]

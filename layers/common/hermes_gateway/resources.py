@@ -128,7 +128,16 @@ IDEMPOTENCY = TableSpec(
     partition=Key("id"),
     ttl_attribute="expiration",
 )
-TABLES: tuple[TableSpec, ...] = (ROUTES, SESSIONS, MESSAGES, OUTBOX, IDEMPOTENCY)
+# Authorization state (hermes_gateway.adapters.dynamo_access): approved users, pending pairing
+# codes (hashed), request limits and lockouts, each kind under its own partition prefix.
+ACCESS = TableSpec(
+    name="access",
+    env_var="HERMES_ACCESS_TABLE",
+    partition=Key("pk"),
+    sort=Key("sk"),
+    ttl_attribute="expires_at",
+)
+TABLES: tuple[TableSpec, ...] = (ROUTES, SESSIONS, MESSAGES, OUTBOX, IDEMPOTENCY, ACCESS)
 
 INBOUND_QUEUE = QueueSpec(
     name="inbound",
@@ -179,7 +188,9 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
             "routes": Access.READ_WRITE,
             "sessions": Access.READ_WRITE,
             "messages": Access.READ_WRITE,
+            "access": Access.READ_WRITE,
             "inbound": Access.CONSUME,
+            "delivery": Access.SEND,
             "turn": Access.START,
         },
         consumes="inbound",

@@ -97,83 +97,72 @@ class Field:
     doc: str
 
 
-FIELDS: tuple[Field, ...] = (
+# fmt: off
+_GATEWAY_FIELDS: tuple[Field, ...] = (
     Field("stage", "GATEWAY_STAGE", _parse_str, "dev", "deployment stage; several stages can live in one account"),
     Field("time_zone", "GATEWAY_TIME_ZONE", _parse_str, "UTC", "IANA time zone for daily resets and schedules"),
     Field("profile", "GATEWAY_PROFILE", _parse_str, "default", "agent profile; namespaces session keys"),
     Field("provider.name", "GATEWAY_PROVIDER", _parse_str, "echo", "echo | openai | bedrock"),
     Field("provider.model", "GATEWAY_MODEL", _parse_str, "", "model id for openai or bedrock"),
-    Field(
-        "provider.openai_base_url",
-        "OPENAI_BASE_URL",
-        _parse_str,
-        "https://api.openai.com/v1",
-        "any OpenAI-compatible chat-completions base URL",
-    ),
-    Field(
-        "provider.timeout_seconds", "GATEWAY_PROVIDER_TIMEOUT_SECONDS", _parse_int, 60, "one model request's time limit"
-    ),
-    Field(
-        "provider.max_history_messages",
-        "GATEWAY_MAX_HISTORY_MESSAGES",
-        _parse_int,
-        40,
-        "transcript rows sent to the model",
-    ),
+    Field("provider.openai_base_url", "OPENAI_BASE_URL", _parse_str, "https://api.openai.com/v1",
+          "any OpenAI-compatible chat-completions base URL"),
+    Field("provider.timeout_seconds", "GATEWAY_PROVIDER_TIMEOUT_SECONDS", _parse_int, 60,
+          "one model request's time limit"),
+    Field("provider.max_history_messages", "GATEWAY_MAX_HISTORY_MESSAGES", _parse_int, 40,
+          "transcript rows sent to the model"),
     Field("access.allowed_users", "GATEWAY_ALLOWED_USERS", _parse_list, (), "user ids allowed on every platform"),
     Field("access.allow_all_users", "GATEWAY_ALLOW_ALL_USERS", _parse_bool, False, "allow everyone on every platform"),
-    Field(
-        "sessions.group_sessions_per_user",
-        "GATEWAY_GROUP_SESSIONS_PER_USER",
-        _parse_bool,
-        True,
-        "one session per user in a group",
-    ),
-    Field(
-        "sessions.thread_sessions_per_user",
-        "GATEWAY_THREAD_SESSIONS_PER_USER",
-        _parse_bool,
-        False,
-        "one session per user in a thread",
-    ),
-    Field(
-        "sessions.turn_timeout_seconds",
-        "GATEWAY_TURN_TIMEOUT_SECONDS",
-        _parse_int,
-        300,
-        "a turn lease expires this long after it starts",
-    ),
-    Field(
-        "sessions.busy_retry_seconds",
-        "GATEWAY_BUSY_RETRY_SECONDS",
-        _parse_int,
-        1,
-        "a message for a busy session is retried after this long",
-    ),
+    Field("access.admins", "GATEWAY_ADMINS", _parse_list, (), "user ids that are admins on every platform"),
+    Field("access.user_commands", "GATEWAY_USER_COMMANDS", _parse_list, (),
+          "gateway commands non-admins may run besides /help and /whoami"),
+    Field("sessions.group_sessions_per_user", "GATEWAY_GROUP_SESSIONS_PER_USER", _parse_bool, True,
+          "one session per user in a group"),
+    Field("sessions.thread_sessions_per_user", "GATEWAY_THREAD_SESSIONS_PER_USER", _parse_bool, False,
+          "one session per user in a thread"),
+    Field("sessions.turn_timeout_seconds", "GATEWAY_TURN_TIMEOUT_SECONDS", _parse_int, 300,
+          "a turn lease expires this long after it starts"),
+    Field("sessions.busy_retry_seconds", "GATEWAY_BUSY_RETRY_SECONDS", _parse_int, 1,
+          "a message for a busy session is retried after this long"),
     Field("ingress.max_body_bytes", "GATEWAY_MAX_BODY_BYTES", _parse_int, 65536, "larger webhook bodies get 413"),
-    Field("platforms.telegram.enabled", "TELEGRAM_ENABLED", _parse_bool, True, "accept Telegram webhooks"),
-    Field(
-        "platforms.telegram.api_base_url",
-        "TELEGRAM_API_BASE_URL",
-        _parse_str,
-        "https://api.telegram.org",
-        "Bot API base URL",
-    ),
-    Field("platforms.telegram.allowed_users", "TELEGRAM_ALLOWED_USERS", _parse_list, (), "Telegram user ids allowed"),
-    Field(
-        "platforms.telegram.allow_all_users",
-        "TELEGRAM_ALLOW_ALL_USERS",
-        _parse_bool,
-        False,
-        "allow every Telegram user",
-    ),
-    Field(
-        "platforms.webchat.enabled", "WEBCHAT_ENABLED", _parse_bool, False, "the local web chat page (local mode only)"
-    ),
-    Field(
-        "platforms.webchat.allow_all_users", "WEBCHAT_ALLOW_ALL_USERS", _parse_bool, True, "allow every web chat user"
-    ),
 )
+
+# Every platform has the same settings, under `platforms.<name>.` and `<NAME>_` (TELEGRAM_...).
+# The tuple gives the attribute, the variable's suffix, the parser, and the doc line.
+_PLATFORM_SETTINGS = (
+    ("enabled", "ENABLED", _parse_bool, "accept this platform's webhooks"),
+    ("api_base_url", "API_BASE_URL", _parse_str, "the platform's API base URL"),
+    ("allowed_users", "ALLOWED_USERS", _parse_list, "user ids allowed on this platform"),
+    ("allow_all_users", "ALLOW_ALL_USERS", _parse_bool, "allow every user of this platform"),
+    ("allowed_chats", "ALLOWED_CHATS", _parse_list, "group chat ids whose every member is allowed"),
+    ("bot_policy", "BOT_POLICY", _parse_str, "messages from other bots: none | mentions | all"),
+    ("unauthorized_dm", "UNAUTHORIZED_DM", _parse_str, "an unknown user's DM: pair | ignore (empty: by rule)"),
+    ("admins", "ADMINS", _parse_list, "user ids that are admins on this platform"),
+)
+_PLATFORM_DEFAULTS: dict[str, dict[str, Any]] = {
+    "telegram": {"enabled": True, "api_base_url": "https://api.telegram.org"},
+    # The local web chat page: local mode turns it on; it has no users to allowlist.
+    "webchat": {"enabled": False, "allow_all_users": True},
+}
+_COMMON_DEFAULTS: dict[str, Any] = {
+    "enabled": False, "api_base_url": "", "allowed_users": (), "allow_all_users": False,
+    "allowed_chats": (), "bot_policy": "none", "unauthorized_dm": "", "admins": (),
+}
+# fmt: on
+
+PLATFORMS = tuple(_PLATFORM_DEFAULTS)
+BOT_POLICIES = ("none", "mentions", "all")
+UNAUTHORIZED_DM_MODES = ("", "pair", "ignore")
+
+
+def _platform_fields(platform: str) -> tuple[Field, ...]:
+    defaults = {**_COMMON_DEFAULTS, **_PLATFORM_DEFAULTS[platform]}
+    return tuple(
+        Field(f"platforms.{platform}.{attr}", f"{platform.upper()}_{suffix}", parse, defaults[attr], doc)
+        for attr, suffix, parse, doc in _PLATFORM_SETTINGS
+    )
+
+
+FIELDS: tuple[Field, ...] = _GATEWAY_FIELDS + tuple(f for p in PLATFORMS for f in _platform_fields(p))
 _BY_PATH = {f.path: f for f in FIELDS}
 
 
@@ -190,6 +179,8 @@ class ProviderSettings:
 class AccessSettings:
     allowed_users: tuple[str, ...]
     allow_all_users: bool
+    admins: tuple[str, ...]
+    user_commands: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -204,9 +195,13 @@ class SessionSettings:
 class PlatformSettings:
     name: str
     enabled: bool
-    allowed_users: tuple[str, ...] = ()
-    allow_all_users: bool = False
-    api_base_url: str = ""
+    api_base_url: str
+    allowed_users: tuple[str, ...]
+    allow_all_users: bool
+    allowed_chats: tuple[str, ...]
+    bot_policy: str
+    unauthorized_dm: str
+    admins: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -240,32 +235,20 @@ class Settings:
 
 
 def _flatten_settings(settings: Settings) -> dict[str, Any]:
-    tg = settings.platforms["telegram"]
-    wc = settings.platforms["webchat"]
-    p, a, s = settings.provider, settings.access, settings.sessions
-    return {
-        "stage": settings.stage,
-        "time_zone": settings.time_zone,
-        "profile": settings.profile,
-        "provider.name": p.name,
-        "provider.model": p.model,
-        "provider.openai_base_url": p.openai_base_url,
-        "provider.timeout_seconds": p.timeout_seconds,
-        "provider.max_history_messages": p.max_history_messages,
-        "access.allowed_users": a.allowed_users,
-        "access.allow_all_users": a.allow_all_users,
-        "sessions.group_sessions_per_user": s.group_sessions_per_user,
-        "sessions.thread_sessions_per_user": s.thread_sessions_per_user,
-        "sessions.turn_timeout_seconds": s.turn_timeout_seconds,
-        "sessions.busy_retry_seconds": s.busy_retry_seconds,
-        "ingress.max_body_bytes": settings.max_body_bytes,
-        "platforms.telegram.enabled": tg.enabled,
-        "platforms.telegram.api_base_url": tg.api_base_url,
-        "platforms.telegram.allowed_users": tg.allowed_users,
-        "platforms.telegram.allow_all_users": tg.allow_all_users,
-        "platforms.webchat.enabled": wc.enabled,
-        "platforms.webchat.allow_all_users": wc.allow_all_users,
-    }
+    """Each field's value, read back along its path (`ingress.*` lives on Settings itself)."""
+    values: dict[str, Any] = {}
+    for f in FIELDS:
+        head, _, rest = f.path.partition(".")
+        if head == "platforms":
+            platform, _, attr = rest.partition(".")
+            values[f.path] = getattr(settings.platforms[platform], attr)
+        elif head == "ingress":
+            values[f.path] = getattr(settings, rest)
+        elif rest:
+            values[f.path] = getattr(getattr(settings, head), rest)
+        else:
+            values[f.path] = getattr(settings, head)
+    return values
 
 
 def _flatten_yaml(data: Mapping[str, Any], prefix: str, source: str) -> dict[str, Any]:
@@ -362,9 +345,15 @@ def _check_names(v: dict[str, Any]) -> None:
         raise _Invalid("provider.name", f"must be one of {', '.join(PROVIDERS)}")
     if v["provider.name"] != "echo" and not v["provider.model"]:
         raise _Invalid("provider.model", f"is required for provider {v['provider.name']}")
-    for url_field in ("provider.openai_base_url", "platforms.telegram.api_base_url"):
-        if not _is_http_url(v[url_field]):
+    urls = ["provider.openai_base_url"] + [f"platforms.{p}.api_base_url" for p in PLATFORMS]
+    for url_field in urls:
+        if (v[url_field] or url_field == "provider.openai_base_url") and not _is_http_url(v[url_field]):
             raise _Invalid(url_field, "must be an http(s) URL with a host and no white space")
+    for platform in PLATFORMS:
+        if v[f"platforms.{platform}.bot_policy"] not in BOT_POLICIES:
+            raise _Invalid(f"platforms.{platform}.bot_policy", f"must be one of {', '.join(BOT_POLICIES)}")
+        if v[f"platforms.{platform}.unauthorized_dm"] not in UNAUTHORIZED_DM_MODES:
+            raise _Invalid(f"platforms.{platform}.unauthorized_dm", "must be pair, ignore or empty (decided by rule)")
     try:
         import zoneinfo
 
@@ -401,6 +390,12 @@ def _check_limits(v: dict[str, Any]) -> None:
         raise _Invalid("ingress.max_body_bytes", "must be between 1024 and 200000 (the queue message limit)")
 
 
+def _platform_settings(platform: str, v: dict[str, Any]) -> PlatformSettings:
+    values = {attr: v[f"platforms.{platform}.{attr}"] for attr, *_ in _PLATFORM_SETTINGS}
+    values["api_base_url"] = values["api_base_url"].rstrip("/")
+    return PlatformSettings(name=platform, **values)
+
+
 def _build(v: dict[str, Any], source: str) -> Settings:
     try:
         _check_names(v)
@@ -418,7 +413,9 @@ def _build(v: dict[str, Any], source: str) -> Settings:
             timeout_seconds=v["provider.timeout_seconds"],
             max_history_messages=v["provider.max_history_messages"],
         ),
-        access=AccessSettings(v["access.allowed_users"], v["access.allow_all_users"]),
+        access=AccessSettings(
+            v["access.allowed_users"], v["access.allow_all_users"], v["access.admins"], v["access.user_commands"]
+        ),
         sessions=SessionSettings(
             v["sessions.group_sessions_per_user"],
             v["sessions.thread_sessions_per_user"],
@@ -426,20 +423,7 @@ def _build(v: dict[str, Any], source: str) -> Settings:
             v["sessions.busy_retry_seconds"],
         ),
         max_body_bytes=v["ingress.max_body_bytes"],
-        platforms={
-            "telegram": PlatformSettings(
-                name="telegram",
-                enabled=v["platforms.telegram.enabled"],
-                allowed_users=v["platforms.telegram.allowed_users"],
-                allow_all_users=v["platforms.telegram.allow_all_users"],
-                api_base_url=v["platforms.telegram.api_base_url"].rstrip("/"),
-            ),
-            "webchat": PlatformSettings(
-                name="webchat",
-                enabled=v["platforms.webchat.enabled"],
-                allow_all_users=v["platforms.webchat.allow_all_users"],
-            ),
-        },
+        platforms={platform: _platform_settings(platform, v) for platform in PLATFORMS},
     )
 
 

@@ -17,10 +17,12 @@ from hermes_gateway.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from hermes_gateway.adapters.aws import IdempotentEnqueue, SqsQueue, StepFunctionsStarter
+    from hermes_gateway.adapters.dynamo_access import DynamoAccessStore
     from hermes_gateway.adapters.dynamo_outbox import DynamoOutbox
     from hermes_gateway.adapters.dynamo_sessions import DynamoSessionStore
     from hermes_gateway.services.delivery import DeliveryDeps, Sender
     from hermes_gateway.services.ingress import InboundAdapter
+    from hermes_gateway.services.router import Access
     from hermes_gateway.services.turn import TurnDeps
 
 
@@ -52,6 +54,21 @@ def session_store() -> DynamoSessionStore:
     from hermes_gateway.adapters.dynamo_sessions import DynamoSessionStore
 
     return DynamoSessionStore(bindings(), region())
+
+
+@cache
+def pairing_store() -> DynamoAccessStore:
+    from hermes_gateway.adapters.dynamo_access import DynamoAccessStore
+
+    return DynamoAccessStore(bindings(), region())
+
+
+@cache
+def access() -> Access:
+    from hermes_gateway.domain.events import LoggedEvents
+    from hermes_gateway.services.router import Access
+
+    return Access(pairing=pairing_store(), replies=queue("delivery"), events=LoggedEvents())
 
 
 @cache
@@ -133,7 +150,7 @@ def sender_for(platform: str) -> Sender | None:
 def delivery_deps() -> DeliveryDeps:
     from hermes_gateway.services.delivery import DeliveryDeps
 
-    return DeliveryDeps(outbox=outbox(), sender_for=sender_for, now=time.time)
+    return DeliveryDeps(outbox=outbox(), sender_for=sender_for, now=time.time, store_sensitive=local_mode())
 
 
 def reset() -> None:
@@ -142,6 +159,8 @@ def reset() -> None:
         bindings,
         secrets,
         session_store,
+        pairing_store,
+        access,
         outbox,
         queue,
         turn_starter,

@@ -27,7 +27,14 @@ from hermes_gateway.errors import Conflict, TransientError
 from hermes_gateway.resources import Bindings
 
 _CONDITION_FAILED = "ConditionalCheckFailed"
-_RETRYABLE = ("ProvisionedThroughputExceeded", "ThrottlingException", "RequestLimitExceeded")
+# Throttling as single calls report it (…Exception) and as transaction cancellation reasons.
+_RETRYABLE = (
+    "ProvisionedThroughputExceededException",
+    "ProvisionedThroughputExceeded",
+    "ThrottlingException",
+    "ThrottlingError",
+    "RequestLimitExceeded",
+)
 _MAX_ATTEMPTS = 8
 _APPEND_ATTEMPTS = 25  # appends to one session race only when many writers share it
 

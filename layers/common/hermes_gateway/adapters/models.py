@@ -86,7 +86,7 @@ def dynamodb_endpoint() -> str | None:
     return os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or os.environ.get("AWS_ENDPOINT_URL") or None
 
 
-def _meta(table_name: str, region: str | None, host: str | None) -> type:
+def table_meta(table_name: str, region: str | None, host: str | None) -> type:
     attrs: dict[str, object] = {"table_name": table_name}
     if region:
         attrs["region"] = region
@@ -109,18 +109,18 @@ def bind_route(table: str, region: str | None, host: str | None = None) -> type[
     return type(
         "Route",
         (RouteModelBase,),
-        {"Meta": _meta(table, region, host), "by_lease_expiry": ByLeaseExpiry(), "__module__": __name__},
+        {"Meta": table_meta(table, region, host), "by_lease_expiry": ByLeaseExpiry(), "__module__": __name__},
     )
 
 
 @lru_cache(maxsize=8)
 def bind_session(table: str, region: str | None, host: str | None = None) -> type[SessionModelBase]:
-    return type("Session", (SessionModelBase,), {"Meta": _meta(table, region, host), "__module__": __name__})
+    return type("Session", (SessionModelBase,), {"Meta": table_meta(table, region, host), "__module__": __name__})
 
 
 @lru_cache(maxsize=8)
 def bind_message(table: str, region: str | None, host: str | None = None) -> type[MessageModelBase]:
-    return type("Message", (MessageModelBase,), {"Meta": _meta(table, region, host), "__module__": __name__})
+    return type("Message", (MessageModelBase,), {"Meta": table_meta(table, region, host), "__module__": __name__})
 
 
 class BoundModels:
@@ -165,4 +165,4 @@ class OutboxModelBase(Model):
 
 @lru_cache(maxsize=8)
 def bind_outbox(outbox_table: str, region: str | None, host: str | None = None) -> type[OutboxModelBase]:
-    return type("Outbox", (OutboxModelBase,), {"Meta": _meta(outbox_table, region, host), "__module__": __name__})
+    return type("Outbox", (OutboxModelBase,), {"Meta": table_meta(outbox_table, region, host), "__module__": __name__})

@@ -71,6 +71,15 @@ class DeliveryDeps:
     # The sender for a platform; None when it cannot send (e.g. no bot token in a deployment).
     sender_for: Callable[[str], Sender | None]
     now: Callable[[], float]
+    # Local mode keeps redacted values in its in-memory outbox: it is the only place a newcomer
+    # without a bot token can read the pairing code the bot would have sent.
+    store_sensitive: bool = False
+
+
+def masked(text: str, secrets: tuple[str, ...]) -> str:
+    for value in secrets:
+        text = text.replace(value, "\u2022" * len(value))
+    return text
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,8 @@ class DeliveryJob:
     chat_id: str | None
     thread_id: str | None
     text: str
+    # Values the outbox must not keep (a pairing code): sent to the platform, stored masked.
+    redact: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, data: Any) -> DeliveryJob:
@@ -102,6 +113,7 @@ class DeliveryJob:
             chat_id=_optional_id(target.get("chat_id")),
             thread_id=_optional_id(target.get("thread_id")),
             text=data["text"],
+            redact=tuple(str(v) for v in data.get("redact") or () if v),
         )
 
 
@@ -129,7 +141,7 @@ def deliver(job: DeliveryJob, deps: DeliveryDeps) -> list[OutboxEntry]:
             platform=job.platform,
             chat_id=job.chat_id,
             thread_id=job.thread_id,
-            text=chunk,
+            text=chunk if deps.store_sensitive else masked(chunk, job.redact),
             turn_id=job.turn_id,
             chunk=index,
             chunks=len(chunks),

@@ -11,13 +11,20 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from hermes_gateway.domain.access import authorize
+from hermes_gateway.domain.access import authorize, unauthorized_dm_action
+from hermes_gateway.domain.events import LifecycleEvents
+from hermes_gateway.domain.pairing import TRY_LATER_REPLY, PairingStore, pairing_reply
 from hermes_gateway.domain.session_key import build_session_key
 from hermes_gateway.domain.sessions import SessionEntry, SessionStore, TurnLease
 from hermes_gateway.domain.source import InboundMessage
 from hermes_gateway.errors import SessionBusy
 from hermes_gateway.observability import MetricUnit, hash_id, logger, metrics
+from hermes_gateway.services.commands import answer_command
 from hermes_gateway.settings import LEASE_MARGIN_SECONDS, Settings, busy_retry_delay
+
+
+class DeliveryQueue(Protocol):
+    def send(self, body: dict[str, Any], *, group_id: str | None = None, dedup_id: str | None = None) -> str: ...
 
 
 class TurnStarter(Protocol):
@@ -30,7 +37,7 @@ class TurnStarter(Protocol):
 
 @dataclass(frozen=True)
 class RouteOutcome:
-    status: str  # started | denied | already_started | already_answered
+    status: str  # started | denied | pairing | command | already_started | already_answered
     reason: str
     turn_id: str | None = None
     session_id: str | None = None
@@ -51,6 +58,45 @@ def _busy_retry_after(entry: SessionEntry, settings: Settings, now: float) -> in
     return busy_retry_delay(settings.sessions.busy_retry_seconds, lease_age)
 
 
+@dataclass(frozen=True)
+class Access:
+    """What the router needs to answer an unknown user: the pairing store and a way to reply."""
+
+    pairing: PairingStore
+    replies: DeliveryQueue
+    events: LifecycleEvents
+
+
+def offer_pairing(message: InboundMessage, access: Access, now: float) -> RouteOutcome:
+    """Issue a pairing code and tell the user how to get it approved, or say "try later" once."""
+    source = message.source
+    if source.user_id is None:  # unauthorized_dm_action pairs only senders with an id
+        return RouteOutcome("denied", "no_user_id")
+    result = access.pairing.request_code(source.platform, source.user_id, source.user_name, source.chat_id, now)
+    logger.info("pairing requested", extra={"platform": source.platform, "status": result.status})
+    if result.status == "issued" and result.code:
+        text, redact = pairing_reply(source.platform, result.code), [result.code]
+        access.events.emit("pairing:requested", {"platform": source.platform, "user": hash_id(source.user_id)})
+    elif result.tell_try_later:
+        text, redact = TRY_LATER_REPLY, []
+    else:
+        return RouteOutcome("denied", f"pairing_{result.status}")
+    access.replies.send(_reply_job(message, "pairing", text, redact))
+    return RouteOutcome("pairing", result.status)
+
+
+def _reply_job(message: InboundMessage, kind: str, text: str, redact: list[str] | None = None) -> dict[str, Any]:
+    """A direct reply from the router, sent by the delivery function like any other."""
+    source = message.source
+    return {
+        # Derived from the event: a redelivered message replies once (the outbox de-duplicates).
+        "delivery_id": f"{kind}-" + hashlib.sha256(message.event_id.encode()).hexdigest()[:32],
+        "target": {"platform": source.platform, "chat_id": source.chat_id, "thread_id": source.thread_id},
+        "text": text,
+        "redact": redact or [],
+    }
+
+
 def route_message(
     message: InboundMessage,
     *,
@@ -58,15 +104,24 @@ def route_message(
     store: SessionStore,
     lease: TurnLease,
     starter: TurnStarter,
+    access: Access,
     now: float,
 ) -> RouteOutcome:
     source = message.source
-    decision = authorize(source, settings)
+    decision = authorize(source, settings, is_paired=access.pairing.is_approved)
     if not decision.allowed:
-        # Unauthorized messages are dropped silently: nothing is sent and nothing is stored.
+        # Nothing of an unauthorized message is stored; a DM may get a pairing code (§4).
         logger.info("message denied", extra={"platform": source.platform, "reason": decision.reason})
         metrics.add_metric(name="MessageDenied", unit=MetricUnit.Count, value=1)
+        if unauthorized_dm_action(source, settings) == "pair":
+            return offer_pairing(message, access, now)
         return RouteOutcome("denied", decision.reason)
+
+    reply = answer_command(message.text, source, settings)
+    if reply is not None:
+        access.replies.send(_reply_job(message, "command", reply))
+        logger.info("gateway command answered")
+        return RouteOutcome("command", "ok")
 
     session_key = build_session_key(
         source,

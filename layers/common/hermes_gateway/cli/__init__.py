@@ -1,7 +1,8 @@
 """`hermes-gateway`: the operator's command line.
 
-`hermes-gateway local` runs the whole gateway on this machine (what `make run` starts). The
-commands for a deployed stack (secrets, pairing, sessions, logs) arrive with their issues.
+`hermes-gateway local` runs the whole gateway on this machine (what `make run` starts);
+`hermes-gateway pairing …` approves DM pairings, on a deployed stack or with `--local`. The other
+commands for a deployed stack (secrets, sessions, logs) arrive with their issues.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+from hermes_gateway.cli import pairing
 from hermes_gateway.errors import ConfigError
 
 
@@ -74,12 +76,17 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--config", default=None, help="settings file (default $GATEWAY_CONFIG or ./gateway.yaml)")
     local.add_argument("--tick-seconds", type=float, default=60.0, help="how often scheduled work runs")
     local.set_defaults(run=_run_local)
+    pairing.add_commands(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.run(args))
+    try:
+        return int(args.run(args))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,0 +1,76 @@
+"""Which deployment a CLI command talks to: a running local mode (`--local`) or a deployed stack.
+
+Local mode writes a small state file while it runs (its embedded AWS endpoint and resource
+names); a deployed stack is found by its name, `HermesGateway-<stage>`, and its outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from hermes_gateway.errors import ConfigError
+from hermes_gateway.resources import TABLES, Bindings
+
+LOCAL_STATE_ENV = "HERMES_LOCAL_STATE"
+
+
+def local_state_path() -> Path:
+    """Where a running local mode says how to reach it (override with HERMES_LOCAL_STATE)."""
+    override = os.environ.get(LOCAL_STATE_ENV)
+    if override:
+        return Path(override)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "hermes-gateway" / "local.json"
+
+
+def write_local_state(state: dict[str, Any]) -> Path:
+    path = local_state_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(state, indent=2), encoding="utf-8")
+    return path
+
+
+def remove_local_state(pid: int) -> None:
+    path = local_state_path()
+    try:
+        if json.loads(path.read_text(encoding="utf-8")).get("pid") == pid:
+            path.unlink()
+    except (OSError, ValueError):
+        pass
+
+
+def use_local() -> Bindings:
+    """Point this process's AWS clients at the running local mode; return its resource names."""
+    path = local_state_path()
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise ConfigError(f"no running local mode found ({path} is missing): start it with `make run`") from None
+    os.environ.update(state["aws_environment"])
+    return Bindings.from_env(state["resources"])
+
+
+def stack_name(stage: str) -> str:
+    return f"HermesGateway-{stage}"
+
+
+def table_output_key(table: str) -> str:
+    """The stack output that carries a table's physical name, e.g. `AccessTableName`."""
+    return f"{table.capitalize()}TableName"
+
+
+def use_deployed(stage: str) -> Bindings:
+    """The deployed stack's table names, from its outputs (your AWS credentials and region)."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        stacks = boto3.client("cloudformation").describe_stacks(StackName=stack_name(stage))["Stacks"]
+    except (BotoCoreError, ClientError) as exc:
+        raise ConfigError(f"cannot read stack {stack_name(stage)}: {exc}") from None
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
+    env = {t.env_var: outputs[table_output_key(t.name)] for t in TABLES if table_output_key(t.name) in outputs}
+    return Bindings.from_env(env)
