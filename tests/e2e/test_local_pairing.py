@@ -3,8 +3,9 @@ approves it with the CLI, and from then on the user is answered."""
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,33 @@ pytestmark = pytest.mark.e2e
 CODE = re.compile(r"pairing code is ([A-Z2-9]{8})")
 
 
+@pytest.fixture
+def keep_function_logs() -> Iterator[Callable[[], list[str]]]:
+    """Every line the functions log, at every level, formatted as in CloudWatch."""
+    from hermes_gateway.observability import logger
+
+    std = logging.getLogger(logger.name)
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(logger.registered_formatter.format(record))
+
+    handler, level = Keep(), std.level
+    std.addHandler(handler)
+    std.setLevel(logging.DEBUG)
+    yield lambda: lines
+    std.removeHandler(handler)
+    std.setLevel(level)
+
+
 def test_an_unknown_user_is_paired_with_the_cli_and_then_answered(
-    start_gateway: Callable[..., Client], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    start_gateway: Callable[..., Client],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    keep_function_logs: Callable[[], list[str]],
 ) -> None:
+    log_lines = keep_function_logs()
     # Given local mode with an allowlist that names someone else, and pairing on for DMs
     state = tmp_path / "local.json"
     client = start_gateway(TELEGRAM_ALLOWED_USERS="7", TELEGRAM_UNAUTHORIZED_DM="pair", HERMES_LOCAL_STATE=str(state))
@@ -30,12 +55,19 @@ def test_an_unknown_user_is_paired_with_the_cli_and_then_answered(
     assert f"hermes-gateway pairing approve telegram {code}" in reply["text"]
     # ... the operator lists (no code shown) and approves with the CLI
     assert cli(["pairing", "list", "--local"]) == 0
-    listing = capsys.readouterr().out
+    printed = capsys.readouterr().out
+    listing = "\n".join(line for line in printed.splitlines() if not line.startswith("{"))
     assert "user 42" in listing and code not in listing
     assert cli(["pairing", "approve", "telegram", code.lower(), "--local"]) == 0
-    assert "approved: telegram user 42" in capsys.readouterr().out
+    approved = capsys.readouterr().out
+    assert "approved: telegram user 42" in approved
+    printed += approved
     # Then the user's next message is answered by the agent
     assert client.telegram(telegram_update(2, "now?", user_id=42))[0] == 200
     assert [r["text"] for r in client.wait_outbox(2)][-1] == "Echo: now?"
     # ... and a wrong code is refused
     assert cli(["pairing", "approve", "telegram", "AAAA-AAAA", "--local"]) == 1
+    # No log line carried the code (every level, as the functions wrote them), nor the CLI's output
+    printed += capsys.readouterr().out
+    assert any("pairing requested" in line for line in log_lines) and code not in "\n".join(log_lines)
+    assert code not in printed

@@ -219,3 +219,12 @@ def test_admins() -> None:
     settings = make_settings({"GATEWAY_ADMINS": "1", "TELEGRAM_ADMINS": "2"})
     assert is_admin(tg(user_id="1"), settings) and is_admin(tg(user_id="2"), settings)
     assert not is_admin(tg(user_id="3"), settings)
+
+
+def test_a_group_user_allowlist_allows_its_senders_in_that_group_only() -> None:
+    settings = make_settings({"TELEGRAM_GROUP_USERS": "-100=42,43;-200=7"})
+    in_group = tg(chat_id="-100", chat_type="group")
+    assert authorize(in_group, settings, is_paired=nobody_paired).reason == "group_user_allowlist"
+    assert not authorize(tg(chat_id="-200", chat_type="group"), settings, is_paired=nobody_paired).allowed
+    assert not authorize(tg(), settings, is_paired=nobody_paired).allowed  # not in a DM
+    assert unauthorized_dm_action(tg(), settings) == "ignore"  # it counts as an allowlist

@@ -433,3 +433,13 @@ def test_a_queue_that_would_dead_letter_waiting_messages_is_refused(monkeypatch:
     # Then a turn's 360 s lease cannot be waited out, and the settings say so
     with pytest.raises(ConfigError, match=r"sessions\.busy_retry_seconds.*less than a turn's lease"):
         load()
+
+
+def test_group_users_from_yaml_and_from_the_environment_round_trip() -> None:
+    s = load(config={"platforms": {"telegram": {"group_users": {"-100": ["42", "43"], -200: [7]}}}})
+    assert s.platforms["telegram"].group_users == {"-100": ("42", "43"), "-200": ("7",)}
+    assert load_settings(env=s.to_env(), config={}) == s
+    with pytest.raises(ConfigError, match="TELEGRAM_GROUP_USERS"):
+        load_settings(env={"TELEGRAM_GROUP_USERS": "-100"}, config={})
+    with pytest.raises(ConfigError, match="group_users"):
+        load(config={"platforms": {"telegram": {"group_users": {"a=b": ["1"]}}}})

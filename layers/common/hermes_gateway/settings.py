@@ -82,6 +82,31 @@ def _parse_list(raw: Any) -> tuple[str, ...]:
     return tuple(item for item in items if item)
 
 
+_GROUP_MAP_RESERVED = re.compile(r"[;=,\s]")
+
+
+def _parse_group_map(raw: Any) -> dict[str, tuple[str, ...]]:
+    """Group chat id -> the sender ids allowed in it. YAML: a mapping of lists; environment:
+    `chatA=user1,user2;chatB=user3`. Ids may not hold `;`, `=`, `,` or white space."""
+    if raw is None or raw == "":
+        return {}
+    if isinstance(raw, Mapping):
+        pairs = [(str(chat).strip(), _parse_list(users)) for chat, users in raw.items()]
+    elif isinstance(raw, str):
+        pairs = []
+        for part in filter(None, (p.strip() for p in raw.split(";"))):
+            chat, sep, listed = part.partition("=")
+            if not sep:
+                raise ValueError(f"expected chat=user1,user2 in {part!r}")
+            pairs.append((chat.strip(), _parse_list(listed)))
+    else:
+        raise ValueError(f"expected a mapping of chat id to user ids, got {type(raw).__name__}")
+    for chat, members in pairs:
+        if not chat or any(_GROUP_MAP_RESERVED.search(x) for x in (chat, *members)):
+            raise ValueError(f"chat {chat!r}: ids may not be empty or hold ';', '=', ',' or white space")
+    return dict(pairs)
+
+
 def _parse_str(raw: Any) -> str:
     if isinstance(raw, dict | list):
         raise ValueError(f"expected text, got {type(raw).__name__}")
@@ -134,6 +159,7 @@ _PLATFORM_SETTINGS = (
     ("allowed_users", "ALLOWED_USERS", _parse_list, "user ids allowed on this platform"),
     ("allow_all_users", "ALLOW_ALL_USERS", _parse_bool, "allow every user of this platform"),
     ("allowed_chats", "ALLOWED_CHATS", _parse_list, "group chat ids whose every member is allowed"),
+    ("group_users", "GROUP_USERS", _parse_group_map, "per group chat id, the sender ids allowed in it"),
     ("bot_policy", "BOT_POLICY", _parse_str, "messages from other bots: none | mentions | all"),
     ("unauthorized_dm", "UNAUTHORIZED_DM", _parse_str, "an unknown user's DM: pair | ignore (empty: by rule)"),
     ("admins", "ADMINS", _parse_list, "user ids that are admins on this platform"),
@@ -145,7 +171,7 @@ _PLATFORM_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 _COMMON_DEFAULTS: dict[str, Any] = {
     "enabled": False, "api_base_url": "", "allowed_users": (), "allow_all_users": False,
-    "allowed_chats": (), "bot_policy": "none", "unauthorized_dm": "", "admins": (),
+    "allowed_chats": (), "group_users": {}, "bot_policy": "none", "unauthorized_dm": "", "admins": (),
 }
 # fmt: on
 
@@ -199,6 +225,7 @@ class PlatformSettings:
     allowed_users: tuple[str, ...]
     allow_all_users: bool
     allowed_chats: tuple[str, ...]
+    group_users: Mapping[str, tuple[str, ...]]
     bot_policy: str
     unauthorized_dm: str
     admins: tuple[str, ...]
@@ -229,6 +256,8 @@ class Settings:
                 env[f.env] = "true" if value else "false"
             elif isinstance(value, tuple):
                 env[f.env] = ",".join(value)
+            elif isinstance(value, Mapping):
+                env[f.env] = ";".join(f"{key}={','.join(items)}" for key, items in value.items())
             else:
                 env[f.env] = str(value)
         return env

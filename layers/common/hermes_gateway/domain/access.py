@@ -88,9 +88,12 @@ def _by_user(
         return Decision(True, "platform_allow_all")
     if facts.role_granted:
         return Decision(True, "role_grant")
+    group_users = platform.group_users.get(source.chat_id or "", ()) if source.chat_type != "dm" else ()
     for user_id in user_ids:
         if _listed(user_id, platform.allowed_users, source.platform):
             return Decision(True, "platform_allowlist")
+        if _listed(user_id, group_users, source.platform):
+            return Decision(True, "group_user_allowlist")
         if _listed(user_id, settings.access.allowed_users, source.platform):
             return Decision(True, "gateway_allowlist")
     if settings.access.allow_all_users:
@@ -101,7 +104,9 @@ def _by_user(
 
 
 def any_allowlist(platform: PlatformSettings, settings: Settings) -> bool:
-    return bool(platform.allowed_users or platform.allowed_chats or settings.access.allowed_users)
+    return bool(
+        platform.allowed_users or platform.allowed_chats or platform.group_users or settings.access.allowed_users
+    )
 
 
 def unauthorized_dm_action(source: SessionSource, settings: Settings) -> str:
