@@ -337,3 +337,11 @@ def test_outputs_give_the_webhook_urls_secrets_prefix_and_alarm_topic(synthesize
     assert json.dumps(outputs["TelegramWebhookUrl"]["Value"]).endswith('"/webhooks/telegram"]]}')
     assert outputs["SecretsPrefix"]["Value"] == "/hermes-gateway/dev/"
     assert "AlarmTopicArn" in outputs
+
+
+def test_every_table_name_is_a_stack_output_for_the_cli(synthesized: Any) -> None:
+    from hermes_gateway.cli.target import table_output_key
+    from hermes_gateway.resources import TABLES
+
+    for table in TABLES:
+        assert table_output_key(table.name) in synthesized.outputs
