@@ -59,9 +59,10 @@ def test_an_unknown_user_is_paired_with_the_cli_and_then_answered(
     listing = "\n".join(line for line in printed.splitlines() if not line.startswith("{"))
     assert "user 42" in listing and code not in listing
     assert cli(["pairing", "approve", "telegram", code.lower(), "--local"]) == 0
-    approved = capsys.readouterr().out
-    assert "approved: telegram user 42" in approved
-    printed += approved
+    approved = capsys.readouterr()
+    assert "approved: telegram user 42" in approved.out
+    assert '"event":"pairing:approved"' in approved.err.replace(" ", "")  # the lifecycle event
+    printed += approved.out + approved.err
     # Then the user's next message is answered by the agent
     assert client.telegram(telegram_update(2, "now?", user_id=42))[0] == 200
     assert [r["text"] for r in client.wait_outbox(2)][-1] == "Echo: now?"

@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import logging
+import sys
 import time
 from typing import Any
 
+from hermes_gateway.domain.events import LoggedEvents
 from hermes_gateway.domain.pairing import normalize_code
+from hermes_gateway.observability import hash_id
 from hermes_gateway.settings import PLATFORMS
 
 
@@ -61,6 +65,14 @@ def _store(args: argparse.Namespace) -> Any:
     return DynamoAccessStore(use_deployed(stage))
 
 
+def _events() -> LoggedEvents:
+    """The event as a JSON line on standard error, so standard output stays the command's answer."""
+    from aws_lambda_powertools import Logger
+
+    handler = logging.StreamHandler(sys.stderr)
+    return LoggedEvents(Logger(service="hermes-gateway-cli", level="INFO", logger_handler=handler))
+
+
 def _when(epoch: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(epoch))
 
@@ -88,6 +100,7 @@ def _approve(args: argparse.Namespace) -> int:
     if result.status == "approved" and result.approval is not None:
         a = result.approval
         print(f"approved: {a.platform} user {a.user_id} ({a.user_name or 'no name'})")
+        _events().emit("pairing:approved", {"platform": a.platform, "user": hash_id(a.user_id), "by": a.approved_by})
         return 0
     if result.status == "locked":
         until = _when(result.locked_until) if result.locked_until else "later"
