@@ -226,3 +226,16 @@ def test_expiry_releases_expired_leases(env: Any) -> None:
     route = store.get_route("k")
     assert route is not None and route.resume_pending and route.lease_token is None
     assert handler("expiry")({"source": "aws.scheduler"}, context("expiry")) == {"leases_released": 0}
+
+
+def test_expiry_needs_only_the_routes_table_it_is_granted(env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hermes_gateway import wiring
+    from hermes_gateway.resources import TABLES, function
+
+    # Given the expiry function's environment in AWS: only the tables it is granted
+    granted = set(function("expiry").grants)
+    for table in TABLES:
+        if table.name not in granted:
+            monkeypatch.delenv(table.env_var, raising=False)
+    wiring.reset()
+    assert handler("expiry")({"source": "aws.scheduler"}, context("expiry")) == {"leases_released": 0}
