@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -18,34 +17,12 @@ from hermes_gateway.domain import pairing
 from hermes_gateway.domain.pairing import CODE_TTL_SECONDS, LOCKOUT_SECONDS, REQUEST_INTERVAL_SECONDS, CodeRequest
 from hermes_gateway.errors import TransientError
 from tests.fakes.access import FakePairingStore
+from tests.fakes.concurrency import race
 
 pytestmark = pytest.mark.integration
 
 T0 = 1_700_000_000.0
 WRONG = "ZZZZZZZZ"
-
-
-def race(n: int, work: Callable[[int], Any]) -> list[Any]:
-    """Run `work` in n threads released at the same moment; return every result."""
-    barrier = threading.Barrier(n)
-    results: list[Any] = [None] * n
-    errors: list[BaseException] = []
-
-    def run(i: int) -> None:
-        barrier.wait()
-        try:
-            results[i] = work(i)
-        except BaseException as exc:  # collected and re-raised below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
-    return results
 
 
 @pytest.fixture

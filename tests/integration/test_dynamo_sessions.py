@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import boto3
@@ -13,33 +11,11 @@ import pytest
 from hermes_gateway.adapters.dynamo_sessions import DynamoSessionStore
 from hermes_gateway.domain.sessions import ExpiredLease
 from hermes_gateway.domain.source import SessionSource
+from tests.fakes.concurrency import race
 
 pytestmark = pytest.mark.integration
 
 SOURCE = SessionSource(platform="telegram", chat_id="99", user_id="42", user_name="Al")
-
-
-def race(n: int, work: Callable[[int], Any]) -> list[Any]:
-    """Run `work` in n threads released at the same moment; return every result."""
-    barrier = threading.Barrier(n)
-    results: list[Any] = [None] * n
-    errors: list[BaseException] = []
-
-    def run(i: int) -> None:
-        barrier.wait()
-        try:
-            results[i] = work(i)
-        except BaseException as exc:  # collected and re-raised below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
-    return results
 
 
 def count(table: str) -> int:

@@ -11,6 +11,7 @@ import boto3
 import pytest
 
 from hermes_gateway.resources import function
+from hermes_local import pollers
 from hermes_local.http_front import api_gateway_v2_event
 from hermes_local.runtime import LambdaContext, load_handler_module
 from tests.fakes.telegram_server import FakeTelegram, too_many_requests
@@ -54,22 +55,7 @@ def queued(queue_url: str) -> list[dict[str, Any]]:
 
 
 def sqs_event(messages: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "Records": [
-            {
-                "messageId": m["MessageId"],
-                "receiptHandle": m["ReceiptHandle"],
-                "body": m["Body"],
-                "attributes": m.get("Attributes", {}),
-                "messageAttributes": {},
-                "md5OfBody": "",
-                "eventSource": "aws:sqs",
-                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q",
-                "awsRegion": "us-east-1",
-            }
-            for m in messages
-        ]
-    }
+    return pollers.sqs_event(messages, "arn:aws:sqs:us-east-1:123456789012:q", "us-east-1")
 
 
 @pytest.fixture

@@ -18,20 +18,24 @@ passed. The plaintext code is never written and never logged: only `hash_code(co
 from __future__ import annotations
 
 import math
-import random
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 from pynamodb.attributes import NumberAttribute, UnicodeAttribute
 from pynamodb.connection import Connection
-from pynamodb.exceptions import DeleteError, DoesNotExist, PutError, PynamoDBException, TransactWriteError, UpdateError
+from pynamodb.exceptions import DeleteError, DoesNotExist, PutError, TransactWriteError, UpdateError
 from pynamodb.expressions.condition import Condition
 from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
+from hermes_gateway.adapters.dynamo_errors import (
+    CONDITION_FAILED,
+    TRANSACTION_CONFLICT,
+    backoff,
+    cancellation_codes,
+    condition_failed,
+    throttling_is_transient,
+)
 from hermes_gateway.adapters.models import dynamodb_endpoint, table_meta
 from hermes_gateway.domain.pairing import (
     CODE_TTL_SECONDS,
@@ -53,19 +57,6 @@ from hermes_gateway.domain.pairing import (
 from hermes_gateway.errors import TransientError
 from hermes_gateway.resources import Bindings
 
-_CONDITION_FAILED = "ConditionalCheckFailed"
-_CONDITION_FAILED_EXCEPTION = "ConditionalCheckFailedException"
-_TRANSACTION_CONFLICT = "TransactionConflict"
-# Error codes of a throttled call, and the cancellation reasons of a throttled transaction.
-_THROTTLED = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-        "ProvisionedThroughputExceeded",
-        "ThrottlingError",
-    }
-)
 _MAX_ATTEMPTS = 8
 _SLOT_KEYS = tuple(f"slot#{n}" for n in range(1, MAX_PENDING_PER_PLATFORM + 1))
 _LOCK_SK = "approvals"
@@ -125,32 +116,6 @@ def bind_access(table: str, region: str | None, host: str | None = None) -> Acce
         limit=bind("Limit", LimitItem),
         lock=bind("Lock", LockItem),
     )
-
-
-def _backoff(attempt: int) -> None:
-    time.sleep(random.uniform(0, min(0.2, 0.005 * 2**attempt)))  # noqa: S311 - jitter, not security
-
-
-def _condition_failed(exc: PynamoDBException) -> bool:
-    return exc.cause_response_code == _CONDITION_FAILED_EXCEPTION
-
-
-def _cancellation_codes(exc: TransactWriteError) -> list[str]:
-    return [(reason.code if reason else "") or "" for reason in (exc.cancellation_reasons or [])]
-
-
-@contextmanager
-def _mapped_errors() -> Iterator[None]:
-    """Throttling is transient: the caller's retry policy (queue, workflow) applies."""
-    try:
-        yield
-    except PynamoDBException as exc:
-        codes = {exc.cause_response_code or ""}
-        if isinstance(exc, TransactWriteError):
-            codes.update(_cancellation_codes(exc))
-        if codes & _THROTTLED:
-            raise TransientError(f"DynamoDB is throttling ({', '.join(sorted(codes & _THROTTLED))})") from exc
-        raise
 
 
 _Slot = tuple[str, PendingItem | None]  # a slot's sort key and its item as read (None: missing)
@@ -267,10 +232,10 @@ class DynamoAccessStore:
             if seen is not None:
                 condition |= Pending.code_hash == seen.code_hash
             try:
-                with _mapped_errors():
+                with throttling_is_transient():
                     item.save(condition=condition)
             except PutError as exc:
-                if not _condition_failed(exc):
+                if not condition_failed(exc):
                     raise
                 slot = _choose_slot(self._slots(platform), user_id, now)
                 continue
@@ -278,14 +243,14 @@ class DynamoAccessStore:
         raise TransientError(f"no pending slot settled after {_MAX_ATTEMPTS} attempts")
 
     def _slots(self, platform: str) -> dict[str, PendingItem]:
-        with _mapped_errors():
+        with throttling_is_transient():
             items = self.models.pending.query(f"pending#{platform}", consistent_read=True)
             return {item.sk: item for item in items if item.sk in _SLOT_KEYS}
 
     def _take_window(self, platform: str, user_id: str, now: float) -> bool:
         Limit = self.models.limit
         try:
-            with _mapped_errors():
+            with throttling_is_transient():
                 Limit(f"limit#{platform}", user_id).update(
                     actions=[
                         Limit.last_request_at.set(now),
@@ -295,7 +260,7 @@ class DynamoAccessStore:
                     | (Limit.last_request_at <= now - REQUEST_INTERVAL_SECONDS),
                 )
         except UpdateError as exc:
-            if _condition_failed(exc):
+            if condition_failed(exc):
                 return False
             raise
         return True
@@ -305,18 +270,18 @@ class DynamoAccessStore:
         to be missing or out of the interval, which a missing one is too."""
         Limit = self.models.limit
         try:
-            with _mapped_errors():
+            with throttling_is_transient():
                 Limit(f"limit#{platform}", user_id).update(
                     actions=[Limit.last_request_at.remove()], condition=Limit.last_request_at == now
                 )
         except UpdateError as exc:
-            if not _condition_failed(exc):
+            if not condition_failed(exc):
                 raise
 
     def _refuse(self, status: str, platform: str, user_id: str, now: float) -> CodeRequest:
         Limit = self.models.limit
         try:
-            with _mapped_errors():
+            with throttling_is_transient():
                 Limit(f"limit#{platform}", user_id).update(
                     actions=[
                         Limit.told_try_later_at.set(now),
@@ -326,7 +291,7 @@ class DynamoAccessStore:
                     | (Limit.told_try_later_at <= now - REQUEST_INTERVAL_SECONDS),
                 )
         except UpdateError as exc:
-            if _condition_failed(exc):
+            if condition_failed(exc):
                 return CodeRequest(status, tell_try_later=False)
             raise
         return CodeRequest(status, tell_try_later=True)
@@ -358,7 +323,7 @@ class DynamoAccessStore:
 
     def _locked_until(self, platform: str, now: float) -> float | None:
         try:
-            with _mapped_errors():
+            with throttling_is_transient():
                 lock = self.models.lock.get(f"lock#{platform}", _LOCK_SK, consistent_read=True)
         except DoesNotExist:
             return None
@@ -375,18 +340,18 @@ class DynamoAccessStore:
         )
         for attempt in range(_MAX_ATTEMPTS):
             try:
-                with _mapped_errors(), TransactWrite(connection=self._connection) as tx:
+                with throttling_is_transient(), TransactWrite(connection=self._connection) as tx:
                     tx.delete(slot, condition=(Pending.code_hash == slot.code_hash) & (Pending.expires_at > now))
                     tx.save(item)
                     tx.delete(Lock(f"lock#{platform}", _LOCK_SK), condition=self._not_locked(now))
             except TransactWriteError as exc:
-                codes = _cancellation_codes(exc)
-                if _TRANSACTION_CONFLICT in codes:
-                    _backoff(attempt)
+                codes = cancellation_codes(exc)
+                if TRANSACTION_CONFLICT in codes:
+                    backoff(attempt)
                     continue
-                if len(codes) == 3 and codes[2] == _CONDITION_FAILED:
+                if len(codes) == 3 and codes[2] == CONDITION_FAILED:
                     return ApproveResult("locked", locked_until=self._locked_until(platform, now))
-                if codes and codes[0] == _CONDITION_FAILED:
+                if codes and codes[0] == CONDITION_FAILED:
                     return ApproveResult("invalid")
                 raise
             return ApproveResult("approved", approval=_approval(platform, item))
@@ -399,17 +364,17 @@ class DynamoAccessStore:
         Lock = self.models.lock
         lock = Lock(f"lock#{platform}", _LOCK_SK)
         try:
-            with _mapped_errors():
+            with throttling_is_transient():
                 lock.update(actions=[Lock.failures.add(1), Lock.expires_at.remove()], condition=self._not_locked(now))
         except UpdateError as exc:
-            if _condition_failed(exc):
+            if condition_failed(exc):
                 return ApproveResult("locked", locked_until=self._locked_until(platform, now))
             raise
         if (lock.failures or 0) < MAX_FAILED_APPROVALS:
             return ApproveResult("invalid")
         until = now + LOCKOUT_SECONDS
         try:
-            with _mapped_errors():
+            with throttling_is_transient():
                 lock.update(
                     actions=[
                         Lock.locked_until.set(until),
@@ -419,7 +384,7 @@ class DynamoAccessStore:
                     condition=self._not_locked(now),
                 )
         except UpdateError as exc:
-            if not _condition_failed(exc):
+            if not condition_failed(exc):
                 raise
             return ApproveResult("invalid", locked_until=self._locked_until(platform, now))
         return ApproveResult("invalid", locked_until=until)
@@ -428,7 +393,7 @@ class DynamoAccessStore:
 
     def is_approved(self, platform: str, user_id: str) -> bool:
         try:
-            with _mapped_errors():
+            with throttling_is_transient():
                 self.models.approval.get(f"approved#{platform}", user_id, consistent_read=True)
         except DoesNotExist:
             return False
@@ -437,10 +402,10 @@ class DynamoAccessStore:
     def revoke(self, platform: str, user_id: str) -> bool:
         Approval = self.models.approval
         try:
-            with _mapped_errors():
+            with throttling_is_transient():
                 Approval(f"approved#{platform}", user_id).delete(condition=Approval.sk.exists())
         except DeleteError as exc:
-            if _condition_failed(exc):
+            if condition_failed(exc):
                 return False
             raise
         return True
@@ -450,7 +415,7 @@ class DynamoAccessStore:
         return sorted(live, key=lambda p: (p.created_at, p.user_id))
 
     def approved(self, platform: str) -> list[Approval]:
-        with _mapped_errors():
+        with throttling_is_transient():
             items = [
                 _approval(platform, item)
                 for item in self.models.approval.query(f"approved#{platform}", consistent_read=True)
@@ -463,10 +428,10 @@ class DynamoAccessStore:
         cleared = 0
         for item in self._slots(platform).values():
             try:
-                with _mapped_errors():
+                with throttling_is_transient():
                     item.delete(condition=Pending.sk.exists())
             except DeleteError as exc:
-                if not _condition_failed(exc):
+                if not condition_failed(exc):
                     raise
                 continue
             cleared += 1

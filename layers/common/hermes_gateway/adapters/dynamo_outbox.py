@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pynamodb.exceptions import DoesNotExist, PutError, UpdateError
 from pynamodb.expressions.update import Action
 
+from hermes_gateway.adapters.dynamo_errors import condition_failed
 from hermes_gateway.adapters.models import OutboxModelBase, bind_outbox, dynamodb_endpoint
 from hermes_gateway.resources import Bindings
 
@@ -91,7 +92,7 @@ class DynamoOutbox:
         try:
             item.save(condition=Outbox.delivery_id.does_not_exist())
         except PutError as exc:
-            if getattr(exc, "cause_response_code", "") != "ConditionalCheckFailedException":
+            if not condition_failed(exc):
                 raise
             item = Outbox.get(delivery_id, consistent_read=True)
         return _entry(item)
@@ -107,7 +108,7 @@ class DynamoOutbox:
                 | ((Outbox.status == "sending") & (Outbox.updated_at < now - stale_after_seconds)),
             )
         except UpdateError as exc:
-            if getattr(exc, "cause_response_code", "") == "ConditionalCheckFailedException":
+            if condition_failed(exc):
                 return False
             raise
         return True

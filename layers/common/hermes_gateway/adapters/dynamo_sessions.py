@@ -8,73 +8,38 @@ was read. Every condition failure becomes `Conflict` (or a retry) here and nowhe
 from __future__ import annotations
 
 import hashlib
-import random
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
 
 from pynamodb.connection import Connection
-from pynamodb.exceptions import DoesNotExist, PutError, TransactWriteError, UpdateError
+from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.expressions.update import Action
 from pynamodb.transactions import TransactWrite
 
+from hermes_gateway.adapters.dynamo_errors import (
+    CONDITION_FAILED,
+    TRANSACTION_CONFLICT,
+    backoff,
+    cancellation_codes,
+    condition_failed,
+    throttling_is_transient,
+)
 from hermes_gateway.adapters.models import LEASE_SHARD, BoundModels, RouteModelBase, dynamodb_endpoint
 from hermes_gateway.domain.sessions import ExpiredLease, SessionEntry, TranscriptRow, new_session_id
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.errors import Conflict, TransientError
 from hermes_gateway.resources import Bindings
 
-_CONDITION_FAILED = "ConditionalCheckFailed"
-# Throttling as single calls report it (…Exception) and as transaction cancellation reasons.
-_RETRYABLE = (
-    "ProvisionedThroughputExceededException",
-    "ProvisionedThroughputExceeded",
-    "ThrottlingException",
-    "ThrottlingError",
-    "RequestLimitExceeded",
-)
 _MAX_ATTEMPTS = 8
 _APPEND_ATTEMPTS = 25  # appends to one session race only when many writers share it
 
 
-def _backoff(attempt: int) -> None:
-    """Full jitter, capped: contention on one item clears fastest when writers spread out."""
-    time.sleep(random.uniform(0, min(0.2, 0.005 * 2**attempt)))  # noqa: S311 - jitter, not security
-
-
-def _cause_code(exc: Exception) -> str:
-    cause = getattr(exc, "cause_response_code", None)
-    return str(cause or "")
-
-
-def _cancellation_codes(exc: TransactWriteError) -> list[str]:
-    return [(reason.code if reason else "") or "" for reason in (exc.cancellation_reasons or [])]
-
-
-@contextmanager
-def _mapped_errors() -> Iterator[None]:
-    """Throttling is transient: the caller's retry policy (queue, workflow) applies."""
-    try:
-        yield
-    except (PutError, UpdateError, TransactWriteError) as exc:
-        code = _cause_code(exc)
-        if code in _RETRYABLE or any(c in _RETRYABLE for c in _codes_if_transaction(exc)):
-            raise TransientError(f"DynamoDB is throttling ({code or 'in a transaction'})") from exc
-        raise
-
-
-def _codes_if_transaction(exc: Exception) -> list[str]:
-    return _cancellation_codes(exc) if isinstance(exc, TransactWriteError) else []
-
-
 def _lost_race(exc: TransactWriteError) -> bool:
     """Another writer got there first (its condition held, or its transaction held the item)."""
-    codes = _cancellation_codes(exc)
-    if "TransactionConflict" in codes:
-        _backoff(1)
-    return _CONDITION_FAILED in codes or "TransactionConflict" in codes
+    codes = cancellation_codes(exc)
+    if TRANSACTION_CONFLICT in codes:
+        backoff(1)
+    return CONDITION_FAILED in codes or TRANSACTION_CONFLICT in codes
 
 
 def _dedupe_seq(dedupe_key: str) -> int:
@@ -169,7 +134,7 @@ class DynamoSessionStore:
         try:
             route.update(actions=[Route.updated_at.set(now)], condition=Route.session_id == route.session_id)
         except UpdateError as exc:
-            if _cause_code(exc) != "ConditionalCheckFailedException":
+            if not condition_failed(exc):
                 raise
 
     def _new_items(self, source: SessionSource, session_key: str, now: float) -> tuple[Any, Any]:
@@ -198,7 +163,7 @@ class DynamoSessionStore:
         Route, Session = self.models.route, self.models.session
         route, session = self._new_items(source, session_key, now)
         try:
-            with _mapped_errors(), TransactWrite(connection=self._connection) as tx:
+            with throttling_is_transient(), TransactWrite(connection=self._connection) as tx:
                 tx.save(route, condition=Route.session_key.does_not_exist())
                 tx.save(session, condition=Session.session_id.does_not_exist())
         except TransactWriteError as exc:
@@ -211,7 +176,7 @@ class DynamoSessionStore:
         Route, Session = self.models.route, self.models.session
         fresh, session = self._new_items(source, old.session_key, now)
         try:
-            with _mapped_errors(), TransactWrite(connection=self._connection) as tx:
+            with throttling_is_transient(), TransactWrite(connection=self._connection) as tx:
                 tx.update(
                     old,
                     actions=[
@@ -283,7 +248,7 @@ class DynamoSessionStore:
                 output_tokens=output_tokens,
             )
             try:
-                with _mapped_errors(), TransactWrite(connection=self._connection) as tx:
+                with throttling_is_transient(), TransactWrite(connection=self._connection) as tx:
                     tx.save(row, condition=Message.seq.does_not_exist())
                     if dedupe_key:
                         marker = Message(session_id, _dedupe_seq(dedupe_key), dedupe_key=dedupe_key, role="marker")
@@ -297,12 +262,12 @@ class DynamoSessionStore:
                         counters.append(Session.output_tokens.add(output_tokens))
                     tx.update(Session(session_id), actions=counters)
             except TransactWriteError as exc:
-                codes = _cancellation_codes(exc)
-                if dedupe_key and len(codes) > 1 and codes[1] == _CONDITION_FAILED:
+                codes = cancellation_codes(exc)
+                if dedupe_key and len(codes) > 1 and codes[1] == CONDITION_FAILED:
                     existing = Message.get(session_id, _dedupe_seq(dedupe_key), consistent_read=True)
                     return int(existing.content or 0)
-                if (codes and codes[0] == _CONDITION_FAILED) or "TransactionConflict" in codes:
-                    _backoff(attempt)  # another writer took this seq (or holds the item); read the tail again
+                if (codes and codes[0] == CONDITION_FAILED) or TRANSACTION_CONFLICT in codes:
+                    backoff(attempt)  # another writer took this seq (or holds the item); read the tail again
                     continue
                 raise
             return seq
@@ -364,7 +329,7 @@ class DynamoSessionStore:
                 & (Route.lease_token.does_not_exist() | (Route.lease_token == token)),
             )
         except UpdateError as exc:
-            if _cause_code(exc) == "ConditionalCheckFailedException":
+            if condition_failed(exc):
                 return False
             raise
         return True
@@ -383,7 +348,7 @@ class DynamoSessionStore:
                 condition=Route.lease_token == token,
             )
         except UpdateError as exc:
-            if _cause_code(exc) == "ConditionalCheckFailedException":
+            if condition_failed(exc):
                 return False
             raise
         return True
@@ -417,7 +382,7 @@ class DynamoSessionStore:
                 condition=(Route.lease_token == lease.lease_token) & (Route.lease_expires_at < now),
             )
         except UpdateError as exc:
-            if _cause_code(exc) == "ConditionalCheckFailedException":
+            if condition_failed(exc):
                 return False
             raise
         return True
