@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import Any
 
 from pynamodb.attributes import NumberAttribute, UnicodeAttribute
 from pynamodb.connection import Connection
@@ -248,16 +249,16 @@ class DynamoAccessStore:
             return {item.sk: item for item in items if item.sk in _SLOT_KEYS}
 
     def _take_window(self, platform: str, user_id: str, now: float) -> bool:
+        return self._claim_once_per_interval(platform, user_id, self.models.limit.last_request_at, now)
+
+    def _claim_once_per_interval(self, platform: str, user_id: str, mark: Any, now: float) -> bool:
+        """Set one of the user's limit marks to `now` unless it was set less than an interval ago."""
         Limit = self.models.limit
         try:
             with throttling_is_transient():
                 Limit(f"limit#{platform}", user_id).update(
-                    actions=[
-                        Limit.last_request_at.set(now),
-                        Limit.expires_at.set(math.ceil(now + REQUEST_INTERVAL_SECONDS)),
-                    ],
-                    condition=Limit.last_request_at.does_not_exist()
-                    | (Limit.last_request_at <= now - REQUEST_INTERVAL_SECONDS),
+                    actions=[mark.set(now), Limit.expires_at.set(math.ceil(now + REQUEST_INTERVAL_SECONDS))],
+                    condition=mark.does_not_exist() | (mark <= now - REQUEST_INTERVAL_SECONDS),
                 )
         except UpdateError as exc:
             if condition_failed(exc):
@@ -279,22 +280,8 @@ class DynamoAccessStore:
                 raise
 
     def _refuse(self, status: str, platform: str, user_id: str, now: float) -> CodeRequest:
-        Limit = self.models.limit
-        try:
-            with throttling_is_transient():
-                Limit(f"limit#{platform}", user_id).update(
-                    actions=[
-                        Limit.told_try_later_at.set(now),
-                        Limit.expires_at.set(math.ceil(now + REQUEST_INTERVAL_SECONDS)),
-                    ],
-                    condition=Limit.told_try_later_at.does_not_exist()
-                    | (Limit.told_try_later_at <= now - REQUEST_INTERVAL_SECONDS),
-                )
-        except UpdateError as exc:
-            if condition_failed(exc):
-                return CodeRequest(status, tell_try_later=False)
-            raise
-        return CodeRequest(status, tell_try_later=True)
+        told = self._claim_once_per_interval(platform, user_id, self.models.limit.told_try_later_at, now)
+        return CodeRequest(status, tell_try_later=told)
 
     # -- approvals --------------------------------------------------------------------------
 
