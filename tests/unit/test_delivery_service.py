@@ -215,9 +215,8 @@ def test_a_null_text_or_delivery_id_is_a_bad_request(field: str) -> None:
         DeliveryJob.from_dict(data)
 
 
-def test_a_second_worker_does_not_send_a_chunk_another_worker_is_sending() -> None:
-    # Given a chunk claimed by a worker that is still sending it
-    outbox, sender = FakeOutbox(), FakeSender()
+def claimed_chunk(outbox: FakeOutbox, at: float) -> None:
+    """The one chunk of `job("hi")`, recorded and claimed by a worker at `at`."""
     outbox.record(
         "turn-abc#1",
         platform="telegram",
@@ -227,9 +226,15 @@ def test_a_second_worker_does_not_send_a_chunk_another_worker_is_sending() -> No
         turn_id="turn-abc",
         chunk=1,
         chunks=1,
-        now=NOW,
+        now=at,
     )
-    assert outbox.claim("turn-abc#1", NOW)
+    assert outbox.claim("turn-abc#1", at)
+
+
+def test_a_second_worker_does_not_send_a_chunk_another_worker_is_sending() -> None:
+    # Given a chunk claimed by a worker that is still sending it
+    outbox, sender = FakeOutbox(), FakeSender()
+    claimed_chunk(outbox, NOW)
     # When the same job reaches a second worker
     with pytest.raises(TransientError):
         deliver(job("hi"), deps(outbox, sender))
@@ -239,18 +244,7 @@ def test_a_second_worker_does_not_send_a_chunk_another_worker_is_sending() -> No
 
 def test_a_claim_left_by_a_worker_that_died_is_taken_over() -> None:
     outbox, sender = FakeOutbox(), FakeSender()
-    outbox.record(
-        "turn-abc#1",
-        platform="telegram",
-        chat_id="99",
-        thread_id=None,
-        text="hi",
-        turn_id="turn-abc",
-        chunk=1,
-        chunks=1,
-        now=NOW - 600,
-    )
-    assert outbox.claim("turn-abc#1", NOW - 600)
+    claimed_chunk(outbox, NOW - 600)
     deliver(job("hi"), deps(outbox, sender))
     assert len(sender.sent) == 1 and outbox.entries["turn-abc#1"].status == "sent"
 
