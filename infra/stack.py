@@ -7,7 +7,8 @@ from typing import Any
 from aws_cdk import CfnOutput, Stack, Tags
 from constructs import Construct
 
-from hermes_gateway.cli.target import table_output_key
+from hermes_gateway.cli.target import table_output_key, webhook_output_key
+from hermes_gateway.platforms.catalog import CATALOG
 from hermes_gateway.resources import (
     FUNCTIONS,
     QUEUES,
@@ -97,16 +98,21 @@ class HermesGatewayStack(Stack):
             alarms.on_errors(name, function)
         alarms.on_failed_executions(TURN_STATE_MACHINE.name, workflow.state_machine)
 
-        api = WebhookApi(self, "Webhooks", handler=lambdas[WEBHOOK_FUNCTION], api_name=f"{PROJECT}-{stage}")
+        enabled = [spec for spec in CATALOG if not spec.local_only and settings.platform(spec.name) is not None]
+        api = WebhookApi(
+            self, "Webhooks", handler=lambdas[WEBHOOK_FUNCTION], api_name=f"{PROJECT}-{stage}", platforms=enabled
+        )
         Schedules(self, "Schedules", specs=SCHEDULES, functions=lambdas, alarms=alarms)
 
         CfnOutput(self, "WebhookUrl", value=f"{api.url}webhooks/", description="Append the platform name")
-        CfnOutput(
-            self,
-            "TelegramWebhookUrl",
-            value=f"{api.url}webhooks/telegram",
-            description="Register with Telegram setWebhook (with the TELEGRAM_WEBHOOK_SECRET as secret_token)",
-        )
+        for spec in enabled:
+            # The CLI's `webhooks` command reads these (hermes_gateway.cli.target.webhook_output_key).
+            CfnOutput(
+                self,
+                webhook_output_key(spec.name),
+                value=f"{api.url}webhooks/{spec.name}",
+                description=f"Register this URL with {spec.title} (docs/platforms/{spec.name}.md)",
+            )
         CfnOutput(
             self,
             "SecretsPrefix",

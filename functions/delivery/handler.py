@@ -11,8 +11,8 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from hermes_gateway import wiring
+from hermes_gateway.errors import RateLimited
 from hermes_gateway.observability import logger, metrics
-from hermes_gateway.platforms.telegram import RateLimited
 from hermes_gateway.services.delivery import DeliveryJob, deliver
 
 # A failed job is reported, not raised: flood control and platform outages are expected, and

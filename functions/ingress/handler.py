@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -15,8 +14,16 @@ from hermes_gateway.observability import logger, metrics
 from hermes_gateway.services.ingress import HttpRequest, HttpResponse, decode_body, handle_webhook
 
 
+def platform_of(path_parameters: dict[str, str], raw_path: str) -> str:
+    """`/webhooks/{platform}` or `/webhooks/{platform}/{proxy+}`: the segment after `webhooks`."""
+    if path_parameters.get("platform"):
+        return path_parameters["platform"]
+    parts = [p for p in raw_path.split("/") if p]
+    return parts[parts.index("webhooks") + 1] if "webhooks" in parts[:-1] else ""
+
+
 def _respond(response: HttpResponse) -> dict[str, Any]:
-    return {"statusCode": response.status, "headers": response.headers, "body": json.dumps(response.body)}
+    return {"statusCode": response.status, "headers": response.headers, "body": response.encoded_body()}
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -24,7 +31,7 @@ def _respond(response: HttpResponse) -> dict[str, Any]:
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     received_at = time.time()
     http = APIGatewayProxyEventV2(event)
-    platform = (http.path_parameters or {}).get("platform") or http.raw_path.rstrip("/").rsplit("/", 1)[-1]
+    platform = platform_of(http.path_parameters or {}, http.raw_path)
     settings = wiring.settings()
     try:
         body = decode_body(http.get("body"), bool(http.is_base64_encoded), settings.max_body_bytes)
@@ -47,8 +54,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         platform,
         request,
         settings=settings,
-        secrets=wiring.secrets(),
-        adapters=wiring.inbound_adapters(),
+        adapters=wiring.inbound_adapter,
         enqueue_once=enqueue_once,
         received_at=received_at,
     )

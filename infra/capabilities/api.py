@@ -1,8 +1,11 @@
-"""The public webhook endpoint: an HTTP API whose `POST /webhooks/{platform}` invokes the ingress function."""
+"""The public webhook endpoint: an HTTP API with one route per enabled platform (`/webhooks/<name>`,
+with the methods the platform uses), each invoking the ingress function. A disabled platform has no
+route at all: API Gateway answers 404 without invoking (or billing) a function."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import jsii
 from aws_cdk import RemovalPolicy
@@ -13,10 +16,10 @@ from aws_cdk import aws_logs as logs
 from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
 from constructs import Construct
 
+from hermes_gateway.platforms.catalog import PlatformSpec
 from infra.capabilities.functions import LOG_RETENTION
 from infra.nag import acknowledge
 
-WEBHOOK_PATH = "/webhooks/{platform}"
 # Stage-wide limits: far above one gateway's traffic, low enough to cap the bill of a flood.
 THROTTLE_RATE_PER_SECOND = 50
 THROTTLE_BURST = 100
@@ -38,7 +41,15 @@ ACCESS_LOG_FORMAT = json.dumps(
 
 
 class WebhookApi(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, handler: lambda_.IFunction, api_name: str) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        handler: lambda_.IFunction,
+        api_name: str,
+        platforms: Sequence[PlatformSpec],
+    ) -> None:
         super().__init__(scope, construct_id)
         self.http_api = apigatewayv2.HttpApi(
             self,
@@ -47,13 +58,19 @@ class WebhookApi(Construct):
             description="Hermes Gateway webhooks",
             create_default_stage=False,
         )
-        routes = self.http_api.add_routes(
-            path=WEBHOOK_PATH,
-            methods=[apigatewayv2.HttpMethod.POST],
-            integration=HttpLambdaIntegration(
-                "Ingress", handler, payload_format_version=apigatewayv2.PayloadFormatVersion.VERSION_2_0
-            ),
+        integration = HttpLambdaIntegration(
+            "Ingress", handler, payload_format_version=apigatewayv2.PayloadFormatVersion.VERSION_2_0
         )
+        routes = [
+            route
+            for platform in platforms
+            for path in platform.webhook_paths()
+            for route in self.http_api.add_routes(
+                path=path,
+                methods=[apigatewayv2.HttpMethod(m) for m in platform.methods],
+                integration=integration,
+            )
+        ]
         for route in routes:
             acknowledge(
                 route,

@@ -38,11 +38,15 @@ def api_gateway_v2_event(
     except UnicodeDecodeError:
         text, is_b64 = base64.b64encode(body).decode("ascii"), True
     segments = parts.path.strip("/").split("/")
-    path_params = {"platform": segments[1]} if len(segments) == 2 and segments[0] == "webhooks" else {}
+    path_params = {"platform": segments[1]} if len(segments) >= 2 and segments[0] == "webhooks" else {}
+    route = "/webhooks/{platform}"
+    if len(segments) > 2 and path_params:
+        path_params["proxy"] = "/".join(segments[2:])
+        route += "/{proxy+}"
     now = time.time()
     return {
         "version": "2.0",
-        "routeKey": f"{method} /webhooks/{{platform}}",
+        "routeKey": f"{method} {route}",
         "rawPath": parts.path,
         "rawQueryString": parts.query,
         "headers": merged,
@@ -60,7 +64,7 @@ def api_gateway_v2_event(
                 "userAgent": merged.get("user-agent", ""),
             },
             "requestId": str(uuid.uuid4()),
-            "routeKey": f"{method} /webhooks/{{platform}}",
+            "routeKey": f"{method} {route}",
             "stage": "$default",
             "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
             "timeEpoch": int(now * 1000),
@@ -111,6 +115,12 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         if urlsplit(self.path).path.startswith("/webhooks/"):
             self._webhook("POST")
+        else:
+            self._json(404, {"ok": False, "error": "not found"})
+
+    def do_PUT(self) -> None:  # Matrix application-service transactions
+        if urlsplit(self.path).path.startswith("/webhooks/"):
+            self._webhook("PUT")
         else:
             self._json(404, {"ok": False, "error": "not found"})
 

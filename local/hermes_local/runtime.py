@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import Any
 
 from hermes_gateway.cli.target import LOCAL_STATE_ENV, remove_local_state, write_local_state
+from hermes_gateway.platforms import catalog
 from hermes_gateway.resources import FUNCTIONS, QUEUES, SCHEDULES, FunctionSpec, repo_root
 from hermes_gateway.settings import Settings, configured_paths, load_settings, read_yaml
 
@@ -120,6 +121,11 @@ def local_settings_env(config_path: Path | None, environ: dict[str, str]) -> tup
     # Local defaults apply only where the user chose nothing, in the file or the environment.
     if "platforms.webchat.enabled" not in explicit:
         env["WEBCHAT_ENABLED"] = "true"
+    for spec in catalog.CATALOG:
+        # A platform whose verification secrets are all set is on, unless the user said otherwise.
+        enabled_path = f"platforms.{spec.name}.enabled"
+        if enabled_path not in explicit and spec.verify_env and all(environ.get(n) for n in spec.verify_env):
+            env[f"{spec.name.upper()}_ENABLED"] = "true"
     access_paths = {
         "platforms.telegram.allowed_users",
         "platforms.telegram.allow_all_users",

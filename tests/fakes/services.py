@@ -16,6 +16,7 @@ from typing import Any
 
 from hermes_gateway.adapters.dynamo_outbox import OutboxEntry
 from hermes_gateway.errors import TransientError
+from hermes_gateway.platforms.base import Target
 from hermes_gateway.providers.base import ChatMessage, ModelReply
 from hermes_gateway.settings import Settings, load_settings
 
@@ -173,11 +174,11 @@ class FakeSender:
         self.fail_on = fail_on or set()
         self.error = error or TransientError("platform timed out")
 
-    def send_text(self, chat_id: str, text: str, *, thread_id: str | None = None) -> str:
+    def send(self, target: Target, text: str) -> str:
         self.attempts += 1
         if self.attempts in self.fail_on:
             raise self.error
-        self.sent.append((chat_id, text, thread_id))
+        self.sent.append((target.chat_id, text, target.thread_id))
         return str(1000 + len(self.sent))
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from hermes_gateway.platforms.catalog import CATALOG
 from hermes_gateway.settings import load_settings
 
 
@@ -29,8 +30,10 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     from infra.app import SKIP_BUNDLING, build_app
 
     outdir = tmp_path_factory.mktemp("cdk.out")
-    # Defaults only: the environment of the test run must not change the stack.
-    app, stack = build_app(load_settings(env={}, config={}), context=SKIP_BUNDLING, outdir=str(outdir))
+    # Defaults, with every platform on (so every route is checked); the environment of the test
+    # run must not change the stack.
+    config = {"platforms": {spec.name: {"enabled": True} for spec in CATALOG if not spec.local_only}}
+    app, stack = build_app(load_settings(env={}, config=config), context=SKIP_BUNDLING, outdir=str(outdir))
     try:
         app.synth()  # runs the cdk-nag checks; raises on an unacknowledged finding
         violations: list[dict[str, Any]] = []

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from hermes_gateway.cli.target import webhook_output_key
+from hermes_gateway.platforms.catalog import CATALOG
 from hermes_gateway.resources import (
     FUNCTIONS,
     QUEUES,
@@ -20,6 +22,7 @@ from hermes_gateway.resources import (
     Key,
     repo_root,
 )
+from hermes_gateway.settings import load_settings
 from tests.infra.conftest import Synthesized
 
 pytestmark = pytest.mark.infra
@@ -307,8 +310,26 @@ def test_state_machine_may_invoke_only_the_agent_function(synthesized: Synthesiz
 # --- API, schedules, outputs -----------------------------------------------------------------------
 
 
-def test_webhook_route_invokes_the_ingress_function(synthesized: Synthesized) -> None:
-    synthesized.template.has_resource_properties("AWS::ApiGatewayV2::Route", {"RouteKey": "POST /webhooks/{platform}"})
+def test_each_enabled_platform_has_its_routes_and_url_output(synthesized: Synthesized) -> None:
+    deployed = [spec for spec in CATALOG if not spec.local_only]
+    routes = {r["Properties"]["RouteKey"] for r in synthesized.of_type("AWS::ApiGatewayV2::Route").values()}
+    assert routes == {f"{m} {path}" for spec in deployed for path in spec.webhook_paths() for m in spec.methods}
+    assert "POST /webhooks/webchat" not in routes  # the local page is never deployed
+    for spec in deployed:
+        assert webhook_output_key(spec.name) in synthesized.outputs
+
+
+def test_a_disabled_platform_has_no_route() -> None:
+    from aws_cdk.assertions import Template
+
+    from infra.app import SKIP_BUNDLING, build_app
+
+    _app, stack = build_app(load_settings(env={}, config={}), context=SKIP_BUNDLING)
+    routes = Template.from_stack(stack).find_resources("AWS::ApiGatewayV2::Route")
+    assert {r["Properties"]["RouteKey"] for r in routes.values()} == {"POST /webhooks/telegram"}
+
+
+def test_webhook_routes_invoke_the_ingress_function(synthesized: Synthesized) -> None:
     (integration,) = synthesized.of_type("AWS::ApiGatewayV2::Integration").values()
     assert integration["Properties"]["PayloadFormatVersion"] == "2.0"
     assert ref(integration["Properties"]["IntegrationUri"]) == functions_by_name(synthesized)["ingress"][0]

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from hermes_gateway.errors import BadRequest, PermanentError, TransientError
-from hermes_gateway.services.delivery import DeliveryDeps, DeliveryJob, RecordOnly, Sender, deliver
+from hermes_gateway.platforms.base import Sender
+from hermes_gateway.services.delivery import DeliveryDeps, DeliveryJob, RecordOnly, deliver
 from tests.fakes.services import FakeOutbox, FakeSender
 
 NOW = 1_764_400_000.0
@@ -29,7 +30,7 @@ def job(
 
 
 def deps(outbox: FakeOutbox, sender: Sender | None, expected_platform: str = "telegram") -> DeliveryDeps:
-    def sender_for(platform: str) -> Sender | None:
+    def sender_for(platform: str, via: str) -> Sender | None:
         assert platform == expected_platform
         return sender
 
@@ -84,7 +85,7 @@ def test_a_long_telegram_reply_is_split_into_numbered_chunks_sent_in_order() -> 
 def test_unknown_platforms_use_the_default_limit() -> None:
     outbox, sender = FakeOutbox(), FakeSender()
 
-    deliver(job("x " * 3000, platform="matrix"), deps(outbox, sender, "matrix"))
+    deliver(job("x " * 3000, platform="signal"), deps(outbox, sender, "signal"))
 
     assert len(sender.sent) == 2
     assert all(len(t) <= 4000 for _, t, _ in sender.sent)
@@ -265,5 +266,5 @@ def test_a_pairing_code_is_sent_but_kept_masked_in_the_outbox() -> None:
     assert "ABCD2345" not in stored and stored.startswith("Your pairing code is ")
     # Local mode keeps it: its in-memory outbox is the only place a newcomer can read it
     local = FakeOutbox()
-    deliver(pairing, DeliveryDeps(outbox=local, sender_for=lambda p: sender, now=lambda: NOW, store_sensitive=True))
+    deliver(pairing, DeliveryDeps(outbox=local, sender_for=lambda p, v: sender, now=lambda: NOW, store_sensitive=True))
     assert "ABCD2345" in local.entries["pairing-1#1"].text

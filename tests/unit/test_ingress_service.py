@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -15,18 +16,16 @@ import pytest
 from hermes_gateway.domain.source import InboundMessage
 from hermes_gateway.errors import BadRequest, PayloadTooLarge, TransientError
 from hermes_gateway.platforms.telegram import SECRET_HEADER
-from hermes_gateway.platforms.telegram_inbound import TelegramInbound
-from hermes_gateway.platforms.webchat import TOKEN_HEADER, WebchatInbound
-from hermes_gateway.secrets import Secrets
+from hermes_gateway.platforms.webchat import TOKEN_HEADER
 from hermes_gateway.services.ingress import HttpRequest, HttpResponse, decode_body, handle_webhook
 from hermes_gateway.settings import Settings
+from tests.fakes import platforms
 from tests.fakes.services import FakeEnqueue, make_settings
 
 TG_SECRET = "tg-webhook-secret"
 WC_TOKEN = "local-page-token"
 NOW = 1_764_400_000.0
-ADAPTERS = {"telegram": TelegramInbound(), "webchat": WebchatInbound()}
-SECRETS = Secrets(env={"TELEGRAM_WEBHOOK_SECRET": TG_SECRET, "WEBCHAT_TOKEN": WC_TOKEN})
+SECRETS = {"TELEGRAM_WEBHOOK_SECRET": TG_SECRET, "WEBCHAT_TOKEN": WC_TOKEN}
 
 
 def tg_update(update_id: int = 1001, text: str | None = "hello", **message: Any) -> dict[str, Any]:
@@ -63,14 +62,14 @@ def call(
     enqueue: FakeEnqueue,
     *,
     settings: Settings | None = None,
-    secrets: Secrets = SECRETS,
+    secrets: Mapping[str, str] = SECRETS,
 ) -> HttpResponse:
+    settings = settings or make_settings({"WEBCHAT_ENABLED": "true"})
     return handle_webhook(
         platform,
         request,
-        settings=settings or make_settings({"WEBCHAT_ENABLED": "true"}),
-        secrets=secrets,
-        adapters=ADAPTERS,
+        settings=settings,
+        adapters=platforms.adapters(settings, secrets),
         enqueue_once=enqueue,
         received_at=NOW,
     )
@@ -153,7 +152,7 @@ def test_a_body_at_the_limit_is_not_413() -> None:
 def test_telegram_wrong_or_missing_secret_is_401_and_nothing_is_enqueued(
     secret: str | None, configured: str | None
 ) -> None:
-    secrets = Secrets(env={"TELEGRAM_WEBHOOK_SECRET": configured} if configured else {})
+    secrets = {"TELEGRAM_WEBHOOK_SECRET": configured} if configured else {}
     enqueue = FakeEnqueue()
 
     response = call("telegram", tg_request(tg_update(), secret=secret), enqueue, secrets=secrets)

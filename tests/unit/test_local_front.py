@@ -70,7 +70,7 @@ def test_no_query_gives_none_like_api_gateway() -> None:
         ("/webhooks/webchat/", {"platform": "webchat"}),
         ("/webhooks/telegram?x=1", {"platform": "telegram"}),
         ("/webhooks", {}),
-        ("/webhooks/telegram/extra", {}),
+        ("/webhooks/matrix/transactions/7", {"platform": "matrix", "proxy": "transactions/7"}),
         ("/other/telegram", {}),
     ],
 )

@@ -45,3 +45,23 @@ class TransientError(GatewayError):
 
 class PermanentError(GatewayError):
     """A failure that retrying cannot fix (a rejected request, a missing secret)."""
+
+
+class RateLimited(TransientError):
+    """The platform's flood control: wait `retry_after` seconds before the next request."""
+
+    def __init__(self, retry_after: float, message: str = "") -> None:
+        super().__init__(message or f"rate limited; retry after {retry_after:g} s")
+        self.retry_after = retry_after
+
+
+class TargetGone(PermanentError):
+    """The chat is out of reach (the bot was blocked or removed, the chat does not exist).
+
+    Recorded on the target and skipped until a later success. `migrate_to` names the chat's new id
+    when the platform says it moved (a Telegram group that became a supergroup).
+    """
+
+    def __init__(self, message: str, migrate_to: str | None = None) -> None:
+        super().__init__(message)
+        self.migrate_to = migrate_to

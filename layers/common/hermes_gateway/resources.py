@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hermes_gateway.errors import ConfigError
+from hermes_gateway.platforms.catalog import CATALOG
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -164,7 +165,13 @@ TURN_STATE_MACHINE = StateMachineSpec(
     substitutions={"AgentFunctionArn": "agent"},
 )
 
-SECRET_NAMES = ("TELEGRAM_BOT_TOKEN", "TELEGRAM_WEBHOOK_SECRET", "OPENAI_API_KEY", "WEBCHAT_TOKEN")
+# Every platform's secrets come from the platform catalog; the ingress reads those that verify
+# webhooks, the delivery function those that send.
+INBOUND_SECRETS = tuple(dict.fromkeys(s for p in CATALOG if not p.local_only for s in p.inbound_secrets))
+SEND_SECRETS = tuple(dict.fromkeys(s for p in CATALOG if not p.local_only for s in p.send_secrets))
+SECRET_NAMES = tuple(
+    dict.fromkeys((*INBOUND_SECRETS, *SEND_SECRETS, "OPENAI_API_KEY", *(s for p in CATALOG for s in p.secrets)))
+)
 
 FUNCTIONS: tuple[FunctionSpec, ...] = (
     FunctionSpec(
@@ -175,7 +182,7 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         memory_mb=512,
         timeout_seconds=10,
         grants={"idempotency": Access.READ_WRITE, "inbound": Access.SEND},
-        secrets=("TELEGRAM_WEBHOOK_SECRET",),
+        secrets=INBOUND_SECRETS,
     ),
     FunctionSpec(
         name="router",
@@ -220,7 +227,7 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         grants={"outbox": Access.READ_WRITE, "delivery": Access.CONSUME},
         consumes="delivery",
         batch_size=5,
-        secrets=("TELEGRAM_BOT_TOKEN",),
+        secrets=SEND_SECRETS,
     ),
     FunctionSpec(
         name="expiry",

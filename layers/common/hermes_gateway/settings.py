@@ -14,11 +14,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hermes_gateway.errors import ConfigError
+from hermes_gateway.platforms import catalog
 from hermes_gateway.resources import INBOUND_QUEUE, SECRET_NAMES
 
 PROVIDERS = ("echo", "openai", "bedrock")
@@ -164,28 +165,41 @@ _PLATFORM_SETTINGS = (
     ("unauthorized_dm", "UNAUTHORIZED_DM", _parse_str, "an unknown user's DM: pair | ignore (empty: by rule)"),
     ("admins", "ADMINS", _parse_list, "user ids that are admins on this platform"),
 )
-_PLATFORM_DEFAULTS: dict[str, dict[str, Any]] = {
-    "telegram": {"enabled": True, "api_base_url": "https://api.telegram.org"},
-    # The local web chat page: local mode turns it on; it has no users to allowlist.
-    "webchat": {"enabled": False, "allow_all_users": True},
-}
 _COMMON_DEFAULTS: dict[str, Any] = {
     "enabled": False, "api_base_url": "", "allowed_users": (), "allow_all_users": False,
     "allowed_chats": (), "group_users": {}, "bot_policy": "none", "unauthorized_dm": "", "admins": (),
 }
+# The local web chat page has no users to allowlist.
+_PLATFORM_OVERRIDES: dict[str, dict[str, Any]] = {"webchat": {"allow_all_users": True}}
 # fmt: on
 
-PLATFORMS = tuple(_PLATFORM_DEFAULTS)
+PLATFORMS = catalog.PLATFORM_NAMES
+_OPTION_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "str": _parse_str,
+    "bool": _parse_bool,
+    "int": _parse_int,
+    "list": _parse_list,
+}
 BOT_POLICIES = ("none", "mentions", "all")
 UNAUTHORIZED_DM_MODES = ("", "pair", "ignore")
 
 
 def _platform_fields(platform: str) -> tuple[Field, ...]:
-    defaults = {**_COMMON_DEFAULTS, **_PLATFORM_DEFAULTS[platform]}
-    return tuple(
+    spec = catalog.BY_NAME[platform]
+    defaults = {
+        **_COMMON_DEFAULTS,
+        "enabled": spec.enabled,
+        "api_base_url": spec.api_base_url or "",
+        **_PLATFORM_OVERRIDES.get(platform, {}),
+    }
+    common = tuple(
         Field(f"platforms.{platform}.{attr}", f"{platform.upper()}_{suffix}", parse, defaults[attr], doc)
         for attr, suffix, parse, doc in _PLATFORM_SETTINGS
     )
+    options = tuple(
+        Field(f"platforms.{platform}.{o.attr}", o.env, _OPTION_PARSERS[o.kind], o.default, o.doc) for o in spec.options
+    )
+    return common + options
 
 
 FIELDS: tuple[Field, ...] = _GATEWAY_FIELDS + tuple(f for p in PLATFORMS for f in _platform_fields(p))
@@ -229,6 +243,7 @@ class PlatformSettings:
     bot_policy: str
     unauthorized_dm: str
     admins: tuple[str, ...]
+    options: Mapping[str, Any] = field(default_factory=dict)  # the platform's own (catalog `Option`s)
 
 
 @dataclass(frozen=True)
@@ -270,7 +285,8 @@ def _flatten_settings(settings: Settings) -> dict[str, Any]:
         head, _, rest = f.path.partition(".")
         if head == "platforms":
             platform, _, attr = rest.partition(".")
-            values[f.path] = getattr(settings.platforms[platform], attr)
+            found = settings.platforms[platform]
+            values[f.path] = found.options[attr] if attr in found.options else getattr(found, attr)
         elif head == "ingress":
             values[f.path] = getattr(settings, rest)
         elif rest:
@@ -422,7 +438,8 @@ def _check_limits(v: dict[str, Any]) -> None:
 def _platform_settings(platform: str, v: dict[str, Any]) -> PlatformSettings:
     values = {attr: v[f"platforms.{platform}.{attr}"] for attr, *_ in _PLATFORM_SETTINGS}
     values["api_base_url"] = values["api_base_url"].rstrip("/")
-    return PlatformSettings(name=platform, **values)
+    options = {o.attr: v[f"platforms.{platform}.{o.attr}"] for o in catalog.BY_NAME[platform].options}
+    return PlatformSettings(name=platform, **values, options=options)
 
 
 def _build(v: dict[str, Any], source: str) -> Settings:

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from hermes_gateway.adapters.dynamo_access import DynamoAccessStore
     from hermes_gateway.adapters.dynamo_outbox import DynamoOutbox
     from hermes_gateway.adapters.dynamo_sessions import DynamoSessionStore
-    from hermes_gateway.services.delivery import DeliveryDeps, Sender
+    from hermes_gateway.platforms.base import AdapterContext, Sender
+    from hermes_gateway.services.delivery import DeliveryDeps
     from hermes_gateway.services.ingress import InboundAdapter
     from hermes_gateway.services.router import Access
     from hermes_gateway.services.turn import TurnDeps
@@ -93,14 +94,22 @@ def turn_starter() -> StepFunctionsStarter:
 
 
 @cache
-def inbound_adapters() -> dict[str, InboundAdapter]:
-    from hermes_gateway.platforms.telegram_inbound import TelegramInbound
-    from hermes_gateway.platforms.webchat import WebchatInbound
+def adapter_context(platform: str) -> AdapterContext:
+    from hermes_gateway.platforms.base import AdapterContext
 
-    adapters: dict[str, InboundAdapter] = {"telegram": TelegramInbound()}
-    if local_mode():
-        adapters["webchat"] = WebchatInbound()
-    return adapters
+    return AdapterContext(platform=settings().platforms[platform], settings=settings(), secrets=secrets())
+
+
+@cache
+def inbound_adapter(platform: str) -> InboundAdapter | None:
+    """The platform's inbound adapter; None for an unknown platform (and the web chat, deployed)."""
+    from hermes_gateway.platforms import catalog
+
+    spec = catalog.spec(platform)
+    if spec is None or (spec.local_only and not local_mode()):
+        return None
+    adapter: InboundAdapter = catalog.load(spec.inbound)(adapter_context(platform))
+    return adapter
 
 
 @cache
@@ -133,17 +142,20 @@ def turn_deps() -> TurnDeps:
     )
 
 
-def sender_for(platform: str) -> Sender | None:
-    """A sender per platform. Local mode records what it cannot (or should not) really send."""
+@cache
+def sender_for(platform: str, via: str = "") -> Sender | None:
+    """The sender for a platform (or for the relay a message came through). None when it cannot
+    send; local mode records instead what it cannot (or should not) really send."""
+    from hermes_gateway.platforms import catalog
     from hermes_gateway.services.delivery import RecordOnly
 
-    if platform == "telegram":
-        token = secrets().get("TELEGRAM_BOT_TOKEN")
-        if token:
-            from hermes_gateway.platforms.telegram import TelegramSender
-
-            return TelegramSender(settings().platforms["telegram"].api_base_url, token)
-    return RecordOnly() if local_mode() else None
+    spec = catalog.spec(via or platform)
+    sender: Sender | None = None
+    if spec is not None and spec.sender is not None and (via or platform) in settings().platforms:
+        sender = catalog.load(spec.sender)(adapter_context(spec.name))
+    if sender is None and local_mode():
+        return RecordOnly()
+    return sender
 
 
 @cache
@@ -164,7 +176,9 @@ def reset() -> None:
         outbox,
         queue,
         turn_starter,
-        inbound_adapters,
+        adapter_context,
+        inbound_adapter,
+        sender_for,
         enqueue_once,
         turn_deps,
         delivery_deps,

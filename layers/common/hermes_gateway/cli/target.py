@@ -62,6 +62,11 @@ def table_output_key(table: str) -> str:
     return f"{table.capitalize()}TableName"
 
 
+def webhook_output_key(platform: str) -> str:
+    """The stack output that carries a platform's webhook URL, e.g. `GoogleChatWebhookUrl`."""
+    return "".join(part.capitalize() for part in platform.split("_")) + "WebhookUrl"
+
+
 def use_deployed(stage: str) -> Bindings:
     """The deployed stack's table names, from its outputs (your AWS credentials and region)."""
     import boto3

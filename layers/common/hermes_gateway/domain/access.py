@@ -58,6 +58,10 @@ def authorize(
     is_paired: IsPaired,
     facts: AccessFacts = AccessFacts(),
 ) -> Decision:
+    if facts.trusted:
+        # A relay may deliver for a platform the gateway has no webhook for (Signal); its signature
+        # is the authority, so the platform's own switch does not apply.
+        return Decision(True, "trusted_source")
     platform = settings.platform(source.platform)
     if platform is None:
         return Decision(False, "platform_disabled")
@@ -65,9 +69,7 @@ def authorize(
 
 
 def _by_source(source: SessionSource, platform: PlatformSettings, facts: AccessFacts) -> Decision | None:
-    """Layers 1-3: the trusted path, an allowlisted group chat, and the bot-sender policy."""
-    if facts.trusted:
-        return Decision(True, "trusted_source")
+    """Layers 2-3: an allowlisted group chat, and the bot-sender policy (layer 1, trust, is checked first)."""
     if source.chat_type != "dm" and source.chat_id and _listed(source.chat_id, platform.allowed_chats, ""):
         return Decision(True, "group_chat_allowlist")
     if source.is_bot:

@@ -6,6 +6,9 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 CHAT_TYPES = ("dm", "group", "channel", "thread")
+# trusted: a signed generic webhook or an authenticated relay delivered it; mentions_bot: it
+# mentions this bot; role_granted: the platform grants access by role (Discord roles).
+FACTS = ("trusted", "mentions_bot", "role_granted")
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,17 @@ class InboundMessage:
     attachments: tuple[dict[str, Any], ...] = ()
     reply_to_message_id: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # What the verified ingress path established about the message, never read from a payload:
+    # a subset of FACTS. The inbound queue is written by the ingress function alone.
+    facts: tuple[str, ...] = ()
+    # Platform details a reply needs beyond the chat id (Teams' service URL, a LINE reply token,
+    # a Discord interaction token, `via: relay`); copied into the turn's reply target.
+    reply_context: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.facts) - set(FACTS)
+        if unknown:
+            raise ValueError(f"unknown access facts {sorted(unknown)}")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -87,6 +101,8 @@ class InboundMessage:
             "attachments": list(self.attachments),
             "reply_to_message_id": self.reply_to_message_id,
             "extra": self.extra,
+            "facts": list(self.facts),
+            "reply_context": self.reply_context,
         }
 
     @classmethod
@@ -101,4 +117,6 @@ class InboundMessage:
             attachments=tuple(data.get("attachments") or ()),
             reply_to_message_id=data.get("reply_to_message_id"),
             extra=dict(data.get("extra") or {}),
+            facts=tuple(str(f) for f in data.get("facts") or ()),
+            reply_context={str(k): str(v) for k, v in (data.get("reply_context") or {}).items()},
         )

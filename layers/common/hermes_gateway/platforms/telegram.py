@@ -1,24 +1,21 @@
 """Telegram Bot API: webhook verification, update normalization and sending (PLATFORMS §1).
 
-Standard library only, and the HTTP client is imported only when a sender is built: the ingress
-imports this module on its cold-start path and never sends.
+Standard library only; urllib is imported only when a sender is built: the ingress imports this
+module on its cold-start path and never sends.
 """
 
 from __future__ import annotations
 
 import hmac
-import json
 import logging
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeGuard
+from typing import Any, Literal, TypeGuard
 
+from hermes_gateway import errors
 from hermes_gateway.domain.source import InboundMessage, SessionSource
-from hermes_gateway.errors import BadRequest, ConfigError, PermanentError, TransientError, Unauthorized
-
-if TYPE_CHECKING:
-    import urllib.error
+from hermes_gateway.errors import BadRequest, PermanentError, RateLimited, TransientError, Unauthorized
+from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target, header, retry_after_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +33,6 @@ _GONE_MARKERS = (
     "group chat was upgraded",
     "chat_write_forbidden",
 )
-_DEFAULT_RETRY_AFTER = 1.0
 
 IgnoreReason = Literal["edited", "unsupported_update", "unsupported_chat_type", "no_text"]
 
@@ -170,14 +166,6 @@ def _reply_to(message: dict[str, Any]) -> str | None:
     return str(replied["message_id"])
 
 
-class RateLimited(TransientError):
-    """Telegram's flood control: wait `retry_after` seconds before the next request to this chat."""
-
-    def __init__(self, retry_after: float) -> None:
-        super().__init__(f"telegram rate limit; retry after {retry_after:g} s")
-        self.retry_after = retry_after
-
-
 class TelegramRejected(PermanentError):
     """Telegram refused the request (a 4xx other than 429); sending it again cannot succeed."""
 
@@ -187,7 +175,7 @@ class TelegramRejected(PermanentError):
         self.description = description
 
 
-class TargetGone(TelegramRejected):
+class TargetGone(TelegramRejected, errors.TargetGone):
     """The chat is out of reach: the bot was blocked or removed, or the chat no longer exists.
 
     `migrate_to_chat_id` is set when a group became a supergroup: the chat lives on under that id.
@@ -195,31 +183,21 @@ class TargetGone(TelegramRejected):
 
     def __init__(self, status: int, description: str, migrate_to_chat_id: str | None = None) -> None:
         super().__init__(status, description)
-        self.migrate_to_chat_id = migrate_to_chat_id
-
-
-@dataclass(frozen=True)
-class _Answer:
-    status: int
-    body: dict[str, Any] | None
-    retry_after_header: str | None
+        self.migrate_to = self.migrate_to_chat_id = migrate_to_chat_id
 
 
 class TelegramSender:
     """Sends messages with the Bot API. The token is part of every URL, so no URL ever leaves here."""
 
     def __init__(self, api_base_url: str, token: str, timeout: float = 10.0) -> None:
-        if not api_base_url.startswith(("https://", "http://")):
-            raise ConfigError("the Telegram API base URL must be an http(s) URL")
-        self._base = api_base_url.rstrip("/")
+        self._http = HttpClient(api_base_url, platform="telegram", timeout=timeout, scrub=(token,))
         self._token = token
-        self._timeout = timeout
-        import urllib.request
-
-        self._opener = urllib.request.build_opener()
 
     def __repr__(self) -> str:
-        return f"TelegramSender({self._base!r})"
+        return f"TelegramSender({self._http.base!r})"
+
+    def send(self, target: Target, text: str) -> str:
+        return self.send_text(target.chat_id, text, thread_id=target.thread_id)
 
     def send_text(
         self,
@@ -249,8 +227,8 @@ class TelegramSender:
         return self._send_message(payload)
 
     def _send_message(self, payload: dict[str, Any]) -> str:
-        answer = self._call("sendMessage", payload)
-        body = answer.body
+        answer = self._http.request("POST", f"/bot{self._token}/sendMessage", json_body=payload)
+        body = answer.body if isinstance(answer.body, dict) else None
         if answer.status == 200 and (body is None or body.get("ok") is True):
             result = body.get("result") if body is not None else None
             message_id = result.get("message_id") if isinstance(result, dict) else None
@@ -260,42 +238,17 @@ class TelegramSender:
             raise PermanentError("telegram answered 200 without a message_id; the message may have been sent")
         raise self._failure(answer)
 
-    def _call(self, method: str, payload: dict[str, Any]) -> _Answer:
-        import urllib.error
-        import urllib.request
-        from http.client import HTTPException
-
-        request = urllib.request.Request(  # noqa: S310 - the constructor admits only http(s) base URLs
-            f"{self._base}/bot{self._token}/{method}",
-            data=json.dumps(payload).encode("utf-8"),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        # `from None` below: urllib's exceptions carry the URL, and with it the token.
-        try:
-            with self._opener.open(request, timeout=self._timeout) as response:
-                return _Answer(response.status, _json_object(response.read()), None)
-        except urllib.error.HTTPError as exc:
-            return _Answer(exc.code, _json_object(_error_body(exc)), exc.headers.get("Retry-After"))
-        except TimeoutError:
-            raise TransientError(f"telegram {method} timed out after {self._timeout:g} s") from None
-        except urllib.error.URLError as exc:
-            raise TransientError(f"telegram {method} failed to connect: {self._scrub(str(exc.reason))}") from None
-        except (HTTPException, OSError) as exc:
-            raise TransientError(f"telegram {method} failed: {type(exc).__name__}") from None
-        except ValueError:
-            raise PermanentError("telegram API base URL or bot token is not usable in a URL") from None
-
-    def _failure(self, answer: _Answer) -> Exception:
-        body = answer.body or {}
+    def _failure(self, answer: Answer) -> Exception:
+        body = answer.json_object()
         error_code = body.get("error_code")
         code = error_code if _is_int(error_code) else answer.status
-        description = self._scrub(str(body.get("description") or f"HTTP {answer.status}"))
+        description = self._http.scrub(str(body.get("description") or f"HTTP {answer.status}"))
         parameters = body.get("parameters")
         if not isinstance(parameters, dict):
             parameters = {}
         if code == 429 or answer.status == 429:
-            return RateLimited(_retry_after(parameters.get("retry_after"), answer.retry_after_header))
+            seconds = retry_after_seconds(parameters.get("retry_after"), header(answer.headers, "retry-after"))
+            return RateLimited(seconds, f"telegram rate limit; retry after {seconds:g} s")
         if answer.status >= 500 or (answer.status == 200 and code >= 500):
             return TransientError(f"telegram server error: HTTP {answer.status}: {description}")
         migrate_to = parameters.get("migrate_to_chat_id")
@@ -303,40 +256,13 @@ class TelegramSender:
             return TargetGone(code, description, str(migrate_to) if _is_int(migrate_to) else None)
         return TelegramRejected(code, description)
 
-    def _scrub(self, text: str) -> str:
-        return text.replace(self._token, "<token>") if self._token else text
+
+def build_sender(context: AdapterContext) -> TelegramSender | None:
+    token = context.secret("TELEGRAM_BOT_TOKEN")
+    return TelegramSender(context.platform.api_base_url, token) if token else None
 
 
 def _numeric(value: str) -> int | str:
     """Telegram ids travel as numbers; a channel's @username stays a string."""
     digits = value.removeprefix("-")
     return int(value) if digits.isascii() and digits.isdigit() else value
-
-
-def _error_body(exc: urllib.error.HTTPError) -> bytes:
-    from http.client import HTTPException
-
-    try:
-        with exc:
-            return exc.read()
-    except (HTTPException, OSError):
-        return b""
-
-
-def _json_object(raw: bytes) -> dict[str, Any] | None:
-    try:
-        parsed = json.loads(raw)
-    except ValueError:
-        return None
-    return parsed if isinstance(parsed, dict) else None
-
-
-def _retry_after(from_body: Any, from_header: str | None) -> float:
-    for candidate in (from_body, from_header):
-        try:
-            seconds = float(candidate)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(seconds) and seconds >= 0:
-            return seconds
-    return _DEFAULT_RETRY_AFTER

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from hermes_gateway.domain.source import InboundMessage
 from hermes_gateway.platforms import telegram
-from hermes_gateway.secrets import Secrets
-from hermes_gateway.services.ingress import HttpRequest, Ignored
+from hermes_gateway.platforms.base import AdapterContext
+from hermes_gateway.services.ingress import HttpRequest, Ignored, Parsed, json_payload
 
 
 class TelegramInbound:
-    name = "telegram"
+    def __init__(self, context: AdapterContext) -> None:
+        self._context = context
 
-    def verify(self, request: HttpRequest, secrets: Secrets) -> None:
-        telegram.verify_secret_header(request.headers, secrets.get("TELEGRAM_WEBHOOK_SECRET"))
+    def verify(self, request: HttpRequest) -> None:
+        telegram.verify_secret_header(request.headers, self._context.secret("TELEGRAM_WEBHOOK_SECRET"))
 
-    def parse(self, payload: Any, received_at: float) -> InboundMessage | Ignored:
-        parsed = telegram.parse_update(payload, received_at=received_at)
+    def parse(self, request: HttpRequest, received_at: float) -> Parsed:
+        parsed = telegram.parse_update(json_payload(request), received_at=received_at)
         return Ignored(parsed.reason) if isinstance(parsed, telegram.Ignored) else parsed

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import hmac
 import re
-from typing import Any
 
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import BadRequest, Unauthorized
-from hermes_gateway.secrets import Secrets
-from hermes_gateway.services.ingress import HttpRequest, Ignored
+from hermes_gateway.platforms.base import AdapterContext
+from hermes_gateway.services.ingress import HttpRequest, Ignored, Parsed, json_payload
 
 TOKEN_HEADER = "x-hermes-local-token"  # noqa: S105 - a header name, not a secret
 TEXT_LIMIT = 8000
@@ -22,17 +21,19 @@ _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class WebchatInbound:
-    name = "webchat"
+    def __init__(self, context: AdapterContext) -> None:
+        self._context = context
 
-    def verify(self, request: HttpRequest, secrets: Secrets) -> None:
-        expected = secrets.get("WEBCHAT_TOKEN")
+    def verify(self, request: HttpRequest) -> None:
+        expected = self._context.secret("WEBCHAT_TOKEN")
         if not expected:
             raise Unauthorized("web chat is not configured (no WEBCHAT_TOKEN)")
         given = request.headers.get(TOKEN_HEADER, "")
         if not hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8")):
             raise Unauthorized("wrong or missing web chat token")
 
-    def parse(self, payload: Any, received_at: float) -> InboundMessage | Ignored:
+    def parse(self, request: HttpRequest, received_at: float) -> Parsed:
+        payload = json_payload(request)
         if not isinstance(payload, dict):
             raise BadRequest("web chat payload must be a JSON object")
         ids = {}

@@ -7,23 +7,16 @@ A failure raises: the queue retries the job, and a job that keeps failing lands 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hermes_gateway.adapters.dynamo_outbox import OutboxEntry
 from hermes_gateway.domain.split import split_message
 from hermes_gateway.errors import BadRequest, PermanentError, TransientError
 from hermes_gateway.observability import MetricUnit, logger, metrics
-
-PLATFORM_LIMITS = {"telegram": 4096, "webchat": 8000}
-DEFAULT_LIMIT = 4000
-
-
-class Sender(Protocol):
-    def send_text(self, chat_id: str, text: str, *, thread_id: str | None = None) -> str:
-        """Send one chunk; return the platform's message id."""
-        ...
+from hermes_gateway.platforms.base import Sender, Target
+from hermes_gateway.platforms.catalog import text_limit
 
 
 class Outbox(Protocol):
@@ -61,7 +54,7 @@ class RecordOnly:
 
     status = "recorded"
 
-    def send_text(self, chat_id: str, text: str, *, thread_id: str | None = None) -> str:
+    def send(self, target: Target, text: str) -> str:
         return ""
 
 
@@ -69,7 +62,8 @@ class RecordOnly:
 class DeliveryDeps:
     outbox: Outbox
     # The sender for a platform; None when it cannot send (e.g. no bot token in a deployment).
-    sender_for: Callable[[str], Sender | None]
+    # (platform, via): via names the relay a chat is reached through, or is empty.
+    sender_for: Callable[[str, str], Sender | None]
     now: Callable[[], float]
     # Local mode keeps redacted values in its in-memory outbox: it is the only place a newcomer
     # without a bot token can read the pairing code the bot would have sent.
@@ -90,6 +84,7 @@ class DeliveryJob:
     chat_id: str | None
     thread_id: str | None
     text: str
+    context: Mapping[str, str] = field(default_factory=dict)  # the platform's reply details
     # Values the outbox must not keep (a pairing code): sent to the platform, stored masked.
     redact: tuple[str, ...] = ()
 
@@ -113,6 +108,7 @@ class DeliveryJob:
             chat_id=_optional_id(target.get("chat_id")),
             thread_id=_optional_id(target.get("thread_id")),
             text=data["text"],
+            context={str(k): str(v) for k, v in (target.get("context") or {}).items()},
             redact=tuple(str(v) for v in data.get("redact") or () if v),
         )
 
@@ -127,12 +123,13 @@ def _optional_id(value: Any) -> str | None:
 
 def deliver(job: DeliveryJob, deps: DeliveryDeps) -> list[OutboxEntry]:
     """Send every chunk not yet sent; return the outbox entries as they were before sending."""
-    sender = deps.sender_for(job.platform)
+    sender = deps.sender_for(job.platform, job.context.get("via", ""))
     if sender is None:
         raise PermanentError(f"no way to send to {job.platform}: its credentials are not configured")
     if not job.chat_id:
         raise PermanentError("the delivery target has no chat id")
-    chunks = split_message(job.text, PLATFORM_LIMITS.get(job.platform, DEFAULT_LIMIT))
+    target = Target(job.platform, job.chat_id, job.thread_id, job.context)
+    chunks = split_message(job.text, text_limit(job.context.get("via") or job.platform))
     entries = []
     for index, chunk in enumerate(chunks, start=1):
         delivery_id = f"{job.delivery_id}#{index}"
@@ -153,7 +150,7 @@ def deliver(job: DeliveryJob, deps: DeliveryDeps) -> list[OutboxEntry]:
         if not deps.outbox.claim(delivery_id, deps.now()):
             raise TransientError("another worker is sending this reply; retrying after it")
         try:
-            message_id = sender.send_text(job.chat_id, chunk, thread_id=job.thread_id)
+            message_id = sender.send(target, chunk)
         except Exception as exc:
             deps.outbox.mark(delivery_id, "failed", deps.now(), error=f"{type(exc).__name__}: {exc}")
             logger.warning("delivery failed", extra={"platform": job.platform, "error": type(exc).__name__})

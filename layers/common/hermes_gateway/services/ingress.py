@@ -1,9 +1,9 @@
 """Webhook ingress: verify, normalize, de-duplicate, enqueue, acknowledge.
 
 Nothing is acknowledged before the event is durable in the inbound queue. The order of checks is
-the contract: unknown platform 404, wrong method 405, too large 413, failed verification 401
-(nothing enqueued), malformed 400, ignorable 200, duplicate 200, enqueued 200, queue down 503
-(the platform retries).
+the contract: unknown or disabled platform 404, wrong method 405, too large 413, failed
+verification 401 (nothing enqueued), malformed 400, handshake answered, ignorable 200, duplicate
+200, enqueued 200 (or the platform's own acknowledgement), queue down 503 (the platform retries).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from hermes_gateway.domain.session_key import build_session_key
 from hermes_gateway.domain.source import InboundMessage
 from hermes_gateway.errors import BadRequest, InvalidIdentifier, PayloadTooLarge, TransientError, Unauthorized
 from hermes_gateway.observability import MetricUnit, hash_id, logger, metrics
-from hermes_gateway.secrets import Secrets
+from hermes_gateway.platforms import catalog
 from hermes_gateway.settings import Settings
 
 IDEMPOTENCY_SECONDS = 2 * 24 * 3600  # longer than Telegram keeps undelivered updates (24 h)
@@ -37,8 +37,15 @@ class HttpRequest:
 @dataclass(frozen=True)
 class HttpResponse:
     status: int
-    body: dict[str, Any]
+    body: dict[str, Any] | str  # a dict is sent as JSON; text as it is, with the content-type given
     headers: dict[str, str] = field(default_factory=lambda: {"content-type": "application/json"})
+
+    @classmethod
+    def text(cls, status: int, body: str, content_type: str = "text/plain") -> HttpResponse:
+        return cls(status, body, {"content-type": content_type})
+
+    def encoded_body(self) -> str:
+        return self.body if isinstance(self.body, str) else json.dumps(self.body)
 
 
 @dataclass(frozen=True)
@@ -48,16 +55,46 @@ class Ignored:
     reason: str
 
 
+@dataclass(frozen=True)
+class Handshake:
+    """A verified request answered at once with nothing enqueued (Slack `url_verification`, Discord
+    PING, the WhatsApp GET check, a Matrix ping)."""
+
+    response: HttpResponse
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """A verified request carrying several events (a WhatsApp or LINE batch, a Matrix transaction),
+    and/or one whose acknowledgement the platform expects in its own shape (a Discord deferred
+    response, Twilio's TwiML). Each message is enqueued once; the request is acknowledged only when
+    every one of them is durable."""
+
+    items: tuple[InboundMessage | Ignored, ...]
+    ack: HttpResponse | None = None
+
+
+Parsed = InboundMessage | Ignored | Handshake | Accepted
+
+
 class InboundAdapter(Protocol):
-    name: str
+    """A platform's inbound side, built once per cold start with its `AdapterContext`."""
 
-    def verify(self, request: HttpRequest, secrets: Secrets) -> None:
-        """Raise Unauthorized unless the request is authentic. Runs before the body is parsed."""
+    def verify(self, request: HttpRequest) -> None:
+        """Raise Unauthorized unless the request is authentic. Runs on the raw body, before parsing."""
         ...
 
-    def parse(self, payload: Any, received_at: float) -> InboundMessage | Ignored:
-        """Normalize a verified, JSON-decoded payload. Raise BadRequest when malformed."""
+    def parse(self, request: HttpRequest, received_at: float) -> Parsed:
+        """Normalize a verified request. Raise BadRequest when it is malformed."""
         ...
+
+
+def json_payload(request: HttpRequest) -> Any:
+    """The body as JSON, or BadRequest."""
+    try:
+        return json.loads(request.body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"malformed JSON: {type(exc).__name__}") from None
 
 
 EnqueueOnce = Callable[[dict[str, Any]], bool]  # True when sent, False for a duplicate
@@ -93,54 +130,69 @@ def handle_webhook(
     request: HttpRequest,
     *,
     settings: Settings,
-    secrets: Secrets,
-    adapters: Mapping[str, InboundAdapter],
+    adapters: Callable[[str], InboundAdapter | None],
     enqueue_once: EnqueueOnce,
     received_at: float,
 ) -> HttpResponse:
-    adapter = adapters.get(platform)
-    if adapter is None or settings.platform(platform) is None:
+    spec = catalog.spec(platform)
+    adapter = adapters(platform) if spec is not None and settings.platform(platform) is not None else None
+    if spec is None or adapter is None:
         return _reject(404, "unknown or disabled platform", platform)
-    if request.method != "POST":
-        return _reject(405, "webhooks are POST", platform)
+    if request.method not in spec.methods:
+        return _reject(405, f"{platform} webhooks are {' or '.join(spec.methods)}", platform)
     if len(request.body) > settings.max_body_bytes:
         return _reject(413, f"body over {settings.max_body_bytes} bytes", platform)
     try:
-        adapter.verify(request, secrets)
+        adapter.verify(request)
     except Unauthorized as exc:
         return _reject(401, str(exc), platform)
     try:
-        payload = json.loads(request.body)
-        result = adapter.parse(payload, received_at)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return _reject(400, f"malformed JSON: {type(exc).__name__}", platform)
+        result = adapter.parse(request, received_at)
     except BadRequest as exc:
         return _reject(400, str(exc), platform)
-    if isinstance(result, Ignored):
-        logger.info("webhook ignored", extra={"platform": platform, "reason": result.reason})
-        metrics.add_metric(name="InboundIgnored", unit=MetricUnit.Count, value=1)
-        return HttpResponse(200, {"ok": True, "ignored": result.reason})
-    try:
-        session_key = build_session_key(
-            result.source,
-            group_sessions_per_user=settings.sessions.group_sessions_per_user,
-            thread_sessions_per_user=settings.sessions.thread_sessions_per_user,
-            profile=settings.profile,
+    if isinstance(result, Handshake):
+        logger.info("webhook handshake answered", extra={"platform": platform})
+        return result.response
+    items = result.items if isinstance(result, Accepted) else (result,)
+    ack = result.ack if isinstance(result, Accepted) else None
+    outcome = "accepted"
+    for item in items:
+        try:
+            outcome = _enqueue_one(platform, item, settings, enqueue_once)
+        except InvalidIdentifier as exc:
+            return _reject(400, str(exc), platform)
+        except TransientError as exc:
+            # Every message enqueued so far is de-duplicated when the platform retries the request.
+            logger.warning("enqueue failed; asking the platform to retry", extra={"reason": str(exc)})
+            return HttpResponse(503, {"ok": False, "error": "busy, retry"}, {"retry-after": "5"})
+    if ack is not None:
+        return ack
+    if len(items) == 1 and outcome != "accepted":
+        return HttpResponse(
+            200, {"ok": True, outcome: True} if outcome == "duplicate" else {"ok": True, "ignored": outcome}
         )
-    except InvalidIdentifier as exc:
-        return _reject(400, str(exc), platform)
-    logger.append_keys(correlation_id=result.event_id, session=hash_id(session_key))
-    envelope = result.to_dict()
+    return HttpResponse(200, {"ok": True})
+
+
+def _enqueue_one(platform: str, item: InboundMessage | Ignored, settings: Settings, enqueue_once: EnqueueOnce) -> str:
+    """Enqueue one message; the outcome is "accepted", "duplicate" or the reason it was ignored."""
+    if isinstance(item, Ignored):
+        logger.info("webhook ignored", extra={"platform": platform, "reason": item.reason})
+        metrics.add_metric(name="InboundIgnored", unit=MetricUnit.Count, value=1)
+        return item.reason
+    session_key = build_session_key(
+        item.source,
+        group_sessions_per_user=settings.sessions.group_sessions_per_user,
+        thread_sessions_per_user=settings.sessions.thread_sessions_per_user,
+        profile=settings.profile,
+    )
+    logger.append_keys(correlation_id=item.event_id, session=hash_id(session_key))
+    envelope = item.to_dict()
     envelope["session_key"] = session_key
-    try:
-        sent = enqueue_once(envelope)
-    except TransientError as exc:
-        logger.warning("enqueue failed; asking the platform to retry", extra={"reason": str(exc)})
-        return HttpResponse(503, {"ok": False, "error": "busy, retry"}, {"retry-after": "5"})
-    if not sent:
+    if not enqueue_once(envelope):
         logger.info("duplicate event dropped", extra={"platform": platform})
         metrics.add_metric(name="InboundDuplicate", unit=MetricUnit.Count, value=1)
-        return HttpResponse(200, {"ok": True, "duplicate": True})
+        return "duplicate"
     logger.info("event accepted", extra={"platform": platform})
     metrics.add_metric(name="InboundAccepted", unit=MetricUnit.Count, value=1)
-    return HttpResponse(200, {"ok": True})
+    return "accepted"

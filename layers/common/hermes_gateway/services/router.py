@@ -11,7 +11,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from hermes_gateway.domain.access import authorize, unauthorized_dm_action
+from hermes_gateway.domain.access import AccessFacts, authorize, unauthorized_dm_action
 from hermes_gateway.domain.events import LifecycleEvents
 from hermes_gateway.domain.pairing import TRY_LATER_REPLY, PairingStore, pairing_reply
 from hermes_gateway.domain.session_key import build_session_key
@@ -85,13 +85,21 @@ def offer_pairing(message: InboundMessage, access: Access, now: float) -> RouteO
     return RouteOutcome("pairing", result.status)
 
 
+def reply_target(message: InboundMessage) -> dict[str, Any]:
+    """Where replies to this message go: its chat and thread, plus the platform's reply details."""
+    source = message.source
+    target: dict[str, Any] = {"platform": source.platform, "chat_id": source.chat_id, "thread_id": source.thread_id}
+    if message.reply_context:
+        target["context"] = dict(message.reply_context)
+    return target
+
+
 def _reply_job(message: InboundMessage, kind: str, text: str, redact: list[str] | None = None) -> dict[str, Any]:
     """A direct reply from the router, sent by the delivery function like any other."""
-    source = message.source
     return {
         # Derived from the event: a redelivered message replies once (the outbox de-duplicates).
         "delivery_id": f"{kind}-" + hashlib.sha256(message.event_id.encode()).hexdigest()[:32],
-        "target": {"platform": source.platform, "chat_id": source.chat_id, "thread_id": source.thread_id},
+        "target": reply_target(message),
         "text": text,
         "redact": redact or [],
     }
@@ -108,7 +116,8 @@ def route_message(
     now: float,
 ) -> RouteOutcome:
     source = message.source
-    decision = authorize(source, settings, is_paired=access.pairing.is_approved)
+    facts = AccessFacts(**{name: True for name in message.facts})
+    decision = authorize(source, settings, is_paired=access.pairing.is_approved, facts=facts)
     if not decision.allowed:
         # Nothing of an unauthorized message is stored; a DM may get a pairing code (§4).
         logger.info("message denied", extra={"platform": source.platform, "reason": decision.reason})
@@ -168,7 +177,7 @@ def route_message(
         "event_id": message.event_id,
         "source": source.to_dict(),
         # The reply target is fixed here and never read later from mutable session state.
-        "reply_to": {"platform": source.platform, "chat_id": source.chat_id, "thread_id": source.thread_id},
+        "reply_to": reply_target(message),
         "started_at": now,
     }
     started = starter.start(turn_id, turn)

@@ -1,0 +1,200 @@
+"""What every platform module builds on: the adapter context, the send target, and one HTTP client.
+
+Standard library only. A platform module provides
+- an inbound adapter class, built with an `AdapterContext`, with `verify(request)` (raise
+  `Unauthorized`) and `parse(request, received_at)` (see `services.ingress.InboundAdapter`);
+- `build_sender(context) -> Sender | None` (None when its credentials are not configured);
+and is listed in `platforms.catalog`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from hermes_gateway.errors import ConfigError, PermanentError, RateLimited, TargetGone, TransientError
+
+if TYPE_CHECKING:
+    from hermes_gateway.secrets import Secrets
+    from hermes_gateway.settings import PlatformSettings, Settings
+
+DEFAULT_RETRY_AFTER = 1.0
+
+
+@dataclass(frozen=True)
+class AdapterContext:
+    """What a platform's adapter and sender are built with, once per cold start."""
+
+    platform: PlatformSettings
+    settings: Settings
+    secrets: Secrets
+    clock: Callable[[], float] = time.time  # injectable for signature timestamp windows
+
+    def option(self, name: str) -> Any:
+        return self.platform.options[name]
+
+    def secret(self, name: str) -> str | None:
+        return self.secrets.get(name)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one message goes. `context` holds the reply details a platform recorded at ingress
+    (Teams' service URL, a LINE reply token, a Discord interaction token, `via: relay`)."""
+
+    platform: str
+    chat_id: str
+    thread_id: str | None = None
+    context: Mapping[str, str] = field(default_factory=dict)
+
+
+class Sender(Protocol):
+    def send(self, target: Target, text: str) -> str:
+        """Send one chunk (within the platform's limit); return the platform's message id.
+
+        Raise RateLimited (with retry_after), TransientError (5xx, timeouts), TargetGone (blocked,
+        removed, not found) or PermanentError (anything else the platform refused).
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: Any  # the decoded JSON body, or the text when it is not JSON, or None when empty
+    headers: Mapping[str, str]
+
+    def json_object(self) -> dict[str, Any]:
+        return self.body if isinstance(self.body, dict) else {}
+
+
+class HttpClient:
+    """JSON (or form) over HTTPS with urllib. Errors never carry a URL or a header (tokens live
+    there): every value in `scrub` is replaced in the messages this client raises."""
+
+    def __init__(self, base_url: str, *, platform: str, timeout: float = 10.0, scrub: tuple[str, ...] = ()) -> None:
+        if base_url and not base_url.startswith(("https://", "http://")):
+            raise ConfigError(f"the {platform} API base URL must be an http(s) URL")
+        self.base = base_url.rstrip("/")
+        self.platform = platform
+        self.timeout = timeout
+        self._scrub = tuple(s for s in scrub if s)
+        import urllib.request
+
+        self._opener = urllib.request.build_opener()
+
+    def __repr__(self) -> str:
+        return f"HttpClient({self.platform}, {self.base!r})"
+
+    def scrub(self, text: str) -> str:
+        for value in self._scrub:
+            text = text.replace(value, "<redacted>")
+        return text
+
+    def request(
+        self,
+        method: str,
+        path_or_url: str,
+        *,
+        json_body: Any = None,
+        form: Mapping[str, str] | None = None,
+        data: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Answer:
+        """Send one request; any HTTP status comes back as an Answer. Connection failures and
+        timeouts raise TransientError."""
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+        from http.client import HTTPException
+
+        url = path_or_url if path_or_url.startswith(("https://", "http://")) else self.base + path_or_url
+        if not url.startswith(("https://", "http://")):
+            raise PermanentError(f"{self.platform}: not an http(s) URL")
+        sent_headers = dict(headers or {})
+        if json_body is not None:
+            data = json.dumps(json_body).encode("utf-8")
+            sent_headers.setdefault("Content-Type", "application/json")
+        elif form is not None:
+            data = urllib.parse.urlencode(form).encode("utf-8")
+            sent_headers.setdefault("Content-Type", "application/x-www-form-urlencoded")
+        request = urllib.request.Request(url, data=data, headers=sent_headers, method=method)  # noqa: S310
+        # `from None` below: urllib's exceptions carry the URL, which may carry a token.
+        try:
+            with self._opener.open(request, timeout=self.timeout) as response:
+                return Answer(response.status, _decode(response.read()), dict(response.headers.items()))
+        except urllib.error.HTTPError as exc:
+            return Answer(exc.code, _decode(_error_body(exc)), dict(exc.headers.items()) if exc.headers else {})
+        except TimeoutError:
+            raise TransientError(f"{self.platform}: request timed out after {self.timeout:g} s") from None
+        except urllib.error.URLError as exc:
+            raise TransientError(f"{self.platform}: failed to connect: {self.scrub(str(exc.reason))}") from None
+        except (HTTPException, OSError) as exc:
+            raise TransientError(f"{self.platform}: request failed: {type(exc).__name__}") from None
+        except ValueError:
+            raise PermanentError(f"{self.platform}: the API URL or a credential is not usable in a request") from None
+
+    def failure(self, answer: Answer, *, gone: tuple[int, ...] = (403, 404, 410), detail: str = "") -> Exception:
+        """The error for a non-success answer: 429 → RateLimited (Retry-After), 5xx → TransientError,
+        a status in `gone` → TargetGone, any other → PermanentError."""
+        text = self.scrub(detail or _describe(answer.body) or f"HTTP {answer.status}")
+        if answer.status == 429:
+            return RateLimited(retry_after_seconds(header(answer.headers, "retry-after")), f"{self.platform}: {text}")
+        if answer.status >= 500 or answer.status in (408,):
+            return TransientError(f"{self.platform} server error: HTTP {answer.status}: {text}")
+        if answer.status in gone:
+            return TargetGone(f"{self.platform}: target unreachable: HTTP {answer.status}: {text}")
+        return PermanentError(f"{self.platform} rejected the request: HTTP {answer.status}: {text}")
+
+
+def header(headers: Mapping[str, str], name: str) -> str | None:
+    """A response header by case-insensitive name."""
+    lowered = name.lower()
+    return next((v for k, v in headers.items() if k.lower() == lowered), None)
+
+
+def retry_after_seconds(*candidates: Any) -> float:
+    """The first usable number of seconds among the candidates (a body field, a header)."""
+    for candidate in candidates:
+        try:
+            seconds = float(candidate)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(seconds) and seconds >= 0:
+            return seconds
+    return DEFAULT_RETRY_AFTER
+
+
+def _decode(raw: bytes) -> Any:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw.decode("utf-8", "replace")[:500]
+
+
+def _describe(body: Any) -> str:
+    if isinstance(body, dict):
+        for key in ("description", "error_description", "message", "error"):
+            value = body.get(key)
+            if isinstance(value, str) and value:
+                return value
+            if isinstance(value, dict) and isinstance(value.get("message"), str):
+                return str(value["message"])
+        return ""
+    return str(body)[:200] if body else ""
+
+
+def _error_body(exc: Any) -> bytes:
+    from http.client import HTTPException
+
+    try:
+        with exc:
+            return bytes(exc.read())
+    except (HTTPException, OSError):
+        return b""

@@ -1,0 +1,192 @@
+"""Every chat platform the gateway speaks, described once (data only, no platform code imported).
+
+Settings, secrets, the deployed webhook routes, the ingress adapters and the delivery senders are
+all derived from this table: adding a platform is one entry here plus its module. The adapter and
+sender are named as "module:attribute" strings and imported only when first used, so a function
+pays at cold start only for the platforms it actually serves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Option:
+    """A platform-specific setting (not a secret): `platforms.<name>.<attr>` or the env variable."""
+
+    attr: str
+    env: str
+    kind: str  # str | bool | int | list
+    default: object
+    doc: str
+
+
+@dataclass(frozen=True)
+class PlatformSpec:
+    name: str  # the webhook path segment and the `platform` of every source
+    title: str
+    inbound: str  # "module:Class"; the class is built with an `AdapterContext`
+    sender: str | None  # "module:function" building a Sender (or None without credentials)
+    text_limit: int  # characters per message; longer replies are split (BEHAVIOUR §6)
+    inbound_secrets: tuple[str, ...] = ()  # read by the ingress function
+    send_secrets: tuple[str, ...] = ()  # read by the delivery function
+    methods: tuple[str, ...] = ("POST",)
+    subpaths: bool = False  # also route /webhooks/<name>/{proxy+} (Matrix transactions)
+    options: tuple[Option, ...] = ()
+    api_base_url: str | None = ""  # the default of `<NAME>_API_BASE_URL`; None: the platform has no API
+    enabled: bool = False  # the default of `<NAME>_ENABLED`
+    local_only: bool = False  # never routed in a deployment (the web chat page)
+    registrable: bool = False  # `hermes-gateway webhooks register` can set the URL through an API
+    # Besides the inbound secrets, the settings (env names) without which nothing can be verified.
+    verify_settings: tuple[str, ...] = ()
+
+    @property
+    def verify_env(self) -> tuple[str, ...]:
+        """Every secret or setting the inbound side needs before it can accept a webhook."""
+        return self.inbound_secrets + self.verify_settings
+
+    def webhook_paths(self) -> tuple[str, ...]:
+        """The deployed routes' paths (API Gateway syntax)."""
+        base = f"/webhooks/{self.name}"
+        return (base, base + "/{proxy+}") if self.subpaths else (base,)
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.inbound_secrets + self.send_secrets))
+
+
+_M = "hermes_gateway.platforms."
+
+# fmt: off
+CATALOG: tuple[PlatformSpec, ...] = (
+    PlatformSpec(
+        "telegram", "Telegram", _M + "telegram_inbound:TelegramInbound", _M + "telegram:build_sender", 4096,
+        inbound_secrets=("TELEGRAM_WEBHOOK_SECRET",), send_secrets=("TELEGRAM_BOT_TOKEN",),
+        api_base_url="https://api.telegram.org", enabled=True, registrable=True,
+    ),
+    PlatformSpec(
+        "slack", "Slack", _M + "slack:SlackInbound", _M + "slack:build_sender", 39000,
+        inbound_secrets=("SLACK_SIGNING_SECRET",), send_secrets=("SLACK_BOT_TOKEN",),
+        api_base_url="https://slack.com/api",
+    ),
+    PlatformSpec(
+        "whatsapp", "WhatsApp Cloud API", _M + "whatsapp:WhatsAppInbound", _M + "whatsapp:build_sender", 4096,
+        inbound_secrets=("WHATSAPP_APP_SECRET", "WHATSAPP_VERIFY_TOKEN"), send_secrets=("WHATSAPP_ACCESS_TOKEN",),
+        methods=("GET", "POST"), api_base_url="https://graph.facebook.com/v21.0",
+        options=(Option("phone_number_id", "WHATSAPP_PHONE_NUMBER_ID", "str", "",
+                        "the business phone number id replies are sent from"),),
+    ),
+    PlatformSpec(
+        "discord", "Discord", _M + "discord:DiscordInbound", _M + "discord:build_sender", 2000,
+        send_secrets=("DISCORD_BOT_TOKEN",), api_base_url="https://discord.com/api/v10", registrable=True,
+        verify_settings=("DISCORD_PUBLIC_KEY",),
+        options=(
+            Option("public_key", "DISCORD_PUBLIC_KEY", "str", "", "the application's public key (hex), not a secret"),
+            Option("application_id", "DISCORD_APPLICATION_ID", "str", "", "the application id"),
+            Option("command_name", "DISCORD_COMMAND_NAME", "str", "ask", "the slash command that talks to the agent"),
+        ),
+    ),
+    PlatformSpec(
+        "webhook", "Generic signed webhook", _M + "standard_webhook:GenericWebhookInbound",
+        _M + "standard_webhook:build_callback_sender", 20000,
+        inbound_secrets=("WEBHOOK_SIGNING_SECRET",), send_secrets=("WEBHOOK_SIGNING_SECRET",), api_base_url=None,
+        options=(Option("callback_url", "WEBHOOK_CALLBACK_URL", "str", "",
+                        "replies are POSTed here, signed with the same secret"),),
+    ),
+    PlatformSpec(
+        "relay", "Relay (always-on forwarders)", _M + "relay:RelayInbound", _M + "relay:build_sender", 20000,
+        inbound_secrets=("RELAY_SIGNING_SECRET",), send_secrets=("RELAY_SIGNING_SECRET",), api_base_url=None,
+        options=(
+            Option("callback_url", "RELAY_CALLBACK_URL", "str", "",
+                   "replies to relay-delivered chats the gateway cannot reach itself are POSTed here"),
+            Option("platforms", "RELAY_PLATFORMS", "list", ("discord", "signal", "matrix"),
+                   "the platform names a relay may deliver for"),
+        ),
+    ),
+    PlatformSpec(
+        "line", "LINE", _M + "line:LineInbound", _M + "line:build_sender", 5000,
+        inbound_secrets=("LINE_CHANNEL_SECRET",), send_secrets=("LINE_CHANNEL_ACCESS_TOKEN",),
+        api_base_url="https://api.line.me", registrable=True,
+    ),
+    PlatformSpec(
+        "sms", "Twilio SMS", _M + "twilio:TwilioInbound", _M + "twilio:build_sender", 1600,
+        inbound_secrets=("TWILIO_AUTH_TOKEN",), send_secrets=("TWILIO_AUTH_TOKEN",),
+        api_base_url="https://api.twilio.com", registrable=True,
+        options=(
+            Option("account_sid", "TWILIO_ACCOUNT_SID", "str", "", "the account SID (AC...)"),
+            Option("from_number", "TWILIO_FROM_NUMBER", "str", "", "the E.164 number replies are sent from"),
+            Option("public_url", "TWILIO_PUBLIC_URL", "str", "",
+                   "the webhook URL exactly as registered in Twilio, when a proxy or custom domain changes it"),
+        ),
+    ),
+    PlatformSpec(
+        "teams", "Microsoft Teams", _M + "teams:TeamsInbound", _M + "teams:build_sender", 28000,
+        send_secrets=("TEAMS_APP_PASSWORD",), verify_settings=("TEAMS_APP_ID",),
+        options=(
+            Option("app_id", "TEAMS_APP_ID", "str", "", "the bot's Microsoft App ID (the token audience)"),
+            Option("tenant_id", "TEAMS_TENANT_ID", "str", "",
+                   "single-tenant bots: the tenant that issues send tokens (empty: botframework.com)"),
+            Option("openid_url", "TEAMS_OPENID_URL", "str",
+                   "https://login.botframework.com/v1/.well-known/openidconfiguration",
+                   "where the Bot Framework's signing keys are published"),
+            Option("token_url", "TEAMS_TOKEN_URL", "str", "",
+                   "the OAuth token endpoint for sending (empty: derived from tenant_id)"),
+        ),
+    ),
+    PlatformSpec(
+        "google_chat", "Google Chat", _M + "google_chat:GoogleChatInbound", _M + "google_chat:build_sender", 4096,
+        send_secrets=("GOOGLE_CHAT_SERVICE_ACCOUNT_JSON",), api_base_url="https://chat.googleapis.com/v1",
+        verify_settings=("GOOGLE_CHAT_AUDIENCE",),
+        options=(
+            Option("audience", "GOOGLE_CHAT_AUDIENCE", "str", "",
+                   "the token audience: the project number, or the endpoint URL for OIDC tokens"),
+            Option("certs_url", "GOOGLE_CHAT_CERTS_URL", "str",
+                   "https://www.googleapis.com/service_accounts/v1/jwk/chat@system.gserviceaccount.com",
+                   "where Google Chat's signing keys are published"),
+        ),
+    ),
+    PlatformSpec(
+        "matrix", "Matrix (application service)", _M + "matrix:MatrixInbound", _M + "matrix:build_sender", 30000,
+        inbound_secrets=("MATRIX_HS_TOKEN",), send_secrets=("MATRIX_AS_TOKEN",),
+        methods=("POST", "PUT", "GET"), subpaths=True,
+        options=(Option("bot_user_id", "MATRIX_BOT_USER_ID", "str", "",
+                        "the application service's bot user (@hermes:example.org)"),),
+    ),
+    PlatformSpec(
+        "feishu", "Feishu / Lark", _M + "feishu:FeishuInbound", _M + "feishu:build_sender", 30000,
+        inbound_secrets=("FEISHU_ENCRYPT_KEY", "FEISHU_VERIFICATION_TOKEN"), send_secrets=("FEISHU_APP_SECRET",),
+        api_base_url="https://open.feishu.cn/open-apis",
+        options=(Option("app_id", "FEISHU_APP_ID", "str", "", "the app id (cli_...)"),),
+    ),
+    PlatformSpec(
+        "mattermost", "Mattermost", _M + "mattermost:MattermostInbound", _M + "mattermost:build_sender", 16383,
+        inbound_secrets=("MATTERMOST_OUTGOING_TOKEN",), send_secrets=("MATTERMOST_BOT_TOKEN",),
+    ),
+    PlatformSpec(
+        "webchat", "Local web chat", _M + "webchat:WebchatInbound", None, 8000,
+        inbound_secrets=("WEBCHAT_TOKEN",), local_only=True, api_base_url=None,
+    ),
+)
+# fmt: on
+
+BY_NAME = {spec.name: spec for spec in CATALOG}
+PLATFORM_NAMES = tuple(BY_NAME)
+
+
+def spec(name: str) -> PlatformSpec | None:
+    return BY_NAME.get(name)
+
+
+def text_limit(platform: str, default: int = 4000) -> int:
+    found = BY_NAME.get(platform)
+    return found.text_limit if found else default
+
+
+def load(reference: str) -> Any:
+    """A "module:attribute" reference from this catalog, imported on first use."""
+    import importlib
+
+    module, _, attribute = reference.partition(":")
+    return getattr(importlib.import_module(module), attribute)
