@@ -47,6 +47,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         headers={k.lower(): v for k, v in (http.headers or {}).items()},
         body=body,
         query=dict(http.query_string_parameters or {}),
+        raw_query=http.raw_query_string or "",
     )
     enqueue_once = wiring.enqueue_once()
     enqueue_once.register_context(context)

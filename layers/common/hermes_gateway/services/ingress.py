@@ -31,7 +31,8 @@ class HttpRequest:
     path: str
     headers: Mapping[str, str]  # lower-cased names, as API Gateway payload 2.0 gives them
     body: bytes
-    query: Mapping[str, str] = field(default_factory=dict)
+    query: Mapping[str, str] = field(default_factory=dict)  # repeated names comma-joined (payload 2.0)
+    raw_query: str = ""  # the query string as sent (Twilio signs the URL with it)
 
 
 @dataclass(frozen=True)
