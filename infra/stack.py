@@ -7,7 +7,7 @@ from typing import Any
 from aws_cdk import CfnOutput, Stack, Tags
 from constructs import Construct
 
-from hermes_gateway.cli.target import table_output_key, webhook_output_key
+from hermes_gateway.cli.target import queue_output_key, table_output_key, webhook_output_key
 from hermes_gateway.platforms.catalog import CATALOG
 from hermes_gateway.resources import (
     FUNCTIONS,
@@ -91,6 +91,7 @@ class HermesGatewayStack(Stack):
             GrantTargets(
                 tables={name: (data.specs[name], table) for name, table in data.tables.items()},
                 queues={name: (queues.specs[name], queue) for name, queue in queues.queues.items()},
+                dead_letter_queues=queues.dead_letter_queues,
                 state_machines={TURN_STATE_MACHINE.name: (TURN_STATE_MACHINE, workflow.state_machine)},
             )
         )
@@ -120,6 +121,15 @@ class HermesGatewayStack(Stack):
             description="SSM SecureString parameters the functions read; set them with the CLI",
         )
         CfnOutput(self, "AlarmTopicArn", value=alarms.topic.topic_arn, description="Subscribe to get alarms")
+        for name, queue in queues.queues.items():
+            # The CLI's `outbox redrive` moves dead letters back through these.
+            CfnOutput(self, queue_output_key(name), value=queue.queue_url, description=f"The {name} queue")
+            CfnOutput(
+                self,
+                queue_output_key(queues.specs[name].dead_letter_name),
+                value=queues.dead_letter_queues[name].queue_url,
+                description=f"The {name} dead-letter queue",
+            )
         for name, table in data.tables.items():
             # The CLI finds the deployment's tables through these (hermes_gateway.cli.target).
             CfnOutput(self, table_output_key(name), value=table.table_name, description=f"The {name} table")

@@ -40,6 +40,7 @@ class GrantTargets:
 
     tables: Mapping[str, tuple[TableSpec, dynamodb.Table]]
     queues: Mapping[str, tuple[QueueSpec, sqs.Queue]]
+    dead_letter_queues: Mapping[str, sqs.Queue]  # by the queue's logical name
     state_machines: Mapping[str, tuple[StateMachineSpec, sfn.StateMachine]]
 
 
@@ -109,6 +110,8 @@ class GatewayFunction(Construct):
                 self._grant_table(*targets.tables[name], access)
             elif name in targets.queues:
                 self._grant_queue(*targets.queues[name], access)
+                if access is Access.CONSUME:
+                    self._grant_dead_letters(targets.queues[name][0], targets.dead_letter_queues[name])
             elif name in targets.state_machines:
                 self._grant_state_machine(*targets.state_machines[name], access)
             else:
@@ -144,6 +147,13 @@ class GatewayFunction(Construct):
         else:
             raise ValueError(f"function {self.spec.name}: queue {spec.name} cannot be granted {access.value}")
         self.function.add_environment(spec.env_var, queue.queue_url)
+
+    def _grant_dead_letters(self, spec: QueueSpec, dead_letters: sqs.Queue) -> None:
+        """A consumer may dead-letter a message that can never succeed, at once."""
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[dead_letters.queue_arn])
+        )
+        self.function.add_environment(spec.dead_letter_env_var, dead_letters.queue_url)
 
     def _grant_state_machine(self, spec: StateMachineSpec, machine: sfn.StateMachine, access: Access) -> None:
         if access is not Access.START:

@@ -170,7 +170,8 @@ def _create_table(client: Any, spec: TableSpec, name: str) -> None:
         )
 
 
-def _create_queue(client: Any, spec: QueueSpec, name: str) -> str:
+def _create_queue(client: Any, spec: QueueSpec, name: str) -> tuple[str, str]:
+    """Create the queue and its dead-letter queue; return both URLs."""
     suffix = ".fifo" if spec.fifo else ""
     fifo_attrs = {"FifoQueue": "true", "ContentBasedDeduplication": "false"} if spec.fifo else {}
     dlq_url = client.create_queue(QueueName=f"{name}-dlq{suffix}", Attributes=dict(fifo_attrs))["QueueUrl"]
@@ -180,7 +181,7 @@ def _create_queue(client: Any, spec: QueueSpec, name: str) -> str:
         "VisibilityTimeout": str(spec.visibility_timeout_seconds),
         "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": spec.max_receive_count}),
     }
-    return str(client.create_queue(QueueName=f"{name}{suffix}", Attributes=attributes)["QueueUrl"])
+    return str(client.create_queue(QueueName=f"{name}{suffix}", Attributes=attributes)["QueueUrl"]), str(dlq_url)
 
 
 def definition_with_substitutions(function_arns: dict[str, str], root: Path | None = None) -> str:
@@ -202,7 +203,7 @@ def create_resources(region: str, prefix: str = "hermes-local") -> tuple[Binding
         env[table.env_var] = name
     sqs = boto3.client("sqs", region_name=region)
     for queue in QUEUES:
-        env[queue.env_var] = _create_queue(sqs, queue, _physical(prefix, queue.name))
+        env[queue.env_var], env[queue.dead_letter_env_var] = _create_queue(sqs, queue, _physical(prefix, queue.name))
     function_arns = {
         fn: f"arn:aws:lambda:{region}:{ACCOUNT_ID}:function:{prefix}-{fn}"
         for fn in set(TURN_STATE_MACHINE.substitutions.values())

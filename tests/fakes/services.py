@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from hermes_gateway.adapters.dynamo_outbox import OutboxEntry
+from hermes_gateway.domain.targets import Channel, channel_key
 from hermes_gateway.errors import TransientError
 from hermes_gateway.platforms.base import Target
 from hermes_gateway.providers.base import ChatMessage, ModelReply
@@ -200,3 +201,41 @@ class ScriptedProvider:
         self.requests.append((system, list(messages)))
         text = self.reply(messages) if callable(self.reply) else self.reply
         return ModelReply(text=text, model="scripted", input_tokens=self.input_tokens, output_tokens=self.output_tokens)
+
+
+class FakeDirectory:
+    """The directory port in memory: home channels, named chats and gone targets."""
+
+    def __init__(self) -> None:
+        self.homes: dict[str, tuple[str, str | None]] = {}
+        self.channels: list[Channel] = []
+        self.gone: dict[tuple[str, str, str | None], str] = {}
+
+    def home(self, platform: str) -> tuple[str, str | None] | None:
+        return self.homes.get(platform)
+
+    def set_home(self, platform: str, chat_id: str, thread_id: str | None, set_by: str | None, now: float) -> None:
+        self.homes[platform] = (chat_id, thread_id)
+
+    def remember(self, channel: Channel, now: float) -> None:
+        self.channels = [
+            c
+            for c in self.channels
+            if (c.platform, c.chat_id, c.thread_id) != (channel.platform, channel.chat_id, channel.thread_id)
+        ] + [channel]
+
+    def channels_named(self, name: str, platform: str | None = None) -> list[Channel]:
+        return [
+            c
+            for c in self.channels
+            if channel_key(c.name) == channel_key(name) and (platform is None or c.platform == platform)
+        ]
+
+    def mark_gone(self, platform: str, chat_id: str, thread_id: str | None, reason: str, now: float) -> None:
+        self.gone[(platform, chat_id, thread_id)] = reason
+
+    def gone_reason(self, platform: str, chat_id: str, thread_id: str | None, now: float) -> str | None:
+        return self.gone.get((platform, chat_id, thread_id))
+
+    def clear_gone(self, platform: str, chat_id: str, thread_id: str | None) -> None:
+        self.gone.pop((platform, chat_id, thread_id), None)

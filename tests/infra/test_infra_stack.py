@@ -63,7 +63,13 @@ def table_logical_id(synth: Synthesized, name: str) -> str:
 
 
 def queue_logical_id(synth: Synthesized, name: str) -> str:
-    (logical_id,) = [k for k in synth.of_type("AWS::SQS::Queue") if k.startswith(f"Queues{name}") and "dlq" not in k]
+    """The logical id of a queue (`delivery`) or of a dead-letter queue (`delivery-dlq`)."""
+    base, _, dlq = name.partition("-")
+    (logical_id,) = [
+        k
+        for k in synth.of_type("AWS::SQS::Queue")
+        if k.startswith(f"Queues{base}") and ("dlq" in k.removeprefix(f"Queues{base}")) == bool(dlq)
+    ]
     return logical_id
 
 
@@ -143,6 +149,15 @@ def test_queue_consumers_report_batch_item_failures(synthesized: Synthesized) ->
         assert mapping["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
 
 
+def test_a_queue_consumer_may_dead_letter_only_its_own_queue(synthesized: Synthesized) -> None:
+    deployed = functions_by_name(synthesized)
+    dead_letter_ids = {q.name: queue_logical_id(synthesized, q.dead_letter_name) for q in QUEUES}
+    for spec in FUNCTIONS:
+        statements = role_statements(synthesized, ref(deployed[spec.name][1]["Role"]))
+        sendable = {ref(r) for s in statements if s["Action"] == "sqs:SendMessage" for r in as_list(s["Resource"])}
+        assert {q for q, dlq in dead_letter_ids.items() if dlq in sendable} == ({spec.consumes} - {None}), spec.name
+
+
 def test_grants_follow_the_specs(synthesized: Synthesized) -> None:
     deployed = functions_by_name(synthesized)
     for spec in FUNCTIONS:
@@ -150,7 +165,10 @@ def test_grants_follow_the_specs(synthesized: Synthesized) -> None:
         for resource, access in spec.grants.items():
             if access is Access.SEND:
                 target = queue_logical_id(synthesized, resource)
-                assert any(s["Action"] == "sqs:SendMessage" and ref(s["Resource"]) == target for s in statements)
+                assert any(
+                    s["Action"] == "sqs:SendMessage" and target in {ref(r) for r in as_list(s["Resource"])}
+                    for s in statements
+                )
             elif access is Access.START:
                 assert any(s["Action"] == "states:StartExecution" for s in statements)
             elif access in (Access.READ, Access.WRITE, Access.READ_WRITE):

@@ -188,7 +188,9 @@ def test_delivery_sends_to_telegram_once_and_honours_429(
     assert all(fake_telegram.token not in (r.error or "") for r in rows)
 
 
-def test_delivery_without_a_bot_token_fails_outside_local_mode(env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_delivery_without_a_bot_token_is_dead_lettered_outside_local_mode(
+    env: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("TELEGRAM_BOT_TOKEN", raising=False)
     job = {
         "delivery_id": "turn-2",
@@ -198,7 +200,9 @@ def test_delivery_without_a_bot_token_fails_outside_local_mode(env: Any, monkeyp
     }
     messages = send_delivery(env, job)
     result = handler("delivery")(sqs_event(messages), context("delivery"))
-    assert result == {"batchItemFailures": [{"itemIdentifier": messages[0]["MessageId"]}]}
+    assert result == {"batchItemFailures": []}  # not retried: it cannot succeed
+    (dead,) = queued(env.bindings.queue("delivery-dlq"))
+    assert json.loads(dead["Body"]) == job
 
 
 def test_expiry_releases_expired_leases(env: Any) -> None:

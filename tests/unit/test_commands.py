@@ -45,7 +45,9 @@ def test_whoami_and_help() -> None:
     admin = answer_command("/whoami", ALICE, make_settings({"GATEWAY_ADMINS": "42"}))
     assert admin is not None and "admin" in admin
     help_text = answer_command("/help", ALICE, make_settings({}))
-    assert help_text is not None and all(f"/{name}" in help_text for name in COMMANDS)
+    assert help_text is not None and "/help" in help_text and "/whoami" in help_text and "/sethome" not in help_text
+    admin_help = answer_command("/help", ALICE, make_settings({"GATEWAY_ADMINS": "42"}))
+    assert admin_help is not None and all(f"/{name}" in admin_help for name in COMMANDS)
 
 
 def test_plain_chat_and_unknown_commands_go_to_the_agent() -> None:
@@ -55,6 +57,17 @@ def test_plain_chat_and_unknown_commands_go_to_the_agent() -> None:
 
 def test_a_command_for_admins_is_refused_to_a_user(monkeypatch: pytest.MonkeyPatch) -> None:
     # Given an admin-only command (the session commands of issue #3 will be such)
-    monkeypatch.setitem(COMMANDS, "model", ("switch the model", lambda source, settings, args: "switched"))
+    monkeypatch.setitem(COMMANDS, "model", ("switch the model", lambda call: "switched"))
     assert answer_command("/model x", ALICE, make_settings({})) == "/model is for admins here."
     assert answer_command("/model x", ALICE, make_settings({"GATEWAY_ADMINS": "42"})) == "switched"
+
+
+def test_sethome_stores_this_chat_for_an_admin_only() -> None:
+    from tests.fakes.services import FakeDirectory
+
+    homes = FakeDirectory()
+    group = SessionSource("telegram", chat_id="-100", chat_type="group", user_id="42", thread_id="7")
+    refused = answer_command("/sethome", group, make_settings({}), homes=homes, now=1.0)
+    assert refused is not None and "admins" in refused and homes.homes == {}
+    done = answer_command("/sethome", group, make_settings({"GATEWAY_ADMINS": "42"}), homes=homes, now=1.0)
+    assert done is not None and "-100" in done and homes.homes == {"telegram": ("-100", "7")}

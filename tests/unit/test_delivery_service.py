@@ -46,7 +46,7 @@ def long_text() -> str:
 def test_a_short_reply_is_one_message_without_a_suffix() -> None:
     outbox, sender = FakeOutbox(), FakeSender()
 
-    entries = deliver(job("Echo: hi", thread_id=17), deps(outbox, sender))
+    entries = deliver(job("Echo: hi", thread_id=17), deps(outbox, sender)).entries
 
     assert sender.sent == [("99", "Echo: hi", "17")]
     assert [e.delivery_id for e in entries] == ["turn-abc#1"]
@@ -98,7 +98,7 @@ def test_running_the_same_job_again_sends_nothing() -> None:
     sent_before = list(sender.sent)
 
     # When the queue hands the same job over again
-    entries = deliver(job(long_text()), deps(outbox, sender))
+    entries = deliver(job(long_text()), deps(outbox, sender)).entries
 
     # Then nothing more is sent, and the entries come back as stored
     assert sender.sent == sent_before
@@ -171,7 +171,7 @@ def test_record_only_targets_are_marked_recorded_and_never_sent_twice() -> None:
 def test_an_empty_reply_sends_nothing() -> None:
     outbox, sender = FakeOutbox(), FakeSender()
 
-    assert deliver(job("   \n"), deps(outbox, sender)) == []
+    assert deliver(job("   \n"), deps(outbox, sender)).entries == []
     assert sender.sent == []
 
 

@@ -65,3 +65,8 @@ class TargetGone(PermanentError):
     def __init__(self, message: str, migrate_to: str | None = None) -> None:
         super().__init__(message)
         self.migrate_to = migrate_to
+
+
+class OutcomeUnknown(PermanentError):
+    """The platform answered in a way that leaves open whether the message was posted (a success
+    without a message id). Never retried: the outbox records `unknown` rather than risk a duplicate."""

@@ -61,6 +61,16 @@ class QueueSpec:
     max_receive_count: int
     dlq_retention_days: int = 14
 
+    @property
+    def dead_letter_name(self) -> str:
+        """The dead-letter queue's logical name; its consumer may send to it (a job that can never
+        succeed is dead-lettered at once instead of being retried `max_receive_count` times)."""
+        return f"{self.name}-dlq"
+
+    @property
+    def dead_letter_env_var(self) -> str:
+        return self.env_var.removesuffix("_URL") + "_DLQ_URL"
+
 
 @dataclass(frozen=True)
 class StateMachineSpec:
@@ -138,7 +148,16 @@ ACCESS = TableSpec(
     sort=Key("sk"),
     ttl_attribute="expires_at",
 )
-TABLES: tuple[TableSpec, ...] = (ROUTES, SESSIONS, MESSAGES, OUTBOX, IDEMPOTENCY, ACCESS)
+# Where messages can go (hermes_gateway.adapters.dynamo_directory): home channels set by /sethome,
+# chats seen by name (for `#name` targets), and targets found gone (blocked, removed).
+DIRECTORY = TableSpec(
+    name="directory",
+    env_var="HERMES_DIRECTORY_TABLE",
+    partition=Key("pk"),
+    sort=Key("sk"),
+    ttl_attribute="expires_at",
+)
+TABLES: tuple[TableSpec, ...] = (ROUTES, SESSIONS, MESSAGES, OUTBOX, IDEMPOTENCY, ACCESS, DIRECTORY)
 
 INBOUND_QUEUE = QueueSpec(
     name="inbound",
@@ -154,7 +173,9 @@ DELIVERY_QUEUE = QueueSpec(
     env_var="HERMES_DELIVERY_QUEUE_URL",
     fifo=False,
     visibility_timeout_seconds=180,
-    max_receive_count=5,
+    # Transient failures back off exponentially (services.delivery.retry_delay_seconds): eight
+    # receives ride out about ten minutes of a platform outage before the job is dead-lettered.
+    max_receive_count=8,
 )
 QUEUES: tuple[QueueSpec, ...] = (INBOUND_QUEUE, DELIVERY_QUEUE)
 
@@ -196,6 +217,7 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
             "sessions": Access.READ_WRITE,
             "messages": Access.READ_WRITE,
             "access": Access.READ_WRITE,
+            "directory": Access.READ_WRITE,
             "inbound": Access.CONSUME,
             "delivery": Access.SEND,
             "turn": Access.START,
@@ -221,10 +243,18 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         name="delivery",
         code_dir="functions/delivery",
         handler="handler.lambda_handler",
-        description="Delivery queue consumer: platform send with chunking, outbox",
+        description="Delivery queue consumer: platform send with chunking, outbox, retries, mirror",
         memory_mb=256,
         timeout_seconds=30,
-        grants={"outbox": Access.READ_WRITE, "delivery": Access.CONSUME},
+        grants={
+            "outbox": Access.READ_WRITE,
+            "delivery": Access.CONSUME,
+            "directory": Access.READ_WRITE,
+            # mirroring a pushed message into the target chat's transcript
+            "routes": Access.READ,
+            "sessions": Access.READ_WRITE,
+            "messages": Access.READ_WRITE,
+        },
         consumes="delivery",
         batch_size=5,
         secrets=SEND_SECRETS,
@@ -274,7 +304,10 @@ class Bindings:
     def from_env(cls, env: Mapping[str, str]) -> Bindings:
         return cls(
             tables={t.name: env[t.env_var] for t in TABLES if t.env_var in env},
-            queues={q.name: env[q.env_var] for q in QUEUES if q.env_var in env},
+            queues={
+                **{q.name: env[q.env_var] for q in QUEUES if q.env_var in env},
+                **{q.dead_letter_name: env[q.dead_letter_env_var] for q in QUEUES if q.dead_letter_env_var in env},
+            },
             state_machines={m.name: env[m.env_var] for m in (TURN_STATE_MACHINE,) if m.env_var in env},
         )
 
@@ -289,8 +322,9 @@ class Bindings:
         try:
             return self.queues[name]
         except KeyError:
-            spec = next(q for q in QUEUES if q.name == name)
-            raise ConfigError(f"environment variable {spec.env_var} is not set (queue {name})") from None
+            spec = next(q for q in QUEUES if name in (q.name, q.dead_letter_name))
+            var = spec.env_var if name == spec.name else spec.dead_letter_env_var
+            raise ConfigError(f"environment variable {var} is not set (queue {name})") from None
 
     def state_machine(self, name: str) -> str:
         try:

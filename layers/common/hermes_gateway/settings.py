@@ -164,10 +164,12 @@ _PLATFORM_SETTINGS = (
     ("bot_policy", "BOT_POLICY", _parse_str, "messages from other bots: none | mentions | all"),
     ("unauthorized_dm", "UNAUTHORIZED_DM", _parse_str, "an unknown user's DM: pair | ignore (empty: by rule)"),
     ("admins", "ADMINS", _parse_list, "user ids that are admins on this platform"),
+    ("home_channel", "HOME_CHANNEL", _parse_str, "chat_id[:thread_id] a bare platform target sends to, until /sethome"),
 )
 _COMMON_DEFAULTS: dict[str, Any] = {
     "enabled": False, "api_base_url": "", "allowed_users": (), "allow_all_users": False,
     "allowed_chats": (), "group_users": {}, "bot_policy": "none", "unauthorized_dm": "", "admins": (),
+    "home_channel": "",
 }
 # The local web chat page has no users to allowlist.
 _PLATFORM_OVERRIDES: dict[str, dict[str, Any]] = {"webchat": {"allow_all_users": True}}
@@ -243,6 +245,7 @@ class PlatformSettings:
     bot_policy: str
     unauthorized_dm: str
     admins: tuple[str, ...]
+    home_channel: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)  # the platform's own (catalog `Option`s)
 
 

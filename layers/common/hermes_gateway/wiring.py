@@ -18,8 +18,10 @@ from hermes_gateway.settings import Settings, load_settings
 if TYPE_CHECKING:
     from hermes_gateway.adapters.aws import IdempotentEnqueue, SqsQueue, StepFunctionsStarter
     from hermes_gateway.adapters.dynamo_access import DynamoAccessStore
+    from hermes_gateway.adapters.dynamo_directory import DynamoDirectory
     from hermes_gateway.adapters.dynamo_outbox import DynamoOutbox
     from hermes_gateway.adapters.dynamo_sessions import DynamoSessionStore
+    from hermes_gateway.domain.events import LifecycleEvents
     from hermes_gateway.platforms.base import AdapterContext, Sender
     from hermes_gateway.services.delivery import DeliveryDeps
     from hermes_gateway.services.ingress import InboundAdapter
@@ -66,10 +68,9 @@ def pairing_store() -> DynamoAccessStore:
 
 @cache
 def access() -> Access:
-    from hermes_gateway.domain.events import LoggedEvents
     from hermes_gateway.services.router import Access
 
-    return Access(pairing=pairing_store(), replies=queue("delivery"), events=LoggedEvents())
+    return Access(pairing=pairing_store(), replies=queue("delivery"), events=events(), directory=directory())
 
 
 @cache
@@ -159,10 +160,33 @@ def sender_for(platform: str, via: str = "") -> Sender | None:
 
 
 @cache
+def events() -> LifecycleEvents:
+    from hermes_gateway.domain.events import LoggedEvents
+
+    return LoggedEvents()
+
+
+@cache
+def directory() -> DynamoDirectory:
+    from hermes_gateway.adapters.dynamo_directory import DynamoDirectory
+
+    return DynamoDirectory(bindings(), region())
+
+
+@cache
 def delivery_deps() -> DeliveryDeps:
     from hermes_gateway.services.delivery import DeliveryDeps
 
-    return DeliveryDeps(outbox=outbox(), sender_for=sender_for, now=time.time, store_sensitive=local_mode())
+    return DeliveryDeps(
+        outbox=outbox(),
+        sender_for=sender_for,
+        now=time.time,
+        events=events(),
+        targets=directory(),
+        sessions=session_store(),
+        profile=settings().profile,
+        store_sensitive=local_mode(),
+    )
 
 
 def reset() -> None:
@@ -182,5 +206,7 @@ def reset() -> None:
         enqueue_once,
         turn_deps,
         delivery_deps,
+        events,
+        directory,
     ):
         built.cache_clear()

@@ -53,6 +53,39 @@ class SqsQueue:
             raise
         return str(response["MessageId"])
 
+    def send_raw(self, body: str, *, reason: str | None = None) -> str:
+        """Send a body as it is (a dead letter keeps the original job byte for byte), with the
+        reason it failed as a message attribute."""
+        kwargs: dict[str, Any] = {"QueueUrl": self.url, "MessageBody": body}
+        if reason:
+            kwargs["MessageAttributes"] = {"reason": {"DataType": "String", "StringValue": reason[:1000]}}
+        if self.fifo:
+            digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
+            kwargs.update(MessageGroupId=digest[:40], MessageDeduplicationId=digest)
+        return str(self._client.send_message(**kwargs)["MessageId"])
+
+    def receive(
+        self, max_messages: int = 10, wait_seconds: int = 0, visibility_seconds: int = 60
+    ) -> list[dict[str, Any]]:
+        response = self._client.receive_message(
+            QueueUrl=self.url,
+            MaxNumberOfMessages=max(1, min(max_messages, 10)),
+            WaitTimeSeconds=wait_seconds,
+            VisibilityTimeout=visibility_seconds,
+            MessageAttributeNames=["All"],
+            MessageSystemAttributeNames=["ApproximateReceiveCount", "SentTimestamp"],
+        )
+        return list(response.get("Messages", []))
+
+    def delete(self, receipt_handle: str) -> None:
+        self._client.delete_message(QueueUrl=self.url, ReceiptHandle=receipt_handle)
+
+    def depth(self) -> int:
+        attributes = self._client.get_queue_attributes(
+            QueueUrl=self.url, AttributeNames=["ApproximateNumberOfMessages"]
+        )["Attributes"]
+        return int(attributes.get("ApproximateNumberOfMessages", 0))
+
     def delay_retry(self, receipt_handle: str, seconds: int) -> None:
         """Make a failed message visible again sooner (or later) than the queue's timeout."""
         self._client.change_message_visibility(

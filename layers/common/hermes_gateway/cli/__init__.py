@@ -1,7 +1,8 @@
 """`hermes-gateway`: the operator's command line.
 
 `hermes-gateway local` runs the whole gateway on this machine (what `make run` starts);
-`hermes-gateway pairing …` approves DM pairings, on a deployed stack or with `--local`. The other
+`hermes-gateway pairing …` approves DM pairings and `hermes-gateway outbox …` lists deliveries and
+redrives dead letters, on a deployed stack or with `--local`. The other
 commands for a deployed stack (secrets, sessions, logs) arrive with their issues.
 """
 
@@ -15,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from hermes_gateway.cli import pairing
+from hermes_gateway.cli import outbox, pairing
 from hermes_gateway.errors import ConfigError
 
 
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--tick-seconds", type=float, default=60.0, help="how often scheduled work runs")
     local.set_defaults(run=_run_local)
     pairing.add_commands(commands)
+    outbox.add_commands(commands)
     return parser
 
 

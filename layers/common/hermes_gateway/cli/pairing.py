@@ -10,6 +10,7 @@ import sys
 import time
 from typing import Any
 
+from hermes_gateway.cli.target import add_target_arguments, bindings_for
 from hermes_gateway.domain.events import LoggedEvents
 from hermes_gateway.domain.pairing import normalize_code
 from hermes_gateway.observability import hash_id
@@ -20,11 +21,7 @@ def add_commands(commands: Any) -> None:
     pairing = commands.add_parser("pairing", help="approve, list and revoke DM pairings")
     actions = pairing.add_subparsers(dest="action", required=True)
 
-    def target(parser: argparse.ArgumentParser) -> None:
-        where = parser.add_mutually_exclusive_group()
-        where.add_argument("--local", action="store_true", help="the running local mode (`make run`)")
-        where.add_argument("--stage", default=None, help="the deployed stage (default: gateway.yaml's stage)")
-
+    target = add_target_arguments
     listing = actions.add_parser("list", help="pending codes (never the codes themselves) and approved users")
     listing.add_argument("--platform", choices=PLATFORMS, default=None)
     listing.add_argument("--json", action="store_true", help="machine-readable output")
@@ -51,18 +48,8 @@ def add_commands(commands: Any) -> None:
 
 def _store(args: argparse.Namespace) -> Any:
     from hermes_gateway.adapters.dynamo_access import DynamoAccessStore
-    from hermes_gateway.cli.target import use_deployed, use_local
 
-    if args.local:
-        return DynamoAccessStore(use_local())
-    stage = args.stage
-    if stage is None:
-        from pathlib import Path
-
-        from hermes_gateway.settings import load_settings_file
-
-        stage = load_settings_file(Path("gateway.yaml")).stage
-    return DynamoAccessStore(use_deployed(stage))
+    return DynamoAccessStore(bindings_for(args))
 
 
 def _events() -> LoggedEvents:

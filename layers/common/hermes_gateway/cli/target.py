@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_gateway.errors import ConfigError
-from hermes_gateway.resources import TABLES, Bindings
+from hermes_gateway.resources import QUEUES, TABLES, Bindings
 
 LOCAL_STATE_ENV = "HERMES_LOCAL_STATE"
 
@@ -62,13 +62,18 @@ def table_output_key(table: str) -> str:
     return f"{table.capitalize()}TableName"
 
 
+def queue_output_key(queue: str) -> str:
+    """The stack output that carries a queue's URL, e.g. `DeliveryDlqQueueUrl`."""
+    return "".join(part.capitalize() for part in queue.split("-")) + "QueueUrl"
+
+
 def webhook_output_key(platform: str) -> str:
     """The stack output that carries a platform's webhook URL, e.g. `GoogleChatWebhookUrl`."""
     return "".join(part.capitalize() for part in platform.split("_")) + "WebhookUrl"
 
 
 def use_deployed(stage: str) -> Bindings:
-    """The deployed stack's table names, from its outputs (your AWS credentials and region)."""
+    """The deployed stack's table names and queue URLs, from its outputs (your AWS credentials and region)."""
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -78,4 +83,27 @@ def use_deployed(stage: str) -> Bindings:
         raise ConfigError(f"cannot read stack {stack_name(stage)}: {exc}") from None
     outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
     env = {t.env_var: outputs[table_output_key(t.name)] for t in TABLES if table_output_key(t.name) in outputs}
+    for q in QUEUES:
+        for name, var in ((q.name, q.env_var), (q.dead_letter_name, q.dead_letter_env_var)):
+            if queue_output_key(name) in outputs:
+                env[var] = outputs[queue_output_key(name)]
     return Bindings.from_env(env)
+
+
+def add_target_arguments(parser: Any) -> None:
+    """`--local` (the running local mode) or `--stage S` (a deployed stack; default gateway.yaml's)."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--local", action="store_true", help="the running local mode (`make run`)")
+    where.add_argument("--stage", default=None, help="the deployed stage (default: gateway.yaml's stage)")
+
+
+def bindings_for(args: Any) -> Bindings:
+    """The resources a command works on, from its `--local` / `--stage` arguments."""
+    if args.local:
+        return use_local()
+    stage = args.stage
+    if stage is None:
+        from hermes_gateway.settings import load_settings_file
+
+        stage = load_settings_file(Path("gateway.yaml")).stage
+    return use_deployed(stage)

@@ -163,6 +163,8 @@ CATALOG: tuple[PlatformSpec, ...] = (
     PlatformSpec(
         "mattermost", "Mattermost", _M + "mattermost:MattermostInbound", _M + "mattermost:build_sender", 16383,
         inbound_secrets=("MATTERMOST_OUTGOING_TOKEN",), send_secrets=("MATTERMOST_BOT_TOKEN",),
+        options=(Option("bot_user_id", "MATTERMOST_BOT_USER_ID", "str", "",
+                        "the bot account's user id; its own posts are ignored"),),
     ),
     PlatformSpec(
         "webchat", "Local web chat", _M + "webchat:WebchatInbound", None, 8000,

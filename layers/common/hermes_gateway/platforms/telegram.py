@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeGuard
 
 from hermes_gateway import errors
 from hermes_gateway.domain.source import InboundMessage, SessionSource
-from hermes_gateway.errors import BadRequest, PermanentError, RateLimited, TransientError, Unauthorized
+from hermes_gateway.errors import BadRequest, OutcomeUnknown, PermanentError, RateLimited, TransientError, Unauthorized
 from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target, header, retry_after_seconds
 
 logger = logging.getLogger(__name__)
@@ -235,7 +235,7 @@ class TelegramSender:
             if _is_int(message_id):
                 return str(message_id)
             # The message may well have been sent; resending could post it twice.
-            raise PermanentError("telegram answered 200 without a message_id; the message may have been sent")
+            raise OutcomeUnknown("telegram answered 200 without a message_id; the message may have been sent")
         raise self._failure(answer)
 
     def _failure(self, answer: Answer) -> Exception:

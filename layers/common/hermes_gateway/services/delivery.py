@@ -1,22 +1,46 @@
-"""Delivery: send a reply to its platform, chunk by chunk, through the outbox.
+"""Delivery (BEHAVIOUR §6): send a message to its platform, chunk by chunk, through the outbox.
 
-Each chunk is written to the outbox before it is sent and marked sent only with the platform's
-message id, so a repeated delivery (the queue may hand a job over twice) sends nothing twice.
-A failure raises: the queue retries the job, and a job that keeps failing lands in the DLQ.
+Each chunk is written to the outbox before it is sent and marked `sent` only with the platform's
+message id, so a repeated delivery (the queue may hand a job over twice, or the CLI redrives it)
+sends nothing twice. What happens on failure is decided here and carried out by the handler:
+
+- RateLimited / TransientError (429, 5xx, timeouts): raised; the queue retries the job after the
+  platform's `retry_after` or an exponential backoff with jitter.
+- TargetGone (blocked, removed, not found): recorded on the target and the job ends; pushes to that
+  target (jobs, `send_message`) are skipped until a send to it succeeds again.
+- Undeliverable (any other refusal, no credentials, a malformed job): raised; the handler puts the
+  job on the dead-letter queue at once (an alarm watches it) and `hermes-gateway outbox redrive`
+  can send it again later.
+- An answer that may or may not have posted the message (a success without a message id) is
+  recorded `unknown` and never sent again: a duplicate is worse than a gap the outbox shows.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hermes_gateway.adapters.dynamo_outbox import OutboxEntry
+from hermes_gateway.domain.events import LifecycleEvents
+from hermes_gateway.domain.session_key import build_session_key
+from hermes_gateway.domain.sessions import SessionStore
+from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.domain.split import split_message
-from hermes_gateway.errors import BadRequest, PermanentError, TransientError
-from hermes_gateway.observability import MetricUnit, logger, metrics
+from hermes_gateway.errors import BadRequest, OutcomeUnknown, PermanentError, TargetGone, TransientError
+from hermes_gateway.observability import MetricUnit, hash_id, logger, metrics
 from hermes_gateway.platforms.base import Sender, Target
 from hermes_gateway.platforms.catalog import text_limit
+
+KINDS = ("reply", "push")  # a reply answers the chat's own message; a push is sent unasked
+MIRROR_PREFIX = "[Delivered to this chat by the agent]"
+BACKOFF_BASE_SECONDS = 5
+BACKOFF_CAP_SECONDS = 300
+
+
+class Undeliverable(PermanentError):
+    """Retrying cannot help: the job goes to the dead-letter queue at once."""
 
 
 class Outbox(Protocol):
@@ -35,7 +59,7 @@ class Outbox(Protocol):
     ) -> OutboxEntry: ...
 
     def claim(self, delivery_id: str, now: float) -> bool:
-        """Take the chunk for sending; False while another worker holds it or once it is sent."""
+        """Take the chunk for sending; False while another worker holds it or once it is final."""
         ...
 
     def mark(
@@ -49,8 +73,16 @@ class Outbox(Protocol):
     ) -> None: ...
 
 
+class GoneTargets(Protocol):
+    def mark_gone(self, platform: str, chat_id: str, thread_id: str | None, reason: str, now: float) -> None: ...
+
+    def gone_reason(self, platform: str, chat_id: str, thread_id: str | None, now: float) -> str | None: ...
+
+    def clear_gone(self, platform: str, chat_id: str, thread_id: str | None) -> None: ...
+
+
 class RecordOnly:
-    """A sender for targets that are only recorded (the web chat page reads the outbox)."""
+    """A sender for targets that are only recorded (`local`, and the web chat page's outbox)."""
 
     status = "recorded"
 
@@ -61,10 +93,14 @@ class RecordOnly:
 @dataclass
 class DeliveryDeps:
     outbox: Outbox
-    # The sender for a platform; None when it cannot send (e.g. no bot token in a deployment).
-    # (platform, via): via names the relay a chat is reached through, or is empty.
+    # (platform, via) -> the sender; via names the relay a chat is reached through, or is empty.
     sender_for: Callable[[str, str], Sender | None]
     now: Callable[[], float]
+    events: LifecycleEvents | None = None
+    targets: GoneTargets | None = None
+    # For mirroring a push into the target chat's transcript; None leaves transcripts alone.
+    sessions: SessionStore | None = None
+    profile: str | None = None
     # Local mode keeps redacted values in its in-memory outbox: it is the only place a newcomer
     # without a bot token can read the pairing code the bot would have sent.
     store_sensitive: bool = False
@@ -87,6 +123,8 @@ class DeliveryJob:
     context: Mapping[str, str] = field(default_factory=dict)  # the platform's reply details
     # Values the outbox must not keep (a pairing code): sent to the platform, stored masked.
     redact: tuple[str, ...] = ()
+    kind: str = "reply"
+    mirror: bool = False  # append what was sent to the target chat's session transcript
 
     @classmethod
     def from_dict(cls, data: Any) -> DeliveryJob:
@@ -101,6 +139,9 @@ class DeliveryJob:
         for name, value in required:
             if not isinstance(value, str) or not value:
                 raise BadRequest(f"malformed delivery job: {name} must be a non-empty string")
+        kind = data.get("kind", "reply")
+        if kind not in KINDS:
+            raise BadRequest(f"malformed delivery job: kind must be one of {', '.join(KINDS)}")
         return cls(
             delivery_id=data["delivery_id"],
             turn_id=_optional_id(data.get("turn_id")),
@@ -110,6 +151,8 @@ class DeliveryJob:
             text=data["text"],
             context={str(k): str(v) for k, v in (target.get("context") or {}).items()},
             redact=tuple(str(v) for v in data.get("redact") or () if v),
+            kind=kind,
+            mirror=bool(data.get("mirror", False)),
         )
 
 
@@ -121,16 +164,39 @@ def _optional_id(value: Any) -> str | None:
     return str(value)
 
 
-def deliver(job: DeliveryJob, deps: DeliveryDeps) -> list[OutboxEntry]:
-    """Send every chunk not yet sent; return the outbox entries as they were before sending."""
-    sender = deps.sender_for(job.platform, job.context.get("via", ""))
+def retry_delay_seconds(receive_count: int, rng: Callable[[], float] = random.random) -> int:
+    """Exponential backoff with full jitter for the next try after `receive_count` receives."""
+    ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** max(0, receive_count - 1))
+    return max(1, int(ceiling / 2 + rng() * ceiling / 2))
+
+
+@dataclass(frozen=True)
+class DeliveryResult:
+    status: str  # sent | recorded | gone | skipped | unknown
+    entries: list[OutboxEntry]
+    sent_chunks: int = 0
+
+
+def deliver(job: DeliveryJob, deps: DeliveryDeps) -> DeliveryResult:
+    """Send every chunk not yet sent. Raises TransientError (retry) or Undeliverable (dead-letter)."""
+    via = job.context.get("via", "")
+    sender = deps.sender_for(job.platform, via)
     if sender is None:
-        raise PermanentError(f"no way to send to {job.platform}: its credentials are not configured")
+        raise Undeliverable(f"no way to send to {job.platform}: its credentials are not configured")
     if not job.chat_id:
-        raise PermanentError("the delivery target has no chat id")
+        raise Undeliverable("the delivery target has no chat id")
+    detail = {"platform": job.platform, "delivery_id": job.delivery_id, "kind": job.kind}
+    if job.kind == "push" and deps.targets is not None:
+        reason = deps.targets.gone_reason(job.platform, job.chat_id, job.thread_id, deps.now())
+        if reason is not None:
+            logger.info("target is gone; push skipped", extra={**detail, "reason": reason})
+            metrics.add_metric(name="DeliverySkippedGone", unit=MetricUnit.Count, value=1)
+            _emit(deps, "delivery:failed", {**detail, "reason": "target_gone"})
+            return DeliveryResult("skipped", [])
     target = Target(job.platform, job.chat_id, job.thread_id, job.context)
-    chunks = split_message(job.text, text_limit(job.context.get("via") or job.platform))
-    entries = []
+    chunks = split_message(job.text, text_limit(via or job.platform))
+    entries: list[OutboxEntry] = []
+    sent = 0
     for index, chunk in enumerate(chunks, start=1):
         delivery_id = f"{job.delivery_id}#{index}"
         entry = deps.outbox.record(
@@ -147,17 +213,89 @@ def deliver(job: DeliveryJob, deps: DeliveryDeps) -> list[OutboxEntry]:
         entries.append(entry)
         if entry.status in ("sent", "recorded"):
             continue  # a repeated job: this chunk already went out
+        if entry.status in ("unknown", "gone"):
+            return _stop(deps, detail, entries, entry.status)
         if not deps.outbox.claim(delivery_id, deps.now()):
-            raise TransientError("another worker is sending this reply; retrying after it")
-        try:
-            message_id = sender.send(target, chunk)
-        except Exception as exc:
-            deps.outbox.mark(delivery_id, "failed", deps.now(), error=f"{type(exc).__name__}: {exc}")
-            logger.warning("delivery failed", extra={"platform": job.platform, "error": type(exc).__name__})
-            metrics.add_metric(name="DeliveryFailed", unit=MetricUnit.Count, value=1)
-            raise
-        status = getattr(sender, "status", "sent")
-        deps.outbox.mark(delivery_id, status, deps.now(), platform_message_id=message_id or None)
-        metrics.add_metric(name="DeliverySent", unit=MetricUnit.Count, value=1)
-    logger.info("delivered", extra={"platform": job.platform, "chunks": len(chunks)})
-    return entries
+            raise TransientError("another worker is sending this message; retrying after it")
+        status = _send_chunk(sender, target, chunk, delivery_id, deps, detail)
+        if status in ("unknown", "gone"):
+            return _stop(deps, detail, entries, status)
+        sent += 1
+    if sent and deps.targets is not None and job.kind == "push":
+        deps.targets.clear_gone(job.platform, job.chat_id, job.thread_id)
+    status = getattr(sender, "status", "sent")
+    logger.info("delivered", extra={**detail, "chunks": len(chunks), "sent_now": sent})
+    _emit(deps, "delivery:sent", {**detail, "chunks": len(chunks), "status": status})
+    if job.mirror and deps.sessions is not None:
+        mirror(job, deps.sessions, deps.now(), deps.profile)
+    return DeliveryResult(status, entries, sent)
+
+
+def _send_chunk(
+    sender: Sender, target: Target, chunk: str, delivery_id: str, deps: DeliveryDeps, detail: dict[str, Any]
+) -> str:
+    try:
+        message_id = sender.send(target, chunk)
+    except OutcomeUnknown as exc:
+        message_id = ""
+        logger.warning("delivery outcome unknown", extra={**detail, "error": str(exc)[:200]})
+    except TargetGone as exc:
+        deps.outbox.mark(delivery_id, "gone", deps.now(), error=f"{type(exc).__name__}: {exc}")
+        if deps.targets is not None:
+            deps.targets.mark_gone(target.platform, target.chat_id, target.thread_id, str(exc), deps.now())
+        logger.warning("delivery target is gone", extra={**detail, "error": type(exc).__name__})
+        metrics.add_metric(name="DeliveryTargetGone", unit=MetricUnit.Count, value=1)
+        return "gone"
+    except TransientError as exc:
+        deps.outbox.mark(delivery_id, "failed", deps.now(), error=f"{type(exc).__name__}: {exc}")
+        logger.warning("delivery failed; will retry", extra={**detail, "error": type(exc).__name__})
+        metrics.add_metric(name="DeliveryRetried", unit=MetricUnit.Count, value=1)
+        raise
+    except Exception as exc:
+        deps.outbox.mark(delivery_id, "failed", deps.now(), error=f"{type(exc).__name__}: {exc}")
+        logger.warning("delivery refused", extra={**detail, "error": type(exc).__name__})
+        raise Undeliverable(f"{type(exc).__name__}: {exc}") from exc
+    if not message_id and getattr(sender, "status", "sent") == "sent":
+        deps.outbox.mark(delivery_id, "unknown", deps.now(), error="the platform gave no message id")
+        metrics.add_metric(name="DeliveryUnknown", unit=MetricUnit.Count, value=1)
+        return "unknown"
+    deps.outbox.mark(delivery_id, getattr(sender, "status", "sent"), deps.now(), platform_message_id=message_id or None)
+    metrics.add_metric(name="DeliverySent", unit=MetricUnit.Count, value=1)
+    return "sent"
+
+
+def _stop(deps: DeliveryDeps, detail: dict[str, Any], entries: list[OutboxEntry], status: str) -> DeliveryResult:
+    """The rest of the message is not sent: the target is gone, or a chunk's fate is unknown."""
+    _emit(deps, "delivery:failed", {**detail, "reason": "target_gone" if status == "gone" else "outcome_unknown"})
+    return DeliveryResult(status, entries)
+
+
+def _emit(deps: DeliveryDeps, name: str, detail: dict[str, Any]) -> None:
+    if deps.events is not None:
+        deps.events.emit(name, detail)
+
+
+def mirror(job: DeliveryJob, sessions: SessionStore, now: float, profile: str | None) -> bool:
+    """Append a pushed message to the target chat's session transcript (BEHAVIOUR §6): as the
+    assistant, or as a user line with MIRROR_PREFIX when the transcript already ends with the
+    assistant. Written only when exactly one session is the chat's: a DM, or a group chat whose
+    session is shared. Returns whether a row was written."""
+    assert job.chat_id is not None
+    found = []
+    for chat_type in ("dm", "group"):
+        source = SessionSource(job.platform, chat_id=job.chat_id, chat_type=chat_type, thread_id=job.thread_id)
+        entry = sessions.get_route(build_session_key(source, profile=profile))
+        if entry is not None:
+            found.append(entry)
+    if len(found) != 1:
+        logger.info("mirror skipped: no single session for the target", extra={"matches": len(found)})
+        return False
+    session_id = found[0].session_id
+    last = sessions.transcript(session_id, limit=1)
+    if last and last[-1].role == "assistant":
+        role, content = "user", f"{MIRROR_PREFIX} {job.text}"
+    else:
+        role, content = "assistant", job.text
+    sessions.append_message(session_id, role, content, now, dedupe_key=f"mirror:{job.delivery_id}")
+    logger.info("mirrored into the target's transcript", extra={"session": hash_id(found[0].session_key), "role": role})
+    return True

@@ -17,9 +17,10 @@ from hermes_gateway.domain.pairing import TRY_LATER_REPLY, PairingStore, pairing
 from hermes_gateway.domain.session_key import build_session_key
 from hermes_gateway.domain.sessions import SessionEntry, SessionStore, TurnLease
 from hermes_gateway.domain.source import InboundMessage
+from hermes_gateway.domain.targets import Channel
 from hermes_gateway.errors import SessionBusy
 from hermes_gateway.observability import MetricUnit, hash_id, logger, metrics
-from hermes_gateway.services.commands import answer_command
+from hermes_gateway.services.commands import HomeStore, answer_command
 from hermes_gateway.settings import LEASE_MARGIN_SECONDS, Settings, busy_retry_delay
 
 
@@ -60,11 +61,17 @@ def _busy_retry_after(entry: SessionEntry, settings: Settings, now: float) -> in
 
 @dataclass(frozen=True)
 class Access:
-    """What the router needs to answer an unknown user: the pairing store and a way to reply."""
+    """What the router needs besides sessions: the pairing store, a way to reply, lifecycle events,
+    and the directory (home channels for /sethome, chats by name for `#name` targets)."""
 
     pairing: PairingStore
     replies: DeliveryQueue
     events: LifecycleEvents
+    directory: RouterDirectory | None = None
+
+
+class RouterDirectory(HomeStore, Protocol):
+    def remember(self, channel: Channel, now: float) -> None: ...
 
 
 def offer_pairing(message: InboundMessage, access: Access, now: float) -> RouteOutcome:
@@ -126,7 +133,7 @@ def route_message(
             return offer_pairing(message, access, now)
         return RouteOutcome("denied", decision.reason)
 
-    reply = answer_command(message.text, source, settings)
+    reply = answer_command(message.text, source, settings, homes=access.directory, now=now)
     if reply is not None:
         access.replies.send(_reply_job(message, "command", reply))
         logger.info("gateway command answered")
@@ -143,6 +150,10 @@ def route_message(
     if entry.created:
         logger.info("session started", extra={"reset_reason": entry.reset_reason})
         metrics.add_metric(name="SessionStarted", unit=MetricUnit.Count, value=1)
+        if access.directory is not None and source.chat_type != "dm" and source.chat_name and source.chat_id:
+            # Named chats become `#name` targets; written once per session, not per message.
+            channel = Channel(source.platform, source.chat_id, source.thread_id, source.chat_name, source.chat_type)
+            access.directory.remember(channel, now)
 
     turn_id = turn_id_for(entry.session_id, message.event_id)
     if store.turn_started(entry.session_id, message.event_id):
