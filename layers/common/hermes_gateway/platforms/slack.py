@@ -1,0 +1,259 @@
+"""Slack Events API: request signing, event normalization and chat.postMessage (PLATFORMS §2).
+
+Inbound. Every request is signed: `X-Slack-Signature: v0=<hex HMAC-SHA256(signing secret,
+"v0:<X-Slack-Request-Timestamp>:<raw body>")>`, and the timestamp must lie within five minutes of
+the clock, in either direction, or the request is a replay. `url_verification` is answered with
+its challenge. `event_callback` envelopes carrying `message` or `app_mention` events become
+messages; everything else is acknowledged and ignored.
+
+One message, one turn. A channel message that mentions the app is delivered twice: as a `message`
+event (`message.channels` and friends) and as an `app_mention` event, each with its own outer
+`event_id`. Slack's event id therefore cannot de-duplicate it. The event id used here names the
+message itself, "slack:<team>:<channel>:<ts>", so whichever delivery arrives first is the turn and
+the other is a duplicate (as is any retry of either). Because either may be first, both are
+normalized identically: `mentions_bot` is read from the text (a `<@U…>` of the bot user listed in
+the envelope's `authorizations`) for either event type, and the leading mention is stripped from both.
+Retries (`X-Slack-Retry-Num`, `X-Slack-Retry-Reason`) are processed like first deliveries: the
+ingress idempotency drops one that was already enqueued and accepts one whose first delivery failed
+before it was.
+
+Outbound. `chat.postMessage` with the bot token. Slack reports most failures as HTTP 200 with
+`{"ok": false, "error": "<code>"}`; the codes are mapped in `SlackSender`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from hermes_gateway.domain.source import InboundMessage, SessionSource
+from hermes_gateway.errors import (
+    BadRequest,
+    OutcomeUnknown,
+    PermanentError,
+    RateLimited,
+    TargetGone,
+    TransientError,
+    Unauthorized,
+)
+from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target, header, retry_after_seconds
+from hermes_gateway.services.ingress import Handshake, HttpRequest, HttpResponse, Ignored, Parsed, json_payload
+
+SIGNATURE_HEADER = "x-slack-signature"
+TIMESTAMP_HEADER = "x-slack-request-timestamp"
+REPLAY_WINDOW_SECONDS = 300  # Slack's own verifiers use 60 * 5
+
+_MESSAGE_EVENTS = ("message", "app_mention")
+# Subtypes that are still a person writing to the channel; every other subtype is a change or a notice.
+_PERSON_SUBTYPES = ("file_share", "thread_broadcast", "me_message")
+_SUBTYPE_REASONS = {"message_changed": "edited", "message_deleted": "deleted"}
+_LEADING_MENTION = re.compile(r"^\s*<@([A-Z0-9]+)(?:\|[^>]*)?>[\s,:]*")
+_MENTION = re.compile(r"<@([A-Z0-9]+)(?:\|[^>]*)?>")
+
+# chat.postMessage error codes (HTTP 200, ok:false) and what they mean for a delivery.
+_GONE_ERRORS = frozenset(
+    {"channel_not_found", "not_in_channel", "is_archived", "channel_is_archived", "account_inactive"}
+)
+_RATE_LIMIT_ERRORS = frozenset({"ratelimited", "rate_limited"})
+# Slack's "try again later" codes. internal_error and fatal_error are not among them: Slack says
+# part of the operation may have succeeded, and sending again could post the message twice.
+_TRANSIENT_ERRORS = frozenset({"service_unavailable", "team_added_to_org"})
+
+
+def signature(signing_secret: str, timestamp: str, body: bytes) -> str:
+    """The `X-Slack-Signature` value Slack computes for this timestamp and raw body."""
+    base = b"v0:" + timestamp.encode("ascii") + b":" + body
+    return "v0=" + hmac.new(signing_secret.encode("utf-8"), base, hashlib.sha256).hexdigest()
+
+
+def verify_request(headers: Mapping[str, str], body: bytes, signing_secret: str | None, now: float) -> None:
+    """Accept the request only when Slack signed this exact body within the replay window."""
+    if not signing_secret:
+        raise Unauthorized("slack signing secret is not configured; refusing every request")
+    presented = headers.get(SIGNATURE_HEADER)
+    if not presented:
+        raise Unauthorized("slack signature header is missing")
+    timestamp = headers.get(TIMESTAMP_HEADER)
+    if not timestamp:
+        raise Unauthorized("slack timestamp header is missing")
+    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12):
+        raise Unauthorized("slack timestamp header is malformed")
+    if abs(now - int(timestamp)) > REPLAY_WINDOW_SECONDS:
+        raise Unauthorized("stale timestamp: the request is more than 5 minutes from the gateway's clock")
+    expected = signature(signing_secret, timestamp, body)
+    if not hmac.compare_digest(presented.encode("utf-8"), expected.encode("ascii")):
+        raise Unauthorized("slack signature does not match")
+
+
+def parse_event(payload: Any, *, received_at: float) -> Parsed:
+    """One verified Events API request as a handshake, a message, or the reason it is ignored.
+
+    Raises BadRequest when the request is malformed.
+    """
+    if not isinstance(payload, dict):
+        raise BadRequest("slack payload is not a JSON object")
+    kind = payload.get("type")
+    if kind == "url_verification":
+        challenge = payload.get("challenge")
+        if not isinstance(challenge, str) or not challenge:
+            raise BadRequest("slack url_verification has no challenge")
+        return Handshake(HttpResponse(200, {"challenge": challenge}))
+    if kind != "event_callback":
+        return Ignored("unsupported_type")  # e.g. app_rate_limited
+    event = payload.get("event")
+    if not isinstance(event, dict):
+        raise BadRequest("slack event_callback carries no event object")
+    if event.get("type") not in _MESSAGE_EVENTS:
+        return Ignored("unsupported_event")
+    bot_users = _authorized_users(payload)
+    subtype = event.get("subtype")
+    author = event.get("user")
+    if event.get("bot_id") or subtype == "bot_message" or (isinstance(author, str) and author in bot_users):
+        return Ignored("bot_message")
+    if subtype is not None and subtype not in _PERSON_SUBTYPES:
+        return Ignored(_SUBTYPE_REASONS.get(str(subtype), "unsupported_subtype"))
+    return _message(payload, event, bot_users, received_at)
+
+
+def _message(
+    payload: dict[str, Any], event: dict[str, Any], bot_users: frozenset[str], received_at: float
+) -> InboundMessage | Ignored:
+    channel = _required(event, "channel")
+    ts = _required(event, "ts")
+    user = _required(event, "user")
+    team = payload.get("team_id") or event.get("team")
+    if not isinstance(team, str) or not team:
+        raise BadRequest("slack event has no team id")
+    text = event.get("text", "")
+    if not isinstance(text, str):
+        raise BadRequest("slack message text is not a string")
+    mentions_bot = any(user_id in bot_users for user_id in _MENTION.findall(text))
+    text = _strip_leading_mention(text, bot_users)
+    if not text.strip():
+        return Ignored("no_text")
+    thread_ts = event.get("thread_ts")
+    # A thread's parent carries thread_ts == ts; only a reply lives in the thread.
+    thread = thread_ts if isinstance(thread_ts, str) and thread_ts and thread_ts != ts else None
+    source = SessionSource(
+        platform="slack",
+        chat_id=channel,
+        chat_type=_chat_type(event, channel),
+        user_id=user,
+        thread_id=thread,
+        scope_id=team,
+        message_id=ts,
+    )
+    return InboundMessage(
+        source=source,
+        text=text,
+        event_id=f"slack:{team}:{channel}:{ts}",
+        received_at=received_at,
+        facts=("mentions_bot",) if mentions_bot else (),
+    )
+
+
+def _authorized_users(payload: dict[str, Any]) -> frozenset[str]:
+    """The app's bot user ids, from `authorizations[]`.
+
+    Slack truncates the list to one installation and does not promise which one: when a person
+    installed the app too, the entry may be that person, who is not the app. Only entries marked
+    `is_bot` count.
+    """
+    authorizations = payload.get("authorizations")
+    if not isinstance(authorizations, list):
+        return frozenset()
+    return frozenset(
+        a["user_id"]
+        for a in authorizations
+        if isinstance(a, dict) and a.get("is_bot") is True and isinstance(a.get("user_id"), str) and a["user_id"]
+    )
+
+
+def _strip_leading_mention(text: str, bot_users: frozenset[str]) -> str:
+    found = _LEADING_MENTION.match(text)
+    return text[found.end() :] if found and found.group(1) in bot_users else text
+
+
+def _chat_type(event: dict[str, Any], channel: str) -> str:
+    channel_type = event.get("channel_type")
+    if channel_type == "im":
+        return "dm"
+    if channel_type is None and channel.startswith("D"):
+        return "dm"  # app_mention events carry no channel_type; DM channel ids start with D
+    return "group"
+
+
+def _required(event: dict[str, Any], key: str) -> str:
+    value = event.get(key)
+    if not isinstance(value, str) or not value:
+        raise BadRequest(f"slack message has no {key}")
+    return value
+
+
+class SlackInbound:
+    def __init__(self, context: AdapterContext) -> None:
+        self._context = context
+
+    def verify(self, request: HttpRequest) -> None:
+        verify_request(
+            request.headers, request.body, self._context.secret("SLACK_SIGNING_SECRET"), self._context.clock()
+        )
+
+    def parse(self, request: HttpRequest, received_at: float) -> Parsed:
+        return parse_event(json_payload(request), received_at=received_at)
+
+
+class SlackSender:
+    """Posts with chat.postMessage; the bot token travels only in the Authorization header."""
+
+    def __init__(self, api_base_url: str, token: str, timeout: float = 10.0) -> None:
+        self._http = HttpClient(api_base_url, platform="slack", timeout=timeout, scrub=(token,))
+        # Slack warns about a JSON body without a charset.
+        self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json; charset=utf-8"}
+
+    def __repr__(self) -> str:
+        return f"SlackSender({self._http.base!r})"
+
+    def send(self, target: Target, text: str) -> str:
+        """Post one message (a reply in the thread when the target has one); return its `ts`."""
+        payload = {"channel": target.chat_id, "text": text}
+        if target.thread_id:
+            payload["thread_ts"] = target.thread_id
+        answer = self._http.request("POST", "/chat.postMessage", json_body=payload, headers=self._headers)
+        if answer.status == 429:
+            raise self._rate_limited(answer, "HTTP 429")
+        if answer.status != 200:
+            raise self._http.failure(answer, gone=())  # Slack's "gone" answers come as ok:false codes
+        body = answer.body if isinstance(answer.body, dict) else None
+        if body is None:
+            raise OutcomeUnknown("slack answered HTTP 200 without a JSON body; the message may have been sent")
+        if body.get("ok") is True:
+            ts = body.get("ts")
+            if isinstance(ts, str) and ts:
+                return ts
+            raise OutcomeUnknown("slack answered ok without a ts; the message may have been sent")
+        raise self._refusal(answer, body)
+
+    def _refusal(self, answer: Answer, body: dict[str, Any]) -> Exception:
+        error = body.get("error")
+        code = self._http.scrub(error) if isinstance(error, str) and error else "unknown_error"
+        if code in _RATE_LIMIT_ERRORS:
+            return self._rate_limited(answer, code)
+        if code in _GONE_ERRORS:
+            return TargetGone(f"slack: target unreachable: {code}")
+        if code in _TRANSIENT_ERRORS:
+            return TransientError(f"slack is temporarily unavailable: {code}")
+        return PermanentError(f"slack rejected the request: {code}")
+
+    @staticmethod
+    def _rate_limited(answer: Answer, code: str) -> RateLimited:
+        seconds = retry_after_seconds(header(answer.headers, "retry-after"))
+        return RateLimited(seconds, f"slack rate limit ({code}); retry after {seconds:g} s")
+
+
+def build_sender(context: AdapterContext) -> SlackSender | None:
+    token = context.secret("SLACK_BOT_TOKEN")
+    return SlackSender(context.platform.api_base_url, token) if token else None

@@ -1,0 +1,79 @@
+"""A fake Slack Web API on a loopback port.
+
+Use the `fake_slack` fixture defined in the test module, or `FakeSlack` as a context manager.
+Point a `SlackSender` (or `SLACK_API_BASE_URL`) at `fake.base_url` (it ends in `/api`, like
+https://slack.com/api) with `fake.token`.
+
+- Every request is recorded in `fake.requests`, in arrival order, failures included.
+- `chat.postMessage` with the right bearer token answers `{"ok": true, "channel", "ts"}` with ts
+  values 1700000000.000001, .000002, …; `fake.sent` lists what was accepted. Channels in
+  `fake.gone_channels` answer `channel_not_found`; a wrong token answers `invalid_auth`, with
+  HTTP 200 as Slack does.
+- Other methods answer HTTP 404 `unknown_method`.
+- `fake.answer_next(status, body, times=n, headers=...)` scripts the next answers; `slack_error`
+  builds Slack's `{"ok": false, "error": code}` body.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from tests.fakes.loopback import LoopbackFake, ScriptedAnswer
+
+DEFAULT_TOKEN = "xoxb-1111-2222-fakeSlackBotToken"
+
+
+def slack_error(code: str) -> dict[str, Any]:
+    return {"ok": False, "error": code}
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    http_method: str
+    path: str
+    api_method: str  # e.g. "chat.postMessage"; "" when the path is not /api/<method>
+    json: Any  # the parsed body; None when it was empty or not JSON
+    headers: dict[str, str]  # lower-cased names
+
+
+@dataclass
+class FakeSlack(LoopbackFake[RecordedRequest]):
+    thread_name: ClassVar[str] = "fake-slack"
+    url_suffix: ClassVar[str] = "/api"
+
+    token: str = DEFAULT_TOKEN
+    sent: list[dict[str, Any]] = field(default_factory=list)  # accepted chat.postMessage bodies + "ts"
+    gone_channels: set[str] = field(default_factory=set)
+    _next_ts: int = 1
+
+    def calls(self, api_method: str) -> list[Any]:
+        with self._lock:
+            return [r.json for r in self.requests if r.api_method == api_method]
+
+    def _record(self, http_method: str, path: str, headers: dict[str, str], body: Any) -> RecordedRequest:
+        api_method = path.removeprefix("/api/") if path.startswith("/api/") else ""
+        return RecordedRequest(http_method, path, api_method, body, headers)
+
+    def _default_answer(self, request: RecordedRequest) -> ScriptedAnswer:
+        if request.api_method != "chat.postMessage":
+            return ScriptedAnswer(404, slack_error("unknown_method"))
+        authorization = request.headers.get("authorization", "")
+        if not authorization:
+            return ScriptedAnswer(200, slack_error("not_authed"))
+        if authorization != f"Bearer {self.token}":
+            return ScriptedAnswer(200, slack_error("invalid_auth"))
+        payload = request.json if isinstance(request.json, dict) else {}
+        channel = payload.get("channel")
+        if not isinstance(channel, str) or not channel or channel in self.gone_channels:
+            return ScriptedAnswer(200, slack_error("channel_not_found"))
+        text = payload.get("text")
+        if not isinstance(text, str) or not text.strip():
+            return ScriptedAnswer(200, slack_error("no_text"))
+        if len(text) > 40_000:
+            return ScriptedAnswer(200, slack_error("msg_too_long"))
+        ts = f"1700000000.{self._next_ts:06d}"
+        self._next_ts += 1
+        self.sent.append({**payload, "ts": ts})
+        message = {"type": "message", "text": text, "ts": ts, "bot_id": "B0FAKE"}
+        return ScriptedAnswer(200, {"ok": True, "channel": channel, "ts": ts, "message": message})
