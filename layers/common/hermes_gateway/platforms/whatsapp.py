@@ -1,0 +1,290 @@
+"""WhatsApp Cloud API (Meta): the subscription handshake, `X-Hub-Signature-256`, batch
+normalization and sending (PLATFORMS §4).
+
+Standard library only; urllib is imported only when a sender is built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping
+from typing import Any
+
+from hermes_gateway.domain.session_key import canonical_whatsapp_id
+from hermes_gateway.domain.source import InboundMessage, SessionSource
+from hermes_gateway.errors import (
+    BadRequest,
+    OutcomeUnknown,
+    PermanentError,
+    RateLimited,
+    TargetGone,
+    TransientError,
+    Unauthorized,
+)
+from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target, header, retry_after_seconds
+from hermes_gateway.services.ingress import (
+    Accepted,
+    Handshake,
+    HttpRequest,
+    HttpResponse,
+    Ignored,
+    Parsed,
+    json_payload,
+)
+
+SIGNATURE_HEADER = "x-hub-signature-256"
+_CHALLENGE_LIMIT = 256
+_MEDIA_TYPES = ("image", "video", "document")
+_IGNORED_TYPES = {"reaction": "reaction", "system": "system", "unsupported": "unsupported_message_type"}
+
+# Meta error codes (error.code in the Graph API error object), from the Cloud API error-code list.
+OUTSIDE_WINDOW = 131047  # "Re-engagement message": more than 24 h since the user last wrote
+_RATE_LIMITED = {4, 80007, 130429, 131056}  # app, account, throughput and per-recipient pair limits
+_PAIR_LIMIT_SECONDS = 6.0  # 131056: about one message every 6 s to the same user
+_GONE = {131026}  # message undeliverable: not on WhatsApp, old app version, terms not accepted
+_TEMPORARY = {1, 2, 131000, 131016}  # unknown/service errors Meta suggests retrying
+_TOKEN = {190}  # the access token expired or was revoked
+
+
+def meta_signature(app_secret: str, body: bytes) -> str:
+    """The `X-Hub-Signature-256` value Meta sends: `sha256=<hex HMAC-SHA256(app secret, raw body)>`."""
+    return "sha256=" + hmac.new(app_secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
+
+
+def verify_signature(headers: Mapping[str, str], body: bytes, app_secret: str | None) -> None:
+    if not app_secret:
+        raise Unauthorized("whatsapp app secret is not configured (WHATSAPP_APP_SECRET); refusing every request")
+    presented = headers.get(SIGNATURE_HEADER)
+    if not presented:
+        raise Unauthorized("whatsapp X-Hub-Signature-256 header is missing")
+    if not presented.startswith("sha256="):
+        raise Unauthorized("whatsapp X-Hub-Signature-256 header is malformed")
+    expected = meta_signature(app_secret, body)
+    if not hmac.compare_digest(presented.strip().lower().encode("utf-8"), expected.encode("utf-8")):
+        raise Unauthorized("whatsapp signature does not match")
+
+
+def verify_subscription(query: Mapping[str, str], verify_token: str | None) -> None:
+    """The GET handshake: `hub.mode=subscribe` and the verify token chosen in the App Dashboard."""
+    if not verify_token:
+        raise Unauthorized("whatsapp verify token is not configured (WHATSAPP_VERIFY_TOKEN); refusing the handshake")
+    if query.get("hub.mode") != "subscribe":
+        raise Unauthorized("whatsapp handshake: hub.mode is not subscribe")
+    presented = query.get("hub.verify_token")
+    if not presented:
+        raise Unauthorized("whatsapp handshake: hub.verify_token is missing")
+    if not hmac.compare_digest(presented.encode("utf-8"), verify_token.encode("utf-8")):
+        raise Unauthorized("whatsapp handshake: hub.verify_token does not match")
+
+
+class WhatsAppInbound:
+    """GET is the subscription handshake; POST carries a batch of notifications."""
+
+    def __init__(self, context: AdapterContext) -> None:
+        self._context = context
+
+    def verify(self, request: HttpRequest) -> None:
+        if request.method == "GET":
+            verify_subscription(request.query, self._context.secret("WHATSAPP_VERIFY_TOKEN"))
+        else:
+            verify_signature(request.headers, request.body, self._context.secret("WHATSAPP_APP_SECRET"))
+
+    def parse(self, request: HttpRequest, received_at: float) -> Parsed:
+        if request.method == "GET":
+            challenge = request.query.get("hub.challenge", "")
+            if not challenge or len(challenge) > _CHALLENGE_LIMIT or not challenge.isprintable():
+                raise BadRequest("whatsapp handshake: hub.challenge is missing or malformed")
+            return Handshake(HttpResponse.text(200, challenge))
+        return parse_notification(json_payload(request), received_at=received_at)
+
+
+def parse_notification(payload: Any, *, received_at: float) -> Accepted | Ignored:
+    """One webhook POST: every message of every change, each an InboundMessage or Ignored."""
+    if not isinstance(payload, dict):
+        raise BadRequest("whatsapp notification is not a JSON object")
+    if payload.get("object") != "whatsapp_business_account":
+        return Ignored("unsupported_object")
+    items: list[InboundMessage | Ignored] = []
+    for entry in _list(payload, "entry"):
+        for change in _list(_dict(entry, "entry"), "changes"):
+            change = _dict(change, "change")
+            if change.get("field") != "messages":
+                items.append(Ignored("unsupported_field"))
+                continue
+            items.extend(_value_items(_dict(change.get("value"), "change value"), received_at))
+    return Accepted(items=tuple(items) or (Ignored("no_messages"),))
+
+
+def _value_items(value: dict[str, Any], received_at: float) -> list[InboundMessage | Ignored]:
+    metadata = _dict(value.get("metadata", {}), "metadata")
+    items: list[InboundMessage | Ignored] = [Ignored("status_callback") for _ in _list(value, "statuses")]
+    items.extend(Ignored("error_callback") for _ in _list(value, "errors"))
+    names = {}
+    for contact in _list(value, "contacts"):
+        contact = _dict(contact, "contact")
+        profile = contact.get("profile")
+        name = profile.get("name") if isinstance(profile, dict) else None
+        if isinstance(contact.get("wa_id"), str) and isinstance(name, str) and name:
+            names[contact["wa_id"]] = name
+    items.extend(_message(_dict(m, "message"), metadata, names, received_at) for m in _list(value, "messages"))
+    return items
+
+
+def _message(
+    message: dict[str, Any], metadata: dict[str, Any], names: dict[str, str], received_at: float
+) -> InboundMessage | Ignored:
+    wamid, sender = message.get("id"), message.get("from")
+    if not isinstance(wamid, str) or not wamid or not isinstance(sender, str) or not sender:
+        raise BadRequest("whatsapp message has no string id or from")
+    own_number = metadata.get("display_phone_number")
+    if isinstance(own_number, str) and canonical_whatsapp_id(sender) == canonical_whatsapp_id(own_number):
+        return Ignored("own_message")  # a group echo of what this business number sent
+    kind = str(message.get("type") or "")
+    if kind in _IGNORED_TYPES:
+        return Ignored(_IGNORED_TYPES[kind])
+    text, attachments = _content(message, kind)
+    if not text:
+        return Ignored("no_text")
+    user_id = canonical_whatsapp_id(sender)
+    group_id = message.get("group_id")
+    is_group = isinstance(group_id, str) and bool(group_id)
+    number_id = metadata.get("phone_number_id") if isinstance(metadata.get("phone_number_id"), str) else None
+    reply_context = {"phone_number_id": number_id} if number_id else {}
+    if is_group:
+        reply_context["recipient_type"] = "group"
+    replied = message.get("context")
+    reply_to = replied.get("id") if isinstance(replied, dict) and isinstance(replied.get("id"), str) else None
+    source = SessionSource(
+        platform="whatsapp",
+        chat_id=str(group_id) if is_group else user_id,
+        chat_type="group" if is_group else "dm",
+        user_id=user_id,
+        user_name=names.get(sender) or names.get(user_id),
+        scope_id=number_id,
+        message_id=wamid,
+    )
+    return InboundMessage(
+        source=source,
+        text=text,
+        event_id=f"whatsapp:{wamid}",
+        received_at=received_at,
+        attachments=attachments,
+        reply_to_message_id=reply_to,
+        reply_context=reply_context,
+    )
+
+
+def _content(message: dict[str, Any], kind: str) -> tuple[str, tuple[dict[str, Any], ...]]:
+    """The text a message carries (a caption for media, a button's title) and its attachments."""
+    body = message.get(kind)
+    body = body if isinstance(body, dict) else {}
+    if kind == "text":
+        text = body.get("body")
+    elif kind in _MEDIA_TYPES:
+        text = body.get("caption")
+        attachment = {
+            "type": kind,
+            **{k: body[k] for k in ("id", "mime_type", "filename") if isinstance(body.get(k), str)},
+        }
+        return (text if isinstance(text, str) else ""), (attachment,)
+    elif kind == "button":
+        text = body.get("text")
+    elif kind == "interactive":
+        reply = body.get("button_reply") or body.get("list_reply")
+        text = reply.get("title") if isinstance(reply, dict) else None
+    else:
+        text = None
+    if text is not None and not isinstance(text, str):
+        raise BadRequest(f"whatsapp {kind} message text is not a string")
+    return text or "", ()
+
+
+def _dict(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BadRequest(f"whatsapp {what} is not an object")
+    return value
+
+
+def _list(container: dict[str, Any], key: str) -> list[Any]:
+    value = container.get(key, [])
+    if not isinstance(value, list):
+        raise BadRequest(f"whatsapp field {key!r} is not a list")
+    return value
+
+
+# --- sending ------------------------------------------------------------------------------------
+
+
+class WhatsAppSender:
+    """Sends text with the Cloud API Messages endpoint. A free-form text reaches a user only within
+    24 hours of their last message (the customer service window); later, only templates do."""
+
+    def __init__(self, api_base_url: str, token: str, phone_number_id: str, timeout: float = 10.0) -> None:
+        self._http = HttpClient(api_base_url, platform="whatsapp", timeout=timeout, scrub=(token,))
+        self._token = token
+        self._phone_number_id = phone_number_id
+
+    def __repr__(self) -> str:
+        return f"WhatsAppSender({self._http.base!r})"
+
+    def send(self, target: Target, text: str) -> str:
+        """Send one text (≤ 4096 characters); returns the `wamid` Meta assigned."""
+        number_id = target.context.get("phone_number_id") or self._phone_number_id
+        if not number_id or not number_id.isdigit():
+            raise PermanentError("whatsapp: no usable phone number id to send from (WHATSAPP_PHONE_NUMBER_ID)")
+        recipient_type = target.context.get("recipient_type") or _recipient_type(target.chat_id)
+        to = canonical_whatsapp_id(target.chat_id) if recipient_type == "individual" else target.chat_id
+        payload = {
+            "messaging_product": "whatsapp",
+            "recipient_type": recipient_type,
+            "to": to,
+            "type": "text",
+            "text": {"body": text, "preview_url": False},
+        }
+        answer = self._http.request(
+            "POST", f"/{number_id}/messages", json_body=payload, headers={"Authorization": f"Bearer {self._token}"}
+        )
+        if 200 <= answer.status < 300:
+            messages = answer.json_object().get("messages")
+            first = messages[0] if isinstance(messages, list) and messages else None
+            if isinstance(first, dict) and isinstance(first.get("id"), str) and first["id"]:
+                return str(first["id"])
+            raise OutcomeUnknown("whatsapp answered success without a message id; the message may have been sent")
+        raise self._failure(answer)
+
+    def _failure(self, answer: Answer) -> Exception:
+        error = answer.json_object().get("error")
+        error = error if isinstance(error, dict) else {}
+        code = error.get("code") if isinstance(error.get("code"), int) else None
+        data = error.get("error_data")
+        details = data.get("details") if isinstance(data, dict) else None
+        description = self._http.scrub(str(details or error.get("message") or f"HTTP {answer.status}"))
+        if code == OUTSIDE_WINDOW:
+            return PermanentError(
+                "whatsapp: outside the 24-hour customer service window: the user must write first "
+                "(only an approved template message can start a conversation)"
+            )
+        if answer.status == 429 or code in _RATE_LIMITED:
+            floor = _PAIR_LIMIT_SECONDS if code == 131056 else 0.0
+            seconds = max(retry_after_seconds(header(answer.headers, "retry-after")), floor)
+            return RateLimited(seconds, f"whatsapp rate limit ({code or 429}); retry after {seconds:g} s")
+        if code in _GONE:
+            return TargetGone(f"whatsapp: recipient unreachable ({code}): {description}")
+        if answer.status >= 500 or code in _TEMPORARY:
+            return TransientError(f"whatsapp server error: HTTP {answer.status} ({code}): {description}")
+        if code in _TOKEN:
+            return PermanentError(f"whatsapp: the access token is invalid or expired: {description}")
+        return self._http.failure(answer, gone=(), detail=f"({code}) {description}" if code else description)
+
+
+def _recipient_type(chat_id: str) -> str:
+    """A phone number (digits, maybe with '+' or a JID suffix) is a person; a Cloud API group id is not."""
+    return "individual" if canonical_whatsapp_id(chat_id).isdigit() else "group"
+
+
+def build_sender(context: AdapterContext) -> WhatsAppSender | None:
+    token = context.secret("WHATSAPP_ACCESS_TOKEN")
+    if not token:
+        return None
+    return WhatsAppSender(context.platform.api_base_url, token, str(context.option("phone_number_id") or ""))
