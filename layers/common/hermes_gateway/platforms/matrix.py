@@ -1,0 +1,277 @@
+"""Matrix as an application service: transactions in, client-server API out (PLATFORMS §10).
+
+The homeserver is given the AS URL `<WebhookUrl>/matrix` and calls the application-service API
+under it (`PUT …/_matrix/app/v1/transactions/{txnId}` and friends); replies go out through the
+client-server API with the `as_token`, asserting the bot's identity with `user_id=`.
+
+Standard library only; urllib is imported only when a sender is built.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import re
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from hermes_gateway.domain.source import InboundMessage, SessionSource
+from hermes_gateway.errors import BadRequest, OutcomeUnknown, RateLimited, TargetGone, Unauthorized
+from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target, header, retry_after_seconds
+from hermes_gateway.services.ingress import (
+    Accepted,
+    Handshake,
+    HttpRequest,
+    HttpResponse,
+    Ignored,
+    Parsed,
+    json_payload,
+)
+
+logger = logging.getLogger(__name__)
+
+_APP_PREFIX = ("_matrix", "app", "v1")
+# Routes the homeserver calls, relative to the AS URL; the unprefixed forms are the spec's legacy routes.
+_TRANSACTION, _PING, _QUERY = "transaction", "ping", "query"
+_TEXT_MSGTYPES = ("m.text",)
+# A reply fallback (clients before Matrix 1.13) quotes the replied-to event in front of the text.
+_REPLY_FALLBACK = re.compile(r"\A(?:>[^\n]*\n)+\n")
+
+
+NOT_FOUND = HttpResponse(404, {"errcode": "M_NOT_FOUND", "error": "this application service creates no users or rooms"})
+UNRECOGNIZED = HttpResponse(404, {"errcode": "M_UNRECOGNIZED", "error": "unknown endpoint"})
+WRONG_METHOD = HttpResponse(405, {"errcode": "M_UNRECOGNIZED", "error": "unsupported method for this endpoint"})
+EMPTY_OK = HttpResponse(200, {})
+
+
+def verify_hs_token(request: HttpRequest, expected: str | None) -> None:
+    """The homeserver's `hs_token`, as `Authorization: Bearer` (Matrix 1.4+) or, from a legacy
+    homeserver, the `access_token` query parameter; when both are sent both must match."""
+    if not expected:
+        raise Unauthorized("matrix hs_token is not configured (MATRIX_HS_TOKEN); refusing every request")
+    authorization = request.headers.get("authorization")
+    legacy = request.query.get("access_token")
+    if authorization is None and legacy is None:
+        raise Unauthorized("matrix request carries no Authorization header")
+    presented: list[str] = []
+    if authorization is not None:
+        scheme, _, token = authorization.strip().partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthorized("matrix Authorization header is not a Bearer token")
+        presented.append(token.strip())
+    if legacy is not None:
+        presented.append(legacy)
+    wanted = expected.encode("utf-8")
+    # Compare every presented token (no short-circuit), so timing says nothing about which failed.
+    matches = [hmac.compare_digest(token.encode("utf-8"), wanted) for token in presented]
+    if not all(matches):
+        raise Unauthorized("matrix hs_token does not match")
+
+
+def route(path: str) -> tuple[str, str | None]:
+    """Which application-service endpoint a request path names: (kind, detail).
+
+    The path is the full request path (`/webhooks/matrix/_matrix/app/v1/transactions/35`); the part
+    after `/webhooks/matrix` is the route the homeserver appended to the AS URL.
+    """
+    segments = [s for s in path.split("/") if s]
+    for index in range(len(segments) - 1):
+        if segments[index] == "webhooks" and segments[index + 1] == "matrix":
+            segments = segments[index + 2 :]
+            break
+    if tuple(segments[:3]) == _APP_PREFIX:
+        relative = segments[3:]
+        if relative == ["ping"]:
+            return _PING, None
+    else:
+        relative = segments  # the legacy, unprefixed routes
+    if len(relative) == 2 and relative[0] == "transactions":
+        return _TRANSACTION, relative[1]
+    if len(relative) == 2 and relative[0] in ("users", "rooms"):
+        return _QUERY, relative[0]
+    return "unknown", None
+
+
+_METHODS = {_TRANSACTION: "PUT", _PING: "POST", _QUERY: "GET"}
+
+
+class MatrixInbound:
+    """The application-service API: transactions become messages; pings and queries are answered."""
+
+    def __init__(self, context: AdapterContext) -> None:
+        self._context = context
+        self._bot = str(context.option("bot_user_id") or "")
+
+    def verify(self, request: HttpRequest) -> None:
+        verify_hs_token(request, self._context.secret("MATRIX_HS_TOKEN"))
+
+    def parse(self, request: HttpRequest, received_at: float) -> Parsed:
+        kind, _ = route(request.path)
+        if kind == "unknown":
+            return Handshake(UNRECOGNIZED)
+        if request.method != _METHODS[kind]:
+            return Handshake(WRONG_METHOD)
+        if kind == _PING:
+            return Handshake(EMPTY_OK)
+        if kind == _QUERY:
+            # The gateway creates no users or rooms on demand: "does not exist" is the honest answer.
+            return Handshake(NOT_FOUND)
+        payload = json_payload(request)
+        if not isinstance(payload, dict) or not isinstance(payload.get("events"), list):
+            raise BadRequest("matrix transaction has no events list")
+        # A bad event is ignored, never a 400: the homeserver retries a transaction unchanged, so
+        # refusing it would block every later event behind it.
+        items = tuple(parse_event(event, bot_user_id=self._bot, received_at=received_at) for event in payload["events"])
+        return Accepted(items=items, ack=EMPTY_OK)
+
+
+def parse_event(event: Any, *, bot_user_id: str, received_at: float) -> InboundMessage | Ignored:
+    """One client-format event from a transaction, as a message or the reason it is ignored."""
+    if not isinstance(event, dict):
+        return Ignored("malformed_event")
+    if event.get("type") != "m.room.message" or "state_key" in event:
+        return Ignored("unsupported_event")
+    event_id, room_id, sender = (
+        _string(event.get("event_id")),
+        _string(event.get("room_id")),
+        _string(event.get("sender")),
+    )
+    content = event.get("content")
+    if event_id is None or room_id is None or sender is None or not isinstance(content, dict):
+        return Ignored("malformed_event")
+    if bot_user_id and sender == bot_user_id:
+        return Ignored("own_message")
+    relation = content.get("m.relates_to")
+    relation = relation if isinstance(relation, dict) else {}
+    if relation.get("rel_type") == "m.replace":
+        return Ignored("edited")
+    msgtype = content.get("msgtype")
+    if msgtype == "m.notice":
+        # The spec: automated clients must never answer a notice (it stops bot-to-bot loops).
+        return Ignored("notice")
+    if msgtype not in _TEXT_MSGTYPES:
+        return Ignored("unsupported_msgtype")
+    body = content.get("body")
+    if not isinstance(body, str):
+        return Ignored("malformed_event")
+    thread_id = _string(relation.get("event_id")) if relation.get("rel_type") == "m.thread" else None
+    reply_to = _reply_to(relation)
+    text = _REPLY_FALLBACK.sub("", body, count=1) if reply_to else body
+    if not text.strip():
+        return Ignored("no_text")
+    source = SessionSource(
+        platform="matrix",
+        chat_id=room_id,
+        # An event does not say whether its room is a DM (that lives in the users' m.direct
+        # account data): every room is keyed as a group.
+        chat_type="group",
+        user_id=sender,
+        user_name=_localpart(sender),
+        thread_id=thread_id,
+        scope_id=_server_name(room_id),
+        message_id=event_id,
+    )
+    return InboundMessage(
+        source=source,
+        text=text,
+        event_id=f"matrix:{event_id}",
+        received_at=received_at,
+        reply_to_message_id=reply_to,
+        facts=("mentions_bot",) if _mentions(content, text, bot_user_id) else (),
+        # A threaded answer also points at the latest event it answers (the thread fallback).
+        reply_context={"in_reply_to": event_id} if thread_id else {},
+    )
+
+
+def _string(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _reply_to(relation: Mapping[str, Any]) -> str | None:
+    """The replied-to event; a thread's fallback reply (is_falling_back) is not a real reply."""
+    replied = relation.get("m.in_reply_to")
+    if not isinstance(replied, dict) or relation.get("is_falling_back") is True:
+        return None
+    return _string(replied.get("event_id"))
+
+
+def _mentions(content: Mapping[str, Any], text: str, bot_user_id: str) -> bool:
+    if not bot_user_id:
+        return False
+    mentions = content.get("m.mentions")
+    user_ids = mentions.get("user_ids") if isinstance(mentions, dict) else None
+    if isinstance(user_ids, list) and bot_user_id in user_ids:
+        return True
+    return bot_user_id in text
+
+
+def _localpart(user_id: str) -> str:
+    return user_id.removeprefix("@").partition(":")[0] or user_id
+
+
+def _server_name(room_id: str) -> str | None:
+    """The server part of `!opaque:example.org`; room version 12 ids have none."""
+    _, colon, server = room_id.partition(":")
+    return server if colon and server else None
+
+
+class MatrixSender:
+    """Sends `m.room.message` events as the application service's bot user."""
+
+    def __init__(self, api_base_url: str, as_token: str, bot_user_id: str = "", timeout: float = 10.0) -> None:
+        self._http = HttpClient(api_base_url, platform="matrix", timeout=timeout, scrub=(as_token,))
+        self._token = as_token
+        self._bot = bot_user_id
+
+    def __repr__(self) -> str:
+        return f"MatrixSender({self._http.base!r})"
+
+    def send(self, target: Target, text: str) -> str:
+        import urllib.parse
+
+        content: dict[str, Any] = {"msgtype": "m.text", "body": text}
+        if target.thread_id:
+            latest = target.context.get("in_reply_to") or target.thread_id
+            content["m.relates_to"] = {
+                "rel_type": "m.thread",
+                "event_id": target.thread_id,
+                "is_falling_back": True,
+                "m.in_reply_to": {"event_id": latest},
+            }
+        room = urllib.parse.quote(target.chat_id, safe="")
+        # A fresh transaction id per request: the homeserver de-duplicates on it per access token.
+        path = f"/_matrix/client/v3/rooms/{room}/send/m.room.message/hermes.{uuid.uuid4().hex}"
+        if self._bot:
+            path += "?" + urllib.parse.urlencode({"user_id": self._bot})
+        answer = self._http.request("PUT", path, json_body=content, headers={"Authorization": f"Bearer {self._token}"})
+        if answer.status == 200:
+            event_id = answer.json_object().get("event_id")
+            if isinstance(event_id, str) and event_id:
+                return event_id
+            raise OutcomeUnknown("matrix answered 200 without an event_id; the message may have been sent")
+        raise self._failure(answer)
+
+    def _failure(self, answer: Answer) -> Exception:
+        body = answer.json_object()
+        errcode = str(body.get("errcode") or "")
+        detail = self._http.scrub(f"{errcode}: {body.get('error') or ''}".strip(": ")) if errcode else ""
+        if answer.status == 429 or errcode == "M_LIMIT_EXCEEDED":
+            retry_ms = body.get("retry_after_ms")
+            in_body = retry_ms / 1000 if isinstance(retry_ms, int | float) and not isinstance(retry_ms, bool) else None
+            # Matrix 1.10 prefers the Retry-After header; older servers only send retry_after_ms.
+            seconds = retry_after_seconds(header(answer.headers, "retry-after"), in_body)
+            return RateLimited(seconds, f"matrix rate limit; retry after {seconds:g} s")
+        if answer.status == 403 and errcode == "M_FORBIDDEN":
+            return TargetGone(f"matrix: the bot cannot send to this room: {detail}")
+        return self._http.failure(answer, gone=(404,), detail=detail)
+
+
+def build_sender(context: AdapterContext) -> MatrixSender | None:
+    token = context.secret("MATRIX_AS_TOKEN")
+    if not token:
+        return None
+    if not context.platform.api_base_url:
+        logger.warning("matrix cannot send: MATRIX_API_BASE_URL (the homeserver's client API URL) is not set")
+        return None
+    return MatrixSender(context.platform.api_base_url, token, str(context.option("bot_user_id") or ""))
