@@ -168,6 +168,10 @@ class LocalGateway:
         self._saved_environ: dict[str, str] | None = None
         self.started_at = 0.0
 
+    def enabled_platforms(self) -> list[str]:
+        """The platforms whose webhooks this local mode accepts."""
+        return [s.name for s in catalog.CATALOG if os.environ.get(f"{s.name.upper()}_ENABLED") == "true"]
+
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
@@ -217,6 +221,10 @@ class LocalGateway:
         write_local_state(
             {
                 "pid": os.getpid(),
+                "url": self.url,
+                "platforms": [
+                    spec.name for spec in catalog.CATALOG if os.environ.get(f"{spec.name.upper()}_ENABLED") == "true"
+                ],
                 "aws_environment": local_aws_environment(self.moto_port, REGION),
                 "resources": resource_env,
             }

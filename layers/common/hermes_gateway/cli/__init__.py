@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from hermes_gateway.cli import outbox, pairing
+from hermes_gateway.cli import outbox, pairing, webhooks
 from hermes_gateway.errors import ConfigError
 
 
@@ -40,7 +40,9 @@ def _run_local(args: argparse.Namespace) -> int:
     provider = env.get("GATEWAY_PROVIDER", "echo")
     print(f"Hermes Gateway local mode is up in {elapsed:.1f}s (config: {config if config.exists() else 'defaults'})")
     print(f"  web chat         {gateway.url}/")
-    print(f"  Telegram webhook {gateway.url}/webhooks/telegram")
+    for name in gateway.enabled_platforms():
+        if name != "webchat":
+            print(f"  {name} webhook{' ' * max(1, 8 - len(name))}{gateway.url}/webhooks/{name}")
     print(f"  outbox           {gateway.url}/local/outbox")
     print(f"  health           {gateway.url}/local/health")
     print(f"  embedded AWS     {env['AWS_ENDPOINT_URL']}  (moto; aws --endpoint-url works)")
@@ -79,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     local.set_defaults(run=_run_local)
     pairing.add_commands(commands)
     outbox.add_commands(commands)
+    webhooks.add_commands(commands)
     return parser
 
 

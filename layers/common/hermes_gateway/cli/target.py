@@ -42,13 +42,19 @@ def remove_local_state(pid: int) -> None:
         pass
 
 
-def use_local() -> Bindings:
-    """Point this process's AWS clients at the running local mode; return its resource names."""
+def local_state() -> dict[str, Any]:
+    """What the running local mode wrote about itself (its URL, platforms, embedded AWS)."""
     path = local_state_path()
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
+        state: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         raise ConfigError(f"no running local mode found ({path} is missing): start it with `make run`") from None
+    return state
+
+
+def use_local() -> Bindings:
+    """Point this process's AWS clients at the running local mode; return its resource names."""
+    state = local_state()
     os.environ.update(state["aws_environment"])
     return Bindings.from_env(state["resources"])
 
@@ -72,8 +78,8 @@ def webhook_output_key(platform: str) -> str:
     return "".join(part.capitalize() for part in platform.split("_")) + "WebhookUrl"
 
 
-def use_deployed(stage: str) -> Bindings:
-    """The deployed stack's table names and queue URLs, from its outputs (your AWS credentials and region)."""
+def stack_outputs(stage: str) -> dict[str, str]:
+    """The deployed stack's outputs (your AWS credentials and region)."""
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -81,7 +87,12 @@ def use_deployed(stage: str) -> Bindings:
         stacks = boto3.client("cloudformation").describe_stacks(StackName=stack_name(stage))["Stacks"]
     except (BotoCoreError, ClientError) as exc:
         raise ConfigError(f"cannot read stack {stack_name(stage)}: {exc}") from None
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
+    return {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
+
+
+def use_deployed(stage: str) -> Bindings:
+    """The deployed stack's table names and queue URLs, from its outputs."""
+    outputs = stack_outputs(stage)
     env = {t.env_var: outputs[table_output_key(t.name)] for t in TABLES if table_output_key(t.name) in outputs}
     for q in QUEUES:
         for name, var in ((q.name, q.env_var), (q.dead_letter_name, q.dead_letter_env_var)):

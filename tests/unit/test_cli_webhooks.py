@@ -1,0 +1,62 @@
+"""`hermes-gateway webhooks`: URLs per enabled platform, and registration through a platform's API
+(Telegram here, against the fake Bot API; the other platforms' functions are tested with them)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_gateway.cli import main
+from hermes_gateway.cli.target import LOCAL_STATE_ENV
+from tests.fakes.telegram_server import FakeTelegram
+
+
+@pytest.fixture
+def local_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "local.json"
+    state = {"pid": 1, "url": "http://127.0.0.1:8080", "platforms": ["telegram", "slack", "webchat"]}
+    path.write_text(json.dumps({**state, "aws_environment": {}, "resources": {}}), encoding="utf-8")
+    monkeypatch.setenv(LOCAL_STATE_ENV, str(path))
+    return path
+
+
+def test_urls_lists_every_enabled_platform(local_state: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["webhooks", "urls", "--local", "--json"]) == 0
+    urls: dict[str, Any] = json.loads(capsys.readouterr().out)
+    assert urls["telegram"] == "http://127.0.0.1:8080/webhooks/telegram"
+    assert set(urls) == {"telegram", "slack", "webchat"}
+    assert main(["webhooks", "urls", "--local"]) == 0
+    text = capsys.readouterr().out
+    assert "hermes-gateway webhooks register telegram" in text and "docs/platforms/slack.md" in text
+
+
+def test_register_and_status_use_the_bot_api(
+    local_state: Path, fake_telegram: FakeTelegram, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", fake_telegram.token)
+    monkeypatch.setenv("TELEGRAM_WEBHOOK_SECRET", "hook-secret")
+    monkeypatch.setenv("TELEGRAM_API_BASE_URL", fake_telegram.base_url)
+    monkeypatch.setenv("GATEWAY_CONFIG", "/nonexistent/gateway.yaml")
+    url = "https://abc.execute-api.us-east-1.amazonaws.com/webhooks/telegram"
+    assert main(["webhooks", "register", "telegram", "--local", "--url", url]) == 0
+    (call,) = fake_telegram.calls("setWebhook")
+    assert call["url"] == url and call["secret_token"] == "hook-secret"
+    out = capsys.readouterr().out
+    assert url in out and "hook-secret" not in out and fake_telegram.token not in out
+
+    fake_telegram.answer_next(200, {"ok": True, "result": {"url": url, "pending_update_count": 2}})
+    assert main(["webhooks", "status", "telegram", "--local"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["registered"] == {"url": url, "pending_update_count": 2}
+
+
+def test_register_fails_clearly_without_the_bot_token(
+    local_state: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("TELEGRAM_BOT_TOKEN", raising=False)
+    monkeypatch.setenv("GATEWAY_CONFIG", "/nonexistent/gateway.yaml")
+    assert main(["webhooks", "register", "telegram", "--local", "--url", "https://x.example/webhooks/telegram"]) == 1
+    assert "TELEGRAM_BOT_TOKEN" in capsys.readouterr().out
