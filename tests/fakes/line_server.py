@@ -14,12 +14,10 @@ Use `FakeLine` as a context manager (or a fixture in the test module). Point a `
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
-from tests.fakes.loopback import LoopbackFake, ScriptedAnswer, _LoopbackHandler, _LoopbackServer
+from tests.fakes.loopback import LoopbackFake, ScriptedAnswer
 
 DEFAULT_TOKEN = "fake-line-channel-access-token/AbC+dEf="
 INVALID_REPLY_TOKEN = {"message": "Invalid reply token"}
@@ -43,11 +41,6 @@ class FakeLine(LoopbackFake[RecordedRequest]):
     sent: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     reply_tokens: set[str] = field(default_factory=set)
     _next_id: int = 100001
-
-    def start(self) -> Self:
-        self._server = _PutServer(self)
-        threading.Thread(target=self._server.serve_forever, args=(0.05,), name=self.thread_name, daemon=True).start()
-        return self
 
     def issue_reply_token(self) -> str:
         with self._lock:
@@ -95,14 +88,3 @@ class FakeLine(LoopbackFake[RecordedRequest]):
             ids.append({"id": str(self._next_id), "quoteToken": f"quote-{self._next_id}"})
             self._next_id += 1
         return ScriptedAnswer(200, {"sentMessages": ids})
-
-
-class _PutHandler(_LoopbackHandler):
-    def do_PUT(self) -> None:
-        self._handle()
-
-
-class _PutServer(_LoopbackServer):
-    def __init__(self, fake: FakeLine) -> None:
-        ThreadingHTTPServer.__init__(self, ("127.0.0.1", 0), _PutHandler)
-        self.fake = fake

@@ -111,6 +111,15 @@ class _LoopbackHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._handle()
 
+    def do_PUT(self) -> None:
+        self._handle()
+
+    def do_PATCH(self) -> None:
+        self._handle()
+
+    def do_DELETE(self) -> None:
+        self._handle()
+
     def _handle(self) -> None:
         fake = self.server.fake
         if self.command not in fake.http_methods:

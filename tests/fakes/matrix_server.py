@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
-from tests.fakes.loopback import LoopbackFake, ScriptedAnswer, _LoopbackHandler
+from tests.fakes.loopback import LoopbackFake, ScriptedAnswer
 
 DEFAULT_AS_TOKEN = "as-token-for-tests-30c05ae90a248a41"
 DEFAULT_BOT = "@hermes:example.org"
@@ -40,11 +40,6 @@ class RecordedRequest:
     headers: dict[str, str]  # lower-cased names
 
 
-class _PutHandler(_LoopbackHandler):
-    def do_PUT(self) -> None:
-        self._handle()
-
-
 @dataclass
 class FakeMatrix(LoopbackFake[RecordedRequest]):
     thread_name: ClassVar[str] = "fake-matrix"
@@ -56,13 +51,6 @@ class FakeMatrix(LoopbackFake[RecordedRequest]):
     sent: list[dict[str, Any]] = field(default_factory=list)  # accepted contents + "room_id", "event_id"
     _by_txn: dict[str, str] = field(default_factory=dict)
     _next: int = 1
-
-    def start(self) -> Self:
-        started = super().start()
-        assert self._server is not None
-        # The shared handler has no do_PUT; the server builds a handler per request from this class.
-        self._server.RequestHandlerClass = _PutHandler
-        return started
 
     def _record(self, http_method: str, path: str, headers: dict[str, str], body: Any) -> RecordedRequest:
         parts = urllib.parse.urlsplit(path)
