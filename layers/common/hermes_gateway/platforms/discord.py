@@ -1,0 +1,447 @@
+"""Discord interactions over HTTP (PLATFORMS §3): Ed25519 verification, slash commands and
+buttons as messages, replies through the interaction webhook or the channel API, and the
+registration calls behind `hermes-gateway webhooks register|status discord`.
+
+Ordinary channel messages never reach an HTTP endpoint (Discord sends them over the Gateway
+websocket only): they arrive through a relay (relay.py, relays/discord-gateway/) and are answered
+here with the bot token, through `POST /channels/{id}/messages`.
+
+`cryptography` and urllib are imported only when first needed.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+from hermes_gateway.domain.source import InboundMessage, SessionSource
+from hermes_gateway.errors import (
+    BadRequest,
+    ConfigError,
+    PermanentError,
+    RateLimited,
+    TargetGone,
+    TransientError,
+    Unauthorized,
+)
+from hermes_gateway.observability import logger
+from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target, header, retry_after_seconds
+from hermes_gateway.services.ingress import (
+    Accepted,
+    Handshake,
+    HttpRequest,
+    HttpResponse,
+    Ignored,
+    Parsed,
+    json_payload,
+)
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+SIGNATURE_HEADER = "x-signature-ed25519"
+TIMESTAMP_HEADER = "x-signature-timestamp"
+# Discord documents no replay window; a captured request is refused once this much older (or newer).
+TIMESTAMP_TOLERANCE_SECONDS = 300
+
+# Interaction types and interaction callback (response) types.
+PING, APPLICATION_COMMAND, MESSAGE_COMPONENT = 1, 2, 3
+PONG, CHANNEL_MESSAGE_WITH_SOURCE, DEFERRED_CHANNEL_MESSAGE, DEFERRED_UPDATE_MESSAGE = 1, 4, 5, 6
+EPHEMERAL = 1 << 6
+LOADING = 1 << 7  # message flag: an interaction response whose bot is still "thinking"
+STRING_OPTION = 3
+CHAT_INPUT_COMMAND = 1
+GROUP_DM_CHANNEL = 3
+THREAD_CHANNEL_TYPES = (10, 11, 12)  # announcement, public and private threads
+PROMPT_OPTION = "prompt"
+COMPONENT_PREFIX = "hermes:"  # buttons whose custom_id is "hermes:<text>" send <text> as a message
+USER_AGENT = "DiscordBot (https://github.com/hermes-serverless-gateway, 0.1)"  # Discord asks for this form
+# Agent output must not ping @everyone or roles; mentioning users stays possible.
+ALLOWED_MENTIONS = {"parse": ["users"]}
+_REMEMBERED_TOKENS = 1024
+_TOKEN = re.compile(r"[A-Za-z0-9_.-]{1,500}")
+
+
+# --- verification -------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=8)
+def public_key(hex_key: str) -> Ed25519PublicKey:
+    """The application's public key, parsed once per cold start."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    try:
+        raw = bytes.fromhex(hex_key)
+    except ValueError:
+        raise Unauthorized("the configured discord public key is not hex") from None
+    if len(raw) != 32:
+        raise Unauthorized("the configured discord public key is not 32 bytes")
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
+def verify_signature(
+    hex_key: str, headers: Mapping[str, str], body: bytes, now: float, tolerance: int = TIMESTAMP_TOLERANCE_SECONDS
+) -> None:
+    """Accept only a request signed by the application's key (Ed25519 over timestamp + raw body)
+    whose timestamp is within `tolerance` seconds of `now`. Raises Unauthorized naming the reason."""
+    from cryptography.exceptions import InvalidSignature
+
+    signature = header(headers, SIGNATURE_HEADER)
+    timestamp = header(headers, TIMESTAMP_HEADER)
+    if not signature:
+        raise Unauthorized(f"missing {SIGNATURE_HEADER} header")
+    if not timestamp:
+        raise Unauthorized(f"missing {TIMESTAMP_HEADER} header")
+    try:
+        raw_signature = bytes.fromhex(signature)
+    except ValueError:
+        raise Unauthorized(f"malformed {SIGNATURE_HEADER} header: not hex") from None
+    if len(raw_signature) != 64:
+        raise Unauthorized(f"malformed {SIGNATURE_HEADER} header: not 64 bytes")
+    if not timestamp.isascii() or not timestamp.isdigit():
+        raise Unauthorized(f"malformed {TIMESTAMP_HEADER} header")
+    if abs(now - int(timestamp)) > tolerance:
+        raise Unauthorized("stale discord timestamp (outside the 5 minute window)")
+    try:
+        public_key(hex_key).verify(raw_signature, timestamp.encode("ascii") + body)
+    except InvalidSignature:
+        raise Unauthorized("bad discord signature") from None
+
+
+# --- inbound ------------------------------------------------------------------------------------
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_snowflake(value: Any) -> TypeGuard[str]:
+    return isinstance(value, str) and 0 < len(value) <= 20 and value.isascii() and value.isdigit()
+
+
+def _is_token(value: Any) -> TypeGuard[str]:
+    """An interaction token: it becomes part of a URL path, so only URL-safe characters pass."""
+    return isinstance(value, str) and bool(_TOKEN.fullmatch(value))
+
+
+def _object(payload: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = payload.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BadRequest(f"discord interaction field {key!r} is not an object")
+    return value
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _ephemeral(content: str) -> HttpResponse:
+    return HttpResponse(200, {"type": CHANNEL_MESSAGE_WITH_SOURCE, "data": {"content": content, "flags": EPHEMERAL}})
+
+
+def _prompt(data: Mapping[str, Any]) -> str:
+    options = data.get("options") or []
+    if not isinstance(options, list):
+        raise BadRequest("discord command options are not a list")
+    for option in options:
+        if isinstance(option, dict) and option.get("name") == PROMPT_OPTION and isinstance(option.get("value"), str):
+            return str(option["value"])
+    return ""
+
+
+def interaction_source(payload: Mapping[str, Any]) -> SessionSource:
+    """Where an interaction came from: guild → scope, channel → chat, a thread keeps its parent."""
+    channel = _object(payload, "channel")
+    channel_id = payload.get("channel_id") or channel.get("id")
+    if not _is_snowflake(channel_id):
+        raise BadRequest("discord interaction has no channel id")
+    member = _object(payload, "member")
+    user = _object(member, "user") if member else _object(payload, "user")
+    if not _is_snowflake(user.get("id")):
+        raise BadRequest("discord interaction has no user id")
+    guild_id = payload.get("guild_id")
+    if guild_id is not None and not _is_snowflake(guild_id):
+        raise BadRequest("discord guild_id is not a snowflake")
+    user_name = _text(user.get("global_name")) or _text(user.get("username"))
+    channel_type = channel.get("type")
+    thread_id = parent_id = None
+    if channel_type in THREAD_CHANNEL_TYPES:
+        # Discord threads are channels: the thread is the chat and its own thread (as the relay
+        # and the reference gateway key them), the channel it hangs off is the parent.
+        chat_type, thread_id, parent_id = "thread", channel_id, _text(channel.get("parent_id"))
+    elif guild_id or channel_type == GROUP_DM_CHANNEL:
+        chat_type = "group"
+    else:
+        chat_type = "dm"
+    message = _object(payload, "message")
+    return SessionSource(
+        platform="discord",
+        chat_id=channel_id,
+        chat_type=chat_type,
+        user_id=str(user["id"]),
+        user_name=user_name,
+        thread_id=thread_id,
+        chat_name=_text(channel.get("name")) or (user_name if chat_type == "dm" else None),
+        is_bot=user.get("bot") is True,
+        scope_id=guild_id,
+        parent_chat_id=parent_id,
+        message_id=_text(message.get("id")),
+    )
+
+
+class DiscordInbound:
+    """Slash commands (`/ask prompt:...`) and `hermes:` buttons, answered with a deferred ack."""
+
+    def __init__(self, context: AdapterContext) -> None:
+        self._context = context
+
+    def verify(self, request: HttpRequest) -> None:
+        key = self._context.option("public_key")
+        if not key:
+            raise Unauthorized("discord public key is not configured; refusing every interaction")
+        verify_signature(key, request.headers, request.body, self._context.clock())
+
+    def parse(self, request: HttpRequest, received_at: float) -> Parsed:
+        payload = json_payload(request)
+        if not isinstance(payload, dict):
+            raise BadRequest("discord interaction is not a JSON object")
+        kind = payload.get("type")
+        if kind == PING:
+            return Handshake(HttpResponse(200, {"type": PONG}))
+        if kind == APPLICATION_COMMAND:
+            return self._command(payload, received_at)
+        if kind == MESSAGE_COMPONENT:
+            return self._component(payload, received_at)
+        if not _is_int(kind):
+            raise BadRequest("discord interaction has no integer type")
+        return Ignored("unsupported_interaction")
+
+    def _command(self, payload: dict[str, Any], received_at: float) -> Parsed:
+        data = _object(payload, "data")
+        name = data.get("name")
+        if not isinstance(name, str):
+            raise BadRequest("discord command has no name")
+        command = self._context.option("command_name") or "ask"
+        if name != command:
+            return Handshake(_ephemeral(f"Unknown command /{name[:32]}. Use /{command}."))
+        text = _prompt(data)
+        if not text.strip():
+            return Handshake(_ephemeral(f"Usage: /{command} {PROMPT_OPTION}:<what to ask>"))
+        message = self._message(payload, text, received_at)
+        # The agent needs longer than Discord's 3 s: acknowledge with "thinking…", edit it later.
+        return Accepted(items=(message,), ack=HttpResponse(200, {"type": DEFERRED_CHANNEL_MESSAGE}))
+
+    def _component(self, payload: dict[str, Any], received_at: float) -> Parsed:
+        data = _object(payload, "data")
+        custom_id = data.get("custom_id")
+        if not isinstance(custom_id, str):
+            raise BadRequest("discord component has no custom_id")
+        # A component ack changes nothing visible; without one the user would see "interaction failed".
+        ack = HttpResponse(200, {"type": DEFERRED_UPDATE_MESSAGE})
+        text = custom_id.removeprefix(COMPONENT_PREFIX)
+        if not custom_id.startswith(COMPONENT_PREFIX) or not text.strip():
+            return Accepted(items=(Ignored("unknown_component"),), ack=ack)
+        return Accepted(items=(self._message(payload, text, received_at),), ack=ack)
+
+    def _message(self, payload: dict[str, Any], text: str, received_at: float) -> InboundMessage:
+        interaction_id = payload.get("id")
+        if not _is_snowflake(interaction_id):
+            raise BadRequest("discord interaction has no id")
+        token = payload.get("token")
+        if not _is_token(token):
+            raise BadRequest("discord interaction has no usable token")
+        application_id = payload.get("application_id") or self._context.option("application_id")
+        if not _is_snowflake(application_id):
+            raise BadRequest("discord interaction has no application_id")
+        return InboundMessage(
+            source=interaction_source(payload),
+            text=text,
+            event_id=f"discord:{interaction_id}",
+            received_at=received_at,
+            reply_context={"interaction_token": token, "application_id": application_id},
+        )
+
+
+# --- sending ------------------------------------------------------------------------------------
+
+
+class _InteractionExpired(Exception):
+    """The interaction webhook refused its token: tokens live 15 minutes."""
+
+
+class DiscordSender:
+    """Replies to an interaction through its webhook (no bot token needed), or posts in a channel.
+
+    A multi-chunk reply reads in order: the first chunk replaces the deferred "thinking…" message
+    (which sits where the command was used), later chunks are follow-ups below it. Whether the
+    original is still thinking is asked of Discord (the LOADING flag) unless this process already
+    filled it, so a retried job on a fresh instance never overwrites the first chunk.
+    """
+
+    def __init__(
+        self, api_base_url: str, *, bot_token: str | None, application_id: str | None, timeout: float = 10.0
+    ) -> None:
+        self._bot_token = bot_token
+        self._application_id = application_id
+        self._http = HttpClient(api_base_url, platform="discord", timeout=timeout, scrub=(bot_token or "",))
+        self._filled: dict[str, None] = {}  # interaction tokens whose original holds a chunk (ordered)
+
+    def __repr__(self) -> str:
+        return f"DiscordSender({self._http.base!r})"
+
+    def send(self, target: Target, text: str) -> str:
+        token = target.context.get("interaction_token")
+        application_id = target.context.get("application_id") or self._application_id
+        if _is_token(token) and _is_snowflake(application_id):
+            try:
+                return self._send_to_interaction(application_id, token, text)
+            except _InteractionExpired:
+                if not self._bot_token:
+                    raise TargetGone(
+                        "discord: the interaction token expired and no bot token is configured for channel sends"
+                    ) from None
+                logger.info("discord interaction token expired; sending to the channel", extra={"fallback": True})
+        return self._send_to_channel(target, text)
+
+    def _send_to_interaction(self, application_id: str, token: str, text: str) -> str:
+        webhook = f"/webhooks/{application_id}/{token}"
+        body = {"content": text, "allowed_mentions": ALLOWED_MENTIONS}
+        if token not in self._filled and self._original_is_loading(webhook, token):
+            message_id = self._message_id(self._call("PATCH", webhook + "/messages/@original", token, body), token)
+        else:
+            message_id = self._message_id(self._call("POST", webhook + "?wait=true", token, body), token)
+        self._remember(token)
+        return message_id
+
+    def _original_is_loading(self, webhook: str, token: str) -> bool:
+        answer = self._call("GET", webhook + "/messages/@original", token)
+        if answer.status in (401, 404):
+            raise _InteractionExpired
+        if answer.status != 200:
+            raise self._failure(answer, token)
+        flags = answer.json_object().get("flags")
+        return _is_int(flags) and bool(flags & LOADING)
+
+    def _send_to_channel(self, target: Target, text: str) -> str:
+        if not self._bot_token:
+            raise PermanentError("discord: sending to a channel needs DISCORD_BOT_TOKEN")
+        channel = target.thread_id or target.chat_id
+        if not _is_snowflake(channel):
+            raise PermanentError("discord: the target is not a channel id")
+        headers = {"Authorization": f"Bot {self._bot_token}", "User-Agent": USER_AGENT}
+        body = {"content": text, "allowed_mentions": ALLOWED_MENTIONS}
+        answer = self._http.request("POST", f"/channels/{channel}/messages", json_body=body, headers=headers)
+        return self._message_id(answer, None)
+
+    def _call(self, method: str, path: str, token: str, body: Any = None) -> Answer:
+        """One request to the interaction webhook; the token in its path never reaches an error."""
+        try:
+            return self._http.request(method, path, json_body=body, headers={"User-Agent": USER_AGENT})
+        except (TransientError, PermanentError) as exc:
+            raise type(exc)(str(exc).replace(token, "<redacted>")) from None
+
+    def _message_id(self, answer: Answer, token: str | None) -> str:
+        if token is not None and answer.status in (401, 404):
+            raise _InteractionExpired
+        if 200 <= answer.status < 300:
+            message_id = answer.json_object().get("id")
+            if _is_snowflake(message_id):
+                return message_id
+            # The message may well have been posted; resending could post it twice.
+            raise PermanentError("discord answered without a message id; the message may have been sent")
+        raise self._failure(answer, token)
+
+    def _failure(self, answer: Answer, token: str | None) -> Exception:
+        body = answer.json_object()
+        if answer.status == 429:
+            seconds = retry_after_seconds(body.get("retry_after"), header(answer.headers, "retry-after"))
+            scope = "global " if body.get("global") is True else ""
+            return RateLimited(seconds, f"discord {scope}rate limit; retry after {seconds:g} s")
+        detail = _error_detail(answer)
+        if token:
+            detail = detail.replace(token, "<redacted>")
+        # 403 Missing Access / Cannot send messages to this user, 404 Unknown Channel: out of reach.
+        return self._http.failure(answer, gone=(403, 404), detail=detail)
+
+    def _remember(self, token: str) -> None:
+        self._filled[token] = None
+        while len(self._filled) > _REMEMBERED_TOKENS:
+            del self._filled[next(iter(self._filled))]
+
+
+def build_sender(context: AdapterContext) -> DiscordSender | None:
+    """A sender when the bot token (channel sends) or the application id (interaction replies,
+    which need no bot token) is configured."""
+    token = context.secret("DISCORD_BOT_TOKEN")
+    application_id = context.option("application_id")
+    if not token and not application_id:
+        return None
+    return DiscordSender(context.platform.api_base_url, bot_token=token, application_id=application_id or None)
+
+
+# --- registration (`hermes-gateway webhooks register|status discord`) -----------------------------
+
+
+def _application_api(context: AdapterContext) -> tuple[HttpClient, dict[str, str]]:
+    token = context.secret("DISCORD_BOT_TOKEN")
+    if not token:
+        raise ConfigError("DISCORD_BOT_TOKEN is needed to configure the Discord application")
+    client = HttpClient(context.platform.api_base_url, platform="discord", scrub=(token,))
+    return client, {"Authorization": f"Bot {token}", "User-Agent": USER_AGENT}
+
+
+def command_definition(name: str) -> dict[str, Any]:
+    """The global slash command: `/<name> prompt:<text>`."""
+    return {
+        "name": name,
+        "type": CHAT_INPUT_COMMAND,
+        "description": "Talk to the agent",
+        "options": [
+            {"type": STRING_OPTION, "name": PROMPT_OPTION, "description": "What to ask or tell", "required": True}
+        ],
+    }
+
+
+def register_webhook(context: AdapterContext, url: str) -> str:
+    """Point the application's Interactions Endpoint URL at `url` (Discord PINGs it first, so the
+    gateway must already be deployed with the public key) and register the slash command."""
+    client, headers = _application_api(context)
+    answer = client.request("PATCH", "/applications/@me", json_body={"interactions_endpoint_url": url}, headers=headers)
+    if answer.status != 200:
+        raise client.failure(answer, gone=(), detail=_error_detail(answer))
+    application_id = context.option("application_id") or answer.json_object().get("id")
+    if not _is_snowflake(application_id):
+        raise PermanentError("discord: no application id (set DISCORD_APPLICATION_ID)")
+    command = context.option("command_name") or "ask"
+    answer = client.request(
+        "PUT", f"/applications/{application_id}/commands", json_body=[command_definition(command)], headers=headers
+    )
+    if answer.status != 200:
+        raise client.failure(answer, gone=(), detail=_error_detail(answer))
+    return f"interactions endpoint set to {url}; /{command} registered for application {application_id}"
+
+
+def webhook_status(context: AdapterContext) -> dict[str, Any]:
+    """The application's Interactions Endpoint URL as Discord has it, and whether the configured
+    public key is the application's."""
+    client, headers = _application_api(context)
+    answer = client.request("GET", "/applications/@me", headers=headers)
+    if answer.status != 200:
+        raise client.failure(answer, gone=(), detail=_error_detail(answer))
+    application = answer.json_object()
+    verify_key = application.get("verify_key")
+    configured = context.option("public_key") or ""
+    return {
+        "url": _text(application.get("interactions_endpoint_url")),
+        "application_id": _text(application.get("id")),
+        "public_key_matches": isinstance(verify_key, str) and verify_key.lower() == configured.lower(),
+    }
+
+
+def _error_detail(answer: Answer) -> str:
+    body = answer.json_object()
+    return f"{body.get('message') or f'HTTP {answer.status}'} (code {body.get('code', '-')})"

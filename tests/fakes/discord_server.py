@@ -1,0 +1,189 @@
+"""A fake Discord REST API (v10) on a loopback port.
+
+Use the `fake_discord` fixture (register with `pytest_plugins = ("tests.fakes.discord_server",)`)
+or `FakeDiscord` as a context manager, and point a sender (or `DISCORD_API_BASE_URL`) at
+`fake.base_url`.
+
+- `POST /channels/{id}/messages` needs `Authorization: Bot <fake.token>`; channels in
+  `fake.gone_channels` answer 404 Unknown Channel, in `fake.forbidden_channels` 403 Missing Access.
+- `fake.defer(token, channel_id)` stands for an interaction acknowledged with a deferred response:
+  its original "thinking" message (flag LOADING) appears in the channel at once. The interaction
+  webhook (`/webhooks/{application}/{token}`) then serves GET/PATCH `messages/@original` and
+  follow-up POSTs; tokens in `fake.expired_tokens` answer 401 Invalid Webhook Token, unknown ones
+  404 Unknown Webhook. Follow-ups always create a new message (the fake does not imitate Discord's
+  deprecated "first follow-up edits the original" behaviour, so tests see the sender's own choice).
+- `fake.channel_messages(channel_id)` / `channel_texts` is what a reader of the channel sees, top to bottom.
+- `GET`/`PATCH /applications/@me` and `PUT /applications/{id}/commands` keep `fake.application`
+  and `fake.commands`.
+- Every request is recorded in `fake.requests`; `answer_next` scripts errors.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.fakes.loopback import LoopbackFake, ScriptedAnswer, _LoopbackHandler, _LoopbackServer
+
+DEFAULT_TOKEN = "MTEwMDAwMDAwMDAwMDAwMDAwMQ.fake.discord-bot-token-value"
+APPLICATION_ID = "1100000000000000001"
+LOADING = 1 << 7
+UNAUTHORIZED = {"message": "401: Unauthorized", "code": 0}
+UNKNOWN_CHANNEL = {"message": "Unknown Channel", "code": 10003}
+MISSING_ACCESS = {"message": "Missing Access", "code": 50001}
+UNKNOWN_WEBHOOK = {"message": "Unknown Webhook", "code": 10015}
+INVALID_WEBHOOK_TOKEN = {"message": "Invalid Webhook Token", "code": 50027}
+SERVER_ERROR = {"message": "500: Internal Server Error", "code": 0}
+
+
+def too_many_requests(retry_after: float, *, is_global: bool = False) -> dict[str, Any]:
+    return {"message": "You are being rate limited.", "retry_after": retry_after, "global": is_global}
+
+
+class _Handler(_LoopbackHandler):
+    """The shared handler answers GET and POST; the application API also PATCHes and PUTs."""
+
+    def do_PATCH(self) -> None:
+        self._handle()
+
+    def do_PUT(self) -> None:
+        self._handle()
+
+
+@dataclass(frozen=True)
+class DiscordRequest:
+    http_method: str
+    path: str  # without the /api/v10 prefix and the query
+    query: str
+    json: Any
+    headers: dict[str, str]
+
+
+@dataclass
+class FakeDiscord(LoopbackFake[DiscordRequest]):
+    thread_name: ClassVar[str] = "fake-discord"
+    url_suffix: ClassVar[str] = "/api/v10"
+    http_methods: ClassVar[frozenset[str]] = frozenset({"GET", "POST", "PATCH", "PUT"})
+
+    token: str = DEFAULT_TOKEN
+    application_id: str = APPLICATION_ID
+    gone_channels: set[str] = field(default_factory=set)
+    forbidden_channels: set[str] = field(default_factory=set)
+    expired_tokens: set[str] = field(default_factory=set)
+    application: dict[str, Any] = field(default_factory=dict)
+    commands: list[dict[str, Any]] = field(default_factory=list)
+    _channels: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    _originals: dict[str, dict[str, Any]] = field(default_factory=dict)  # interaction token → message
+    _next_id: int = 1_200_000_000_000_000_001
+
+    def __post_init__(self) -> None:
+        if not self.application:
+            self.application = {
+                "id": self.application_id,
+                "name": "Hermes",
+                "verify_key": "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
+                "interactions_endpoint_url": None,
+            }
+
+    def start(self) -> FakeDiscord:
+        self._server = _LoopbackServer(self)
+        self._server.RequestHandlerClass = _Handler
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), name=self.thread_name, daemon=True).start()
+        return self
+
+    def defer(self, token: str, channel_id: str) -> dict[str, Any]:
+        """An interaction answered with DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE: its thinking message."""
+        with self._lock:
+            message = self._post(channel_id, "", flags=LOADING)
+            self._originals[token] = message
+            return message
+
+    def channel_messages(self, channel_id: str) -> list[dict[str, Any]]:
+        """The channel's messages as a reader sees them, top to bottom."""
+        with self._lock:
+            return [dict(m) for m in self._channels.get(channel_id, [])]
+
+    def channel_texts(self, channel_id: str) -> list[str]:
+        return [m["content"] for m in self.channel_messages(channel_id)]
+
+    def calls(self, http_method: str, path_prefix: str) -> list[DiscordRequest]:
+        with self._lock:
+            return [r for r in self.requests if r.http_method == http_method and r.path.startswith(path_prefix)]
+
+    def _record(self, http_method: str, path: str, headers: dict[str, str], body: Any) -> DiscordRequest:
+        parts = urlsplit(path)
+        return DiscordRequest(http_method, parts.path.removeprefix(self.url_suffix), parts.query, body, headers)
+
+    def _default_answer(self, request: DiscordRequest) -> ScriptedAnswer:
+        segments = request.path.strip("/").split("/")
+        if segments[0] == "webhooks" and len(segments) >= 3:
+            return self._webhook(request, segments)
+        if request.headers.get("authorization") != f"Bot {self.token}":
+            return ScriptedAnswer(401, UNAUTHORIZED)
+        if segments[0] == "channels" and len(segments) == 3 and segments[2] == "messages":
+            return self._channel_message(request, segments[1])
+        if segments == ["applications", "@me"]:
+            if request.http_method == "PATCH":
+                self.application.update(request.json or {})
+            return ScriptedAnswer(200, dict(self.application))
+        if segments == ["applications", self.application_id, "commands"] and request.http_method == "PUT":
+            self.commands = [{**c, "id": str(self._next_id + i)} for i, c in enumerate(request.json or [])]
+            return ScriptedAnswer(200, self.commands)
+        return ScriptedAnswer(404, {"message": "404: Not Found", "code": 0})
+
+    def _channel_message(self, request: DiscordRequest, channel_id: str) -> ScriptedAnswer:
+        if channel_id in self.gone_channels:
+            return ScriptedAnswer(404, UNKNOWN_CHANNEL)
+        if channel_id in self.forbidden_channels:
+            return ScriptedAnswer(403, MISSING_ACCESS)
+        invalid = _invalid_content(request.json)
+        return invalid or ScriptedAnswer(200, self._post(channel_id, request.json["content"]))
+
+    def _webhook(self, request: DiscordRequest, segments: list[str]) -> ScriptedAnswer:
+        application_id, token = segments[1], segments[2]
+        if token in self.expired_tokens:
+            return ScriptedAnswer(401, INVALID_WEBHOOK_TOKEN)
+        original = self._originals.get(token)
+        if application_id != self.application_id or original is None:
+            return ScriptedAnswer(404, UNKNOWN_WEBHOOK)
+        if segments[3:] == ["messages", "@original"] and request.http_method == "GET":
+            return ScriptedAnswer(200, dict(original))
+        if segments[3:] == ["messages", "@original"] and request.http_method == "PATCH":
+            invalid = _invalid_content(request.json)
+            if invalid:
+                return invalid
+            original["content"] = request.json["content"]
+            original["flags"] &= ~LOADING
+            return ScriptedAnswer(200, dict(original))
+        if segments[3:] == [] and request.http_method == "POST":
+            invalid = _invalid_content(request.json)
+            if invalid:
+                return invalid
+            message = self._post(original["channel_id"], request.json["content"])
+            # Without ?wait=true Discord answers 204 and no message.
+            return ScriptedAnswer(200, message) if "wait=true" in request.query else ScriptedAnswer(204, b"")
+        return ScriptedAnswer(405, {"message": "405: Method Not Allowed", "code": 0})
+
+    def _post(self, channel_id: str, content: str, flags: int = 0) -> dict[str, Any]:
+        message = {"id": str(self._next_id), "channel_id": channel_id, "content": content, "flags": flags}
+        self._next_id += 1
+        self._channels.setdefault(channel_id, []).append(message)
+        return message
+
+
+def _invalid_content(body: Any) -> ScriptedAnswer | None:
+    content = body.get("content") if isinstance(body, dict) else None
+    if not isinstance(content, str) or not content or len(content) > 2000:
+        return ScriptedAnswer(400, {"message": "Invalid Form Body", "code": 50035})
+    return None
+
+
+@pytest.fixture
+def fake_discord() -> Iterator[FakeDiscord]:
+    with FakeDiscord() as fake:
+        yield fake
