@@ -16,6 +16,7 @@ from hermes_gateway.resources import (
     TABLES,
     TURN_STATE_MACHINE,
     repo_root,
+    secrets_prefix,
 )
 from hermes_gateway.settings import Settings
 from infra.capabilities.alarms import OperationsAlarms
@@ -34,11 +35,6 @@ MODEL_FUNCTION = "agent"  # the function that calls the model provider
 
 def stack_name(stage: str) -> str:
     return f"HermesGateway-{stage}"
-
-
-def secrets_prefix(stage: str) -> str:
-    """Where the CLI writes the SSM SecureString secrets of a stage (never created by this stack)."""
-    return f"/{PROJECT}/{stage}/"
 
 
 def function_environment(settings: Settings) -> dict[str, str]:

@@ -280,6 +280,11 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
 )
 
 
+def secrets_prefix(stage: str) -> str:
+    """Where the CLI writes the SSM SecureString secrets of a stage (never created by the stack)."""
+    return f"/hermes-gateway/{stage}/"
+
+
 def function(name: str) -> FunctionSpec:
     for spec in FUNCTIONS:
         if spec.name == name:

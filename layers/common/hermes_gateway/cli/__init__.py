@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from hermes_gateway.cli import outbox, pairing, webhooks
+from hermes_gateway.cli import outbox, pairing, secrets, webhooks
 from hermes_gateway.errors import ConfigError
 
 
@@ -82,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     pairing.add_commands(commands)
     outbox.add_commands(commands)
     webhooks.add_commands(commands)
+    secrets.add_commands(commands)
     return parser
 
 

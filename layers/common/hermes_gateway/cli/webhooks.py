@@ -17,6 +17,7 @@ from typing import Any
 from hermes_gateway.cli.target import add_target_arguments, local_state, stack_outputs, webhook_output_key
 from hermes_gateway.errors import ConfigError, GatewayError
 from hermes_gateway.platforms import catalog
+from hermes_gateway.resources import secrets_prefix
 
 REGISTRABLE = tuple(spec.name for spec in catalog.CATALOG if spec.registrable)
 
@@ -85,7 +86,7 @@ def _context(args: argparse.Namespace, platform: str) -> Any:
     settings = load_settings_file(Path(os.environ.get("GATEWAY_CONFIG", "gateway.yaml")))
     env = dict(os.environ)
     if not args.local:
-        env.setdefault("HERMES_SECRETS_PREFIX", f"/hermes-gateway/{_stage(args)}/")
+        env.setdefault("HERMES_SECRETS_PREFIX", secrets_prefix(_stage(args)))
     return AdapterContext(settings.platforms[platform], settings, Secrets(env))
 
 

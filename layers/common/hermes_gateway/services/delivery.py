@@ -194,7 +194,9 @@ def deliver(job: DeliveryJob, deps: DeliveryDeps) -> DeliveryResult:
             _emit(deps, "delivery:failed", {**detail, "reason": "target_gone"})
             return DeliveryResult("skipped", [])
     target = Target(job.platform, job.chat_id, job.thread_id, job.context)
-    chunks = split_message(job.text, text_limit(via or job.platform))
+    # Through a relay, the chat's own platform's limit applies when the gateway knows it.
+    limit = text_limit(job.platform, default=text_limit(via)) if via else text_limit(job.platform)
+    chunks = split_message(job.text, limit)
     entries: list[OutboxEntry] = []
     sent = 0
     for index, chunk in enumerate(chunks, start=1):
