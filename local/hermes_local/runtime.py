@@ -26,7 +26,7 @@ from typing import Any
 
 from hermes_gateway.cli.target import LOCAL_STATE_ENV, remove_local_state, write_local_state
 from hermes_gateway.platforms import catalog
-from hermes_gateway.resources import FUNCTIONS, QUEUES, SCHEDULES, FunctionSpec, repo_root
+from hermes_gateway.resources import FUNCTIONS, QUEUES, SCHEDULES, SECRET_NAMES, FunctionSpec, repo_root
 from hermes_gateway.settings import Settings, configured_paths, load_settings, read_yaml
 
 REGION = "us-east-1"
@@ -199,8 +199,8 @@ class LocalGateway:
             "POWERTOOLS_SERVICE_NAME": "hermes-gateway",
             "POWERTOOLS_LOG_LEVEL": self.base_environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
         }
-        for name in ("TELEGRAM_BOT_TOKEN", "OPENAI_API_KEY"):
-            if self.base_environ.get(name):
+        for name in SECRET_NAMES:  # every other secret is read from the environment, as given
+            if name not in env and self.base_environ.get(name):
                 env[name] = self.base_environ[name]
         os.environ.update(env)
         wiring.reset()
@@ -222,9 +222,7 @@ class LocalGateway:
             {
                 "pid": os.getpid(),
                 "url": self.url,
-                "platforms": [
-                    spec.name for spec in catalog.CATALOG if os.environ.get(f"{spec.name.upper()}_ENABLED") == "true"
-                ],
+                "platforms": self.enabled_platforms(),
                 "aws_environment": local_aws_environment(self.moto_port, REGION),
                 "resources": resource_env,
             }
