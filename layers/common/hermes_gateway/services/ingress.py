@@ -94,7 +94,7 @@ def json_payload(request: HttpRequest) -> Any:
     """The body as JSON, or BadRequest."""
     try:
         return json.loads(request.body)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: absurd nesting
         raise BadRequest(f"malformed JSON: {type(exc).__name__}") from None
 
 

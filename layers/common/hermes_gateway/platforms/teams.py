@@ -1,0 +1,341 @@
+"""Microsoft Teams through the Bot Framework: token verification, activity normalization and sending
+(PLATFORMS §6).
+
+Inbound. The Bot Connector signs every activity with a JWT in `Authorization: Bearer`. It must be an
+RS256 token signed by a key listed at the `jwks_uri` of the Bot Framework's OpenID configuration,
+issued by `https://api.botframework.com` for the bot's App ID, unexpired (five minutes of skew), and
+its `serviceurl` claim must equal the activity's `serviceUrl`: replies carry the bot's own access
+token to that URL, so it must be one the Bot Framework vouched for. The signing key must also be
+endorsed for the activity's `channelId`, as the Bot Framework SDKs require. Activities from other
+channels than `msteams` (the Bot Framework also serves Web Chat and others) are ignored.
+
+Ids. A Teams channel conversation id names the thread: `19:…@thread.tacv2;messageid=<root id>`. Its
+part before `;` is the channel (`chat_id`), the message id the thread (`thread_id`), so a channel
+thread is one conversation, and every top-level post in a channel starts one. Activity ids are not
+promised to be unique beyond their conversation, so the event id is
+`teams:<conversation id>:<activity id>`.
+
+Outbound. A client-credentials token from Microsoft Entra ID (cached until shortly before it
+expires) and `POST {serviceUrl}/v3/conversations/{conversation id}/activities`, with the service URL
+and the full conversation id recorded at ingress in the reply context.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+from hermes_gateway.domain.source import InboundMessage, SessionSource
+from hermes_gateway.errors import BadRequest, ConfigError, PermanentError, TransientError, Unauthorized
+from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target
+from hermes_gateway.platforms.jwt_keys import JwksCache, verify_bearer
+from hermes_gateway.services.ingress import HttpRequest, Ignored, Parsed, json_payload
+
+BOT_FRAMEWORK_ISSUER = "https://api.botframework.com"
+TEAMS_CHANNEL_ID = "msteams"
+BOT_FRAMEWORK_SCOPE = "https://api.botframework.com/.default"
+DEFAULT_TOKEN_TENANT = "botframework.com"  # noqa: S105 - a tenant name
+TOKEN_URL_TEMPLATE = "https://login.microsoftonline.com/{tenant}/oauth2/v2.0/token"  # noqa: S105 - a URL
+# The Bot Framework SDKs name the claim "serviceurl"; the REST documentation writes "serviceUrl".
+_SERVICE_URL_CLAIMS = ("serviceurl", "serviceUrl")
+
+_CHAT_TYPES = {"personal": "dm", "groupChat": "group", "channel": "group"}
+_IGNORED_ACTIVITIES = {
+    "conversationUpdate": "conversation_update",
+    "installationUpdate": "installation_update",
+    "typing": "typing",
+    "messageReaction": "reaction",
+    "messageUpdate": "edited",
+    "messageDelete": "deleted",
+    "invoke": "invoke",
+    "event": "event",
+}
+_MESSAGE_ID_PART = re.compile(r";messageid=([^;]+)")
+_AT_TAG = re.compile(r"<at>(.*?)</at>", re.DOTALL)
+_TENANT = re.compile(r"^[A-Za-z0-9.-]+$")
+# The token is refreshed this long before Entra ID says it expires.
+TOKEN_MARGIN_SECONDS = 300.0
+
+
+class TeamsInbound:
+    """Verifies Bot Connector tokens (keys cached for the cold start) and normalizes activities."""
+
+    def __init__(self, context: AdapterContext) -> None:
+        self._context = context
+        self._app_id = str(context.option("app_id") or "")
+        self._keys = JwksCache(
+            HttpClient("", platform="teams", timeout=5.0),
+            openid_config_url=str(context.option("openid_url")),
+            clock=context.clock,
+        )
+
+    def verify(self, request: HttpRequest) -> None:
+        if not self._app_id:
+            raise Unauthorized("teams is not configured (no TEAMS_APP_ID); refusing every activity")
+        # The activity names the channel the key must be endorsed for and the service URL the token
+        # must vouch for. A body that is not an object is refused as malformed by `parse`.
+        activity = _json_object(request.body)
+        channel = activity.get("channelId") if activity is not None else None
+        claims = verify_bearer(
+            request.headers.get("authorization"),
+            self._keys,
+            issuers=(BOT_FRAMEWORK_ISSUER,),
+            audience=self._app_id,
+            clock=self._context.clock,
+            endorsement=channel if isinstance(channel, str) and channel else None,
+        )
+        if activity is not None:
+            claimed = next((claims[c] for c in _SERVICE_URL_CLAIMS if c in claims), None)
+            if not isinstance(claimed, str) or claimed != activity.get("serviceUrl"):
+                raise Unauthorized("the token's serviceUrl claim does not match the activity's serviceUrl")
+
+    def parse(self, request: HttpRequest, received_at: float) -> Parsed:
+        return parse_activity(json_payload(request), received_at=received_at)
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def parse_activity(activity: Any, *, received_at: float) -> InboundMessage | Ignored:
+    """One Bot Framework activity as an InboundMessage, or the reason it is ignored (BadRequest when
+    it is malformed)."""
+    if not isinstance(activity, dict):
+        raise BadRequest("teams activity is not a JSON object")
+    kind = activity.get("type")
+    if not isinstance(kind, str) or not kind:
+        raise BadRequest("teams activity has no type")
+    if kind != "message":
+        return Ignored(_IGNORED_ACTIVITIES.get(kind, "unsupported_activity"))
+    if activity.get("channelId") != TEAMS_CHANNEL_ID:
+        return Ignored("other_channel")
+    activity_id = _text(activity, "id")
+    conversation = _object(activity, "conversation")
+    conversation_id = _text(conversation, "id", "conversation")
+    sender = _object(activity, "from")
+    sender_id = _text(sender, "id", "from")
+    service_url = _text(activity, "serviceUrl")
+    if not service_url.startswith(("https://", "http://")):
+        raise BadRequest("teams activity serviceUrl is not an http(s) URL")
+    recipient = _nested(activity, "recipient")
+    bot_id = recipient.get("id") if isinstance(recipient.get("id"), str) else None
+    if bot_id is not None and sender_id == bot_id:
+        return Ignored("self")
+    chat_type = _chat_type(conversation)
+    if chat_type is None:
+        return Ignored("unsupported_conversation")
+    raw_text = activity.get("text")
+    if raw_text is not None and not isinstance(raw_text, str):
+        raise BadRequest("teams activity text is not a string")
+    text, mentioned = _strip_mentions(raw_text or "", activity.get("entities"), bot_id)
+    if not text:
+        return Ignored("no_text")
+    chat_id, _, _ = conversation_id.partition(";")
+    thread = _MESSAGE_ID_PART.search(conversation_id) if conversation.get("conversationType") == "channel" else None
+    channel_data = _nested(activity, "channelData")
+    source = SessionSource(
+        platform="teams",
+        chat_id=chat_id,
+        chat_type=chat_type,
+        user_id=sender_id,
+        user_name=_optional(sender, "name"),
+        thread_id=thread.group(1) if thread else None,
+        chat_name=_chat_name(conversation, channel_data, sender, chat_type),
+        user_id_alt=_optional(sender, "aadObjectId"),
+        is_bot=sender.get("role") == "bot",
+        scope_id=_optional(_nested(channel_data, "tenant"), "id") or _optional(conversation, "tenantId"),
+        message_id=activity_id,
+    )
+    reply_to = activity.get("replyToId")
+    return InboundMessage(
+        source=source,
+        text=text,
+        event_id=f"teams:{conversation_id}:{activity_id}",
+        received_at=received_at,
+        reply_to_message_id=reply_to if isinstance(reply_to, str) and reply_to else None,
+        facts=("mentions_bot",) if mentioned else (),
+        reply_context={"service_url": service_url, "conversation_id": conversation_id, "reply_to_id": activity_id},
+    )
+
+
+def _chat_type(conversation: Mapping[str, Any]) -> str | None:
+    kind = conversation.get("conversationType")
+    if kind is None:  # older activities say only whether the conversation is a group
+        return "group" if conversation.get("isGroup") is True else "dm"
+    return _CHAT_TYPES.get(str(kind))
+
+
+def _chat_name(
+    conversation: Mapping[str, Any], channel_data: Mapping[str, Any], sender: Mapping[str, Any], chat_type: str
+) -> str | None:
+    if chat_type == "dm":
+        return _optional(sender, "name")
+    return _optional(conversation, "name") or _optional(_nested(channel_data, "channel"), "name")
+
+
+def _strip_mentions(text: str, entities: Any, bot_id: str | None) -> tuple[str, bool]:
+    """The text without the bot's `<at>…</at>` mention (other mentions keep their name), and whether
+    the bot was mentioned."""
+    mentioned = False
+    for entity in entities if isinstance(entities, list) else ():
+        if not isinstance(entity, dict) or entity.get("type") != "mention":
+            continue
+        target = entity.get("mentioned")
+        if bot_id is not None and isinstance(target, dict) and target.get("id") == bot_id:
+            mentioned = True
+            tag = entity.get("text")
+            if isinstance(tag, str) and tag:
+                text = text.replace(tag, "")
+    return _AT_TAG.sub(r"\1", text).strip(), mentioned
+
+
+def _object(parent: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = parent.get(key)
+    if not isinstance(value, dict):
+        raise BadRequest(f"teams activity field {key!r} is not an object")
+    return value
+
+
+def _nested(parent: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = parent.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _text(parent: Mapping[str, Any], key: str, where: str = "activity") -> str:
+    value = parent.get(key)
+    if not isinstance(value, str) or not value:
+        raise BadRequest(f"teams {where} has no {key}")
+    return value
+
+
+def _optional(parent: Mapping[str, Any], key: str) -> str | None:
+    value = parent.get(key)
+    return value if isinstance(value, str) and value else None
+
+
+class TeamsSender:
+    """Posts activities to the Bot Connector with an Entra ID client-credentials token."""
+
+    def __init__(
+        self,
+        *,
+        app_id: str,
+        password: str,
+        token_url: str,
+        clock: Callable[[], float] = time.time,
+        timeout: float = 10.0,
+    ) -> None:
+        self._app_id = app_id
+        self._password = password
+        self._token_url = token_url
+        self._clock = clock
+        self._timeout = timeout
+        self._auth = HttpClient("", platform="teams", timeout=timeout, scrub=(password,))
+        self._token: str | None = None
+        self._token_expires_at = 0.0
+        self._connector = self._auth
+
+    def __repr__(self) -> str:
+        return f"TeamsSender(app_id={self._app_id!r})"
+
+    def send(self, target: Target, text: str) -> str:
+        service_url = target.context.get("service_url", "")
+        if not service_url.startswith(("https://", "http://")):
+            raise PermanentError("teams: no service URL was recorded for this conversation; cannot reply")
+        conversation = target.context.get("conversation_id") or _conversation_id(target)
+        url = f"{service_url.rstrip('/')}/v3/conversations/{quote(conversation, safe='')}/activities"
+        body: dict[str, Any] = {"type": "message", "text": text}
+        reply_to = target.context.get("reply_to_id")
+        if reply_to:
+            body["replyToId"] = reply_to
+        answer = self._post(url, body)
+        if answer.status == 401:
+            # The token may have been revoked or rotated before its expiry: one fresh token, one retry.
+            self._token = None
+            answer = self._post(url, body)
+        if answer.status in (200, 201, 202):
+            activity_id = answer.json_object().get("id")
+            if isinstance(activity_id, str) and activity_id:
+                return activity_id
+            raise PermanentError("teams answered without an activity id; the message may have been sent")
+        if answer.status == 412:  # a precondition the connector asks to retry (rate-limit page)
+            raise TransientError("teams: HTTP 412 precondition failed; retry later")
+        raise self._connector.failure(answer, gone=(403, 404))
+
+    def _post(self, url: str, body: dict[str, Any]) -> Answer:
+        token = self._access_token()
+        return self._connector.request("POST", url, json_body=body, headers={"Authorization": f"Bearer {token}"})
+
+    def _access_token(self) -> str:
+        now = self._clock()
+        if self._token is not None and now < self._token_expires_at:
+            return self._token
+        answer = self._auth.request(
+            "POST",
+            self._token_url,
+            form={
+                "grant_type": "client_credentials",
+                "client_id": self._app_id,
+                "client_secret": self._password,
+                "scope": BOT_FRAMEWORK_SCOPE,
+            },
+        )
+        if answer.status != 200:
+            # A refused credential is not a gone conversation: never TargetGone here.
+            raise self._auth.failure(answer, gone=())
+        granted = answer.json_object()
+        token = granted.get("access_token")
+        if not isinstance(token, str) or not token:
+            raise PermanentError("teams: the token endpoint answered without an access token")
+        lifetime = _seconds(granted.get("expires_in"), default=3600.0)
+        self._token = token
+        self._token_expires_at = now + max(0.0, lifetime - min(TOKEN_MARGIN_SECONDS, lifetime / 2))
+        # Errors from the connector never carry a header, but scrub the token from them all the same.
+        self._connector = HttpClient("", platform="teams", timeout=self._timeout, scrub=(self._password, token))
+        return token
+
+
+def _conversation_id(target: Target) -> str:
+    """The conversation a target names when no full id was recorded: a channel thread is
+    `<channel>;messageid=<root>`."""
+    if target.thread_id:
+        return f"{target.chat_id};messageid={target.thread_id}"
+    return target.chat_id
+
+
+def _seconds(value: Any, *, default: float) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return default
+    return seconds if seconds > 0 else default
+
+
+def token_url(context: AdapterContext) -> str:
+    """The Entra ID token endpoint: the `token_url` option, else the tenant's (botframework.com for
+    multi-tenant bots)."""
+    explicit = str(context.option("token_url") or "")
+    if explicit:
+        if not explicit.startswith(("https://", "http://")):
+            raise ConfigError("TEAMS_TOKEN_URL must be an http(s) URL")
+        return explicit
+    tenant = str(context.option("tenant_id") or "") or DEFAULT_TOKEN_TENANT
+    if not _TENANT.match(tenant):
+        raise ConfigError("TEAMS_TENANT_ID must be a tenant id or domain (letters, digits, '.', '-')")
+    return TOKEN_URL_TEMPLATE.format(tenant=tenant)
+
+
+def build_sender(context: AdapterContext) -> TeamsSender | None:
+    password = context.secret("TEAMS_APP_PASSWORD")
+    app_id = str(context.option("app_id") or "")
+    if not password or not app_id:
+        return None
+    return TeamsSender(app_id=app_id, password=password, token_url=token_url(context), clock=context.clock)
