@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: install run test lint typecheck unit synth bench clean
+.PHONY: install run test lint typecheck unit synth bench faults clean
 
 $(STAMP): pyproject.toml requirements/dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,9 @@ synth: install ## the real stack to cdk.out, offline, layer bundled without dock
 
 bench: install ## cold-start import cost of each handler (results in bench/results/)
 	$(BIN)/python bench/cold_start.py
+
+faults: install ## delivery under injected platform faults (results in bench/results/)
+	$(BIN)/python bench/delivery_faults.py
 
 clean:
 	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache

@@ -37,6 +37,60 @@ FAULTS = (  # (name, probability) per send request; the rest succeed
 )
 
 
+def _faulty_telegram(rng: random.Random) -> Any:
+    """A fake Bot API that answers each request with a fault drawn from FAULTS, or a success."""
+    from tests.fakes.loopback import ScriptedAnswer
+    from tests.fakes.telegram_server import FakeTelegram, too_many_requests
+
+    answers = {
+        "rate_limited": ScriptedAnswer(429, too_many_requests(0)),
+        "server_error": ScriptedAnswer(502, {"ok": False, "error_code": 502, "description": "Bad Gateway"}),
+        "refused": ScriptedAnswer(400, {"ok": False, "error_code": 400, "description": "Bad Request: nope"}),
+        "blocked": ScriptedAnswer(403, {"ok": False, "error_code": 403, "description": "Forbidden: bot was blocked"}),
+        "no_message_id": ScriptedAnswer(200, {"ok": True, "result": {}}),
+    }
+
+    class FaultyTelegram(FakeTelegram):
+        injected: Counter[str] = Counter()
+
+        def _default_answer(self, request: Any) -> ScriptedAnswer:
+            roll, edge = rng.random(), 0.0
+            for name, probability in FAULTS:
+                edge += probability
+                if roll < edge:
+                    self.injected[name] += 1
+                    return answers[name]
+            return super()._default_answer(request)
+
+    return FaultyTelegram()
+
+
+def _drain(queue_url: str) -> tuple[int, int]:
+    """Play Lambda's SQS event source until the queue is empty; (retried records, invocations)."""
+    import boto3
+
+    from hermes_gateway.resources import function
+    from hermes_local import pollers
+    from hermes_local.runtime import LambdaContext, load_handler_module
+
+    sqs = boto3.client("sqs")
+    handler = load_handler_module(function("delivery")).lambda_handler
+    arn = "arn:aws:lambda:us-east-1:1:function:delivery"
+    retried = invocations = 0
+    while batch := sqs.receive_message(
+        QueueUrl=queue_url, MaxNumberOfMessages=5, AttributeNames=["All"], VisibilityTimeout=30
+    ).get("Messages", []):
+        event = pollers.sqs_event(batch, "arn:aws:sqs:us-east-1:1:delivery", "us-east-1")
+        result = handler(event, LambdaContext("delivery", 256, arn, time.time() + 30))
+        invocations += 1
+        failed = {f["itemIdentifier"] for f in result["batchItemFailures"]}
+        retried += len(failed)
+        for message in batch:
+            if message["MessageId"] not in failed:
+                sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+    return retried, invocations
+
+
 def run(jobs: int = 200, seed: int = 7) -> dict[str, Any]:
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")  # before the logger is first imported
     import boto3
@@ -44,40 +98,14 @@ def run(jobs: int = 200, seed: int = 7) -> dict[str, Any]:
 
     from hermes_gateway import wiring
     from hermes_gateway.adapters import aws as aws_adapters
-    from hermes_gateway.resources import DELIVERY_QUEUE, function
-    from hermes_local import pollers
+    from hermes_gateway.resources import DELIVERY_QUEUE
     from hermes_local.aws import configure_moto, create_resources
-    from hermes_local.runtime import LambdaContext, load_handler_module
-    from tests.fakes.loopback import ScriptedAnswer
-    from tests.fakes.telegram_server import FakeTelegram, too_many_requests
 
     rng = random.Random(seed)
-
-    class FaultyTelegram(FakeTelegram):
-        def _default_answer(self, request: Any) -> ScriptedAnswer:
-            roll, edge = rng.random(), 0.0
-            for name, probability in FAULTS:
-                edge += probability
-                if roll < edge:
-                    self.injected[name] += 1
-                    return _fault(name)
-            return super()._default_answer(request)
-
-    def _fault(name: str) -> ScriptedAnswer:
-        if name == "rate_limited":
-            return ScriptedAnswer(429, too_many_requests(0))
-        if name == "server_error":
-            return ScriptedAnswer(502, {"ok": False, "error_code": 502, "description": "Bad Gateway"})
-        if name == "refused":
-            return ScriptedAnswer(400, {"ok": False, "error_code": 400, "description": "Bad Request: nope"})
-        if name == "blocked":
-            return ScriptedAnswer(403, {"ok": False, "error_code": 403, "description": "Forbidden: bot was blocked"})
-        return ScriptedAnswer(200, {"ok": True, "result": {}})
-
     saved = dict(os.environ)
     os.environ.update(
         AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
-        AWS_REGION="us-east-1", POWERTOOLS_METRICS_DISABLED="true", POWERTOOLS_LOG_LEVEL="ERROR",
+        AWS_REGION="us-east-1", POWERTOOLS_METRICS_DISABLED="true",
     )  # fmt: skip
     for name in ("AWS_ENDPOINT_URL", "HERMES_SECRETS_PREFIX", "HERMES_LOCAL_MODE"):
         os.environ.pop(name, None)
@@ -87,70 +115,56 @@ def run(jobs: int = 200, seed: int = 7) -> dict[str, Any]:
     configure_moto()
     started = time.perf_counter()
     try:
-        with mock_aws(), FaultyTelegram() as fake:
-            fake.injected = Counter()  # type: ignore[attr-defined]
+        with mock_aws(), _faulty_telegram(rng) as fake:
             _, env = create_resources("us-east-1", prefix="bench")
-            os.environ.update(env)
-            os.environ.update(TELEGRAM_BOT_TOKEN=fake.token, TELEGRAM_API_BASE_URL=fake.base_url)
+            os.environ.update(env, TELEGRAM_BOT_TOKEN=fake.token, TELEGRAM_API_BASE_URL=fake.base_url)
             wiring.reset()
             sqs = boto3.client("sqs")
             queue_url, dlq_url = env[DELIVERY_QUEUE.env_var], env[DELIVERY_QUEUE.dead_letter_env_var]
-            expected_chunks = {}
+            job_ids = []
             for n in range(jobs):
                 # Every word names its job, so a chunk sent twice shows as a repeated text.
                 text = " ".join(f"j{n}w{i}" for i in range(rng.choice((3, 3, 3, 900))))
-                job = {"delivery_id": f"job-{n}", "target": {"platform": "telegram", "chat_id": str(1000 + n % 50)}}
-                sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps({**job, "text": text}))
-                expected_chunks[f"job-{n}"] = text
-            handler = load_handler_module(function("delivery")).lambda_handler
-            retried = invocations = 0
-            while True:
-                batch = sqs.receive_message(
-                    QueueUrl=queue_url, MaxNumberOfMessages=5, AttributeNames=["All"], VisibilityTimeout=30
-                ).get("Messages", [])
-                if not batch:
-                    break
-                context = LambdaContext("delivery", 256, "arn:aws:lambda:us-east-1:1:function:delivery", time.time() + 30)
-                event = pollers.sqs_event(batch, "arn:aws:sqs:us-east-1:1:delivery", "us-east-1")
-                result = handler(event, context)
-                invocations += 1
-                failed = {f["itemIdentifier"] for f in result["batchItemFailures"]}
-                retried += len(failed)
-                for message in batch:
-                    if message["MessageId"] not in failed:
-                        sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
-            dead = int(sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["ApproximateNumberOfMessages"])[
-                "Attributes"]["ApproximateNumberOfMessages"])  # fmt: skip
-            rows = wiring.outbox().recent(limit=1_000_000)
-            by_job: dict[str, set[str]] = {}
-            for row in rows:
-                by_job.setdefault(row.delivery_id.split("#")[0], set()).add(row.status)
-            delivered_texts = Counter(m["text"] for m in fake.sent)
-            outcome = Counter(_job_outcome(by_job.get(job_id, set())) for job_id in expected_chunks)
-            report = {
-                "jobs": jobs,
-                "seed": seed,
-                "chunks_recorded": len(rows),
-                "send_requests": len(fake.calls("sendMessage")),
-                "chunks_sent": sum(1 for r in rows if r.status == "sent"),
-                "retried": retried,
-                "dead_lettered": dead,
-                "gone": outcome["gone"],
-                "unknown": outcome["unknown"],
-                "jobs_sent": outcome["sent"],
-                "jobs_dead_lettered": outcome["failed"],
-                "duplicated": sum(count - 1 for count in delivered_texts.values() if count > 1),
-                "lost": outcome["lost"],
-                "faults_injected": dict(fake.injected),  # type: ignore[attr-defined]
-                "handler_invocations": invocations,
-                "seconds": round(time.perf_counter() - started, 2),
-            }
+                target = {"platform": "telegram", "chat_id": str(1000 + n % 50)}
+                sqs.send_message(
+                    QueueUrl=queue_url,
+                    MessageBody=json.dumps({"delivery_id": f"job-{n}", "target": target, "text": text}),
+                )
+                job_ids.append(f"job-{n}")
+            retried, invocations = _drain(queue_url)
+            dead = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["ApproximateNumberOfMessages"])
+            report = _report(wiring.outbox().recent(limit=1_000_000), fake, job_ids)
+            report.update(
+                jobs=jobs, seed=seed, retried=retried, handler_invocations=invocations,
+                dead_lettered=int(dead["Attributes"]["ApproximateNumberOfMessages"]),
+                seconds=round(time.perf_counter() - started, 2),
+            )  # fmt: skip
     finally:
         aws_adapters.SqsQueue.delay_retry = original_delay  # type: ignore[method-assign]
         os.environ.clear()
         os.environ.update(saved)
         wiring.reset()
     return report
+
+
+def _report(rows: list[Any], fake: Any, job_ids: list[str]) -> dict[str, Any]:
+    by_job: dict[str, set[str]] = {}
+    for row in rows:
+        by_job.setdefault(row.delivery_id.split("#")[0], set()).add(row.status)
+    outcome = Counter(_job_outcome(by_job.get(job_id, set())) for job_id in job_ids)
+    delivered_texts = Counter(m["text"] for m in fake.sent)
+    return {
+        "chunks_recorded": len(rows),
+        "send_requests": len(fake.calls("sendMessage")),
+        "chunks_sent": sum(1 for r in rows if r.status == "sent"),
+        "jobs_sent": outcome["sent"],
+        "jobs_dead_lettered": outcome["failed"],
+        "gone": outcome["gone"],
+        "unknown": outcome["unknown"],
+        "duplicated": sum(count - 1 for count in delivered_texts.values() if count > 1),
+        "lost": outcome["lost"],
+        "faults_injected": dict(fake.injected),
+    }
 
 
 def _job_outcome(statuses: set[str]) -> str:
