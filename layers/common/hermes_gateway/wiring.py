@@ -150,6 +150,8 @@ def sender_for(platform: str, via: str = "") -> Sender | None:
     from hermes_gateway.platforms import catalog
     from hermes_gateway.services.delivery import RecordOnly
 
+    if platform == "local":  # the `local` target: stored in the outbox, never sent
+        return RecordOnly()
     spec = catalog.spec(via or platform)
     sender: Sender | None = None
     if spec is not None and spec.sender is not None and (via or platform) in settings().platforms:

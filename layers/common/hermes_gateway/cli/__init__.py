@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from hermes_gateway.cli import outbox, pairing, secrets, webhooks
+from hermes_gateway.cli import outbox, pairing, secrets, send, webhooks
 from hermes_gateway.errors import ConfigError
 
 
@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     outbox.add_commands(commands)
     webhooks.add_commands(commands)
     secrets.add_commands(commands)
+    send.add_commands(commands)
     return parser
 
 

@@ -1,0 +1,72 @@
+"""`hermes-gateway send TARGET`: put a message on the delivery queue, as a job or tool would.
+
+The target takes every form of BEHAVIOUR §6 (`telegram`, `slack:C123`, `telegram:-100:5`,
+`#ops`, `local`, ...); one that names nothing is refused with the reason before anything is
+queued. The text comes from `--text` or standard input. The message is a push: it skips a target
+marked gone, and it is mirrored into the target chat's session when exactly one session is it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from hermes_gateway.cli.target import add_target_arguments, bindings_for
+from hermes_gateway.domain.targets import Directory, ResolvedTarget, resolve_target
+from hermes_gateway.resources import DELIVERY_QUEUE
+from hermes_gateway.settings import Settings, load_settings_file
+
+
+def add_commands(commands: Any) -> None:
+    send = commands.add_parser("send", help="send a message to a target (platform:chat, #name, a home channel)")
+    send.add_argument("target", help="origin-less target: telegram, slack:C123, telegram:-100:5, #ops, local")
+    send.add_argument("--text", default=None, help="the message (default: standard input)")
+    send.add_argument("--no-mirror", action="store_true", help="do not add it to the chat's session transcript")
+    add_target_arguments(send)
+    send.set_defaults(run=_send)
+
+
+def home_channels(settings: Settings) -> dict[str, str]:
+    return {name: p.home_channel for name, p in settings.platforms.items() if p.home_channel}
+
+
+def queue_message(
+    target_spec: str, text: str, *, settings: Settings, directory: Directory, queue: Any, mirror: bool = True
+) -> tuple[ResolvedTarget, str]:
+    """Resolve the target (raising UnresolvableTarget with the reason) and queue a push job."""
+    target = resolve_target(target_spec, origin=None, home_channels=home_channels(settings), directory=directory)
+    delivery_id = f"send-{uuid.uuid4().hex}"
+    queue.send({"delivery_id": delivery_id, "kind": "push", "mirror": mirror, "target": target.to_dict(), "text": text})
+    return target, delivery_id
+
+
+def _send(args: argparse.Namespace) -> int:
+    from hermes_gateway.adapters.aws import SqsQueue
+    from hermes_gateway.adapters.dynamo_directory import DynamoDirectory
+    from hermes_gateway.domain.targets import UnresolvableTarget
+
+    text = args.text if args.text is not None else sys.stdin.read()
+    if not text.strip():
+        print("nothing to send: give --text or standard input", file=sys.stderr)
+        return 2
+    settings = load_settings_file(Path(os.environ.get("GATEWAY_CONFIG", "gateway.yaml")))
+    bindings = bindings_for(args)
+    try:
+        target, delivery_id = queue_message(
+            args.target,
+            text,
+            settings=settings,
+            directory=DynamoDirectory(bindings),
+            queue=SqsQueue(bindings.queue(DELIVERY_QUEUE.name)),
+            mirror=not args.no_mirror,
+        )
+    except UnresolvableTarget as exc:
+        print(f"cannot send to {args.target!r}: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"queued": delivery_id, "target": target.to_dict()}))
+    return 0
