@@ -172,3 +172,30 @@ def test_whatsapp_get_handshake_in_local_mode(start_gateway: Callable[..., Clien
     query = "hub.mode=subscribe&hub.verify_token=meta-verify&hub.challenge=1158201444"
     assert client.request("GET", f"/webhooks/whatsapp?{query}") == (200, 1158201444)
     assert client.request("GET", "/webhooks/whatsapp?hub.mode=subscribe&hub.verify_token=x&hub.challenge=1")[0] == 401
+
+
+def test_a_discord_slash_command_is_deferred_then_answered(start_gateway: Callable[..., Client]) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    key = Ed25519PrivateKey.generate()  # made for this test; never written anywhere
+    public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
+    client = start_gateway(GATEWAY_ALLOW_ALL_USERS="true", DISCORD_PUBLIC_KEY=public)
+
+    def post(payload: dict[str, Any], signer: Any = key) -> tuple[int, Any]:
+        body, ts = json.dumps(payload).encode(), str(int(time.time()))
+        signature = signer.sign(ts.encode() + body).hex()
+        headers = {"x-signature-ed25519": signature, "x-signature-timestamp": ts}
+        return client.request("POST", "/webhooks/discord", body, headers)
+
+    assert post({"type": 1}) == (200, {"type": 1})
+    assert post({"type": 1}, signer=Ed25519PrivateKey.generate())[0] == 401
+    command = {
+        "type": 2, "id": "1200000000000000001", "application_id": "1100000000000000001", "token": "tok-abc_123",
+        "guild_id": "1000000000000000001", "channel_id": "1000000000000000002",
+        "member": {"user": {"id": "1000000000000000003", "username": "al"}},
+        "data": {"name": "ask", "options": [{"name": "prompt", "type": 3, "value": "hello discord"}]},
+    }  # fmt: skip
+    assert post(command) == (200, {"type": 5})
+    rows = client.wait_outbox(1, platform="discord", chat_id="1000000000000000002")
+    assert [r["text"] for r in rows] == ["Echo: hello discord"]
