@@ -7,7 +7,7 @@ from typing import Any
 from aws_cdk import CfnOutput, Stack, Tags
 from constructs import Construct
 
-from hermes_gateway.cli.target import queue_output_key, table_output_key, webhook_output_key
+from hermes_gateway.cli.target import log_group_output_key, queue_output_key, table_output_key, webhook_output_key
 from hermes_gateway.platforms.catalog import CATALOG
 from hermes_gateway.resources import (
     FUNCTIONS,
@@ -117,6 +117,14 @@ class HermesGatewayStack(Stack):
             description="SSM SecureString parameters the functions read; set them with the CLI",
         )
         CfnOutput(self, "AlarmTopicArn", value=alarms.topic.topic_arn, description="Subscribe to get alarms")
+        for name, gateway_function in functions.by_name.items():
+            # The CLI's `logs` commands read these log groups.
+            CfnOutput(
+                self,
+                log_group_output_key(name),
+                value=gateway_function.log_group.log_group_name,
+                description=f"The {name} function's logs",
+            )
         for name, queue in queues.queues.items():
             # The CLI's `outbox redrive` moves dead letters back through these.
             CfnOutput(self, queue_output_key(name), value=queue.queue_url, description=f"The {name} queue")

@@ -33,7 +33,7 @@ def record_handler(record: SQSRecord) -> None:
     except (ValueError, BadRequest) as exc:
         _dead_letter(record, f"malformed job: {exc}")
         return
-    logger.append_keys(correlation_id=job.turn_id or job.delivery_id)
+    logger.append_keys(correlation_id=job.correlation_id or job.turn_id or job.delivery_id, session=job.session)
     queue = wiring.queue(DELIVERY_QUEUE.name)
     try:
         deliver(job, wiring.delivery_deps())

@@ -103,6 +103,8 @@ def test_a_turn_replies_with_the_echo_and_queues_it_to_the_fixed_target() -> Non
             "turn_id": turn["turn_id"],
             "target": {"platform": "telegram", "chat_id": "99", "thread_id": None},
             "text": "Echo: hello there",
+            "correlation_id": turn["event_id"],
+            "session": hash_id(turn["session_key"]),
         }
     ]
     # And the transcript reads user then assistant, the lease is free
@@ -248,6 +250,8 @@ def test_fail_queues_the_apology_and_releases_the_lease() -> None:
             "turn_id": turn["turn_id"],
             "target": turn["reply_to"],
             "text": APOLOGY,
+            "correlation_id": turn["event_id"],
+            "session": hash_id(turn["session_key"]),
         }
     ]
     assert world.lease_token(turn["session_key"]) is None

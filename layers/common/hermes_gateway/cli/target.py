@@ -73,6 +73,11 @@ def queue_output_key(queue: str) -> str:
     return "".join(part.capitalize() for part in queue.split("-")) + "QueueUrl"
 
 
+def log_group_output_key(function: str) -> str:
+    """The stack output that carries a function's log group name, e.g. `RouterLogGroupName`."""
+    return f"{function.capitalize()}LogGroupName"
+
+
 def webhook_output_key(platform: str) -> str:
     """The stack output that carries a platform's webhook URL, e.g. `GoogleChatWebhookUrl`."""
     return "".join(part.capitalize() for part in platform.split("_")) + "WebhookUrl"

@@ -125,6 +125,8 @@ class DeliveryJob:
     redact: tuple[str, ...] = ()
     kind: str = "reply"
     mirror: bool = False  # append what was sent to the target chat's session transcript
+    correlation_id: str | None = None  # the inbound event id, when the job answers one
+    session: str | None = None  # the hashed session key, for logs
 
     @classmethod
     def from_dict(cls, data: Any) -> DeliveryJob:
@@ -153,6 +155,8 @@ class DeliveryJob:
             redact=tuple(str(v) for v in data.get("redact") or () if v),
             kind=kind,
             mirror=bool(data.get("mirror", False)),
+            correlation_id=_optional_id(data.get("correlation_id")),
+            session=_optional_id(data.get("session")),
         )
 
 

@@ -109,6 +109,7 @@ def _reply_job(message: InboundMessage, kind: str, text: str, redact: list[str] 
         "target": reply_target(message),
         "text": text,
         "redact": redact or [],
+        "correlation_id": message.event_id,  # follows the message into the delivery function's logs
     }
 
 

@@ -114,7 +114,15 @@ def call_model(turn: dict[str, Any], deps: TurnDeps) -> dict[str, Any]:
 
 def _queue_delivery(deps: TurnDeps, turn: dict[str, Any], delivery_id: str, text: str) -> None:
     deps.delivery.send(
-        {"delivery_id": delivery_id, "turn_id": turn["turn_id"], "target": turn["reply_to"], "text": text}
+        {
+            "delivery_id": delivery_id,
+            "turn_id": turn["turn_id"],
+            "target": turn["reply_to"],
+            "text": text,
+            # follows the message into the delivery function's logs (hermes-gateway logs trace)
+            "correlation_id": turn.get("event_id"),
+            "session": hash_id(turn.get("session_key")),
+        }
     )
 
 
