@@ -21,6 +21,7 @@ from hermes_gateway.resources import (
 from hermes_gateway.settings import Settings
 from infra.capabilities.alarms import OperationsAlarms
 from infra.capabilities.api import WebhookApi
+from infra.capabilities.dashboard import OperationsDashboard
 from infra.capabilities.data import DataTables
 from infra.capabilities.functions import GatewayFunctions, GrantTargets
 from infra.capabilities.layer import CommonLayer
@@ -96,6 +97,27 @@ class HermesGatewayStack(Stack):
         alarms.on_failed_executions(TURN_STATE_MACHINE.name, workflow.state_machine)
 
         enabled = [spec for spec in CATALOG if not spec.local_only and settings.platform(spec.name) is not None]
+        if settings.operations.dashboard:
+            dashboard = OperationsDashboard(
+                self,
+                "Operations",
+                dashboard_name=f"{PROJECT}-{stage}",
+                functions=lambdas,
+                dead_letter_queues=queues.dead_letter_queues,
+                state_machine=workflow.state_machine,
+            )
+            CfnOutput(
+                self,
+                "DashboardUrl",
+                value=f"https://{self.region}.console.aws.amazon.com/cloudwatch/home?region={self.region}"
+                f"#dashboards:name={dashboard.dashboard.dashboard_name}",
+                description="The gateway's CloudWatch dashboard",
+            )
+        for name, function in lambdas.items():
+            alarms.on_throttles(name, function)
+        if settings.operations.alarm_email:
+            alarms.notify_email(settings.operations.alarm_email)
+
         api = WebhookApi(
             self, "Webhooks", handler=lambdas[WEBHOOK_FUNCTION], api_name=f"{PROJECT}-{stage}", platforms=enabled
         )

@@ -9,6 +9,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as sns_subscriptions
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
@@ -66,6 +67,18 @@ class OperationsAlarms(Construct):
             ),
             f"Messages in the {name} dead-letter queue: they were not processed and need a look",
         )
+
+    def on_throttles(self, name: str, function: lambda_.IFunction) -> cloudwatch.Alarm:
+        """Throttling means the account's (or the function's reserved) concurrency ran out."""
+        return self._alarm(
+            f"{name}-throttles",
+            function.metric_throttles(period=Duration.minutes(5), statistic=cloudwatch.Stats.SUM),
+            f"The {name} function was throttled: invocations were refused for lack of concurrency",
+        )
+
+    def notify_email(self, address: str) -> None:
+        """Subscribe an address to the alarm topic (AWS e-mails it a confirmation link first)."""
+        self.topic.add_subscription(sns_subscriptions.EmailSubscription(address))
 
     def on_errors(self, name: str, function: lambda_.IFunction) -> cloudwatch.Alarm:
         return self._alarm(

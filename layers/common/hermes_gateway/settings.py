@@ -150,6 +150,10 @@ _GATEWAY_FIELDS: tuple[Field, ...] = (
     Field("sessions.busy_retry_seconds", "GATEWAY_BUSY_RETRY_SECONDS", _parse_int, 1,
           "a message for a busy session is retried after this long"),
     Field("ingress.max_body_bytes", "GATEWAY_MAX_BODY_BYTES", _parse_int, 65536, "larger webhook bodies get 413"),
+    Field("operations.alarm_email", "GATEWAY_ALARM_EMAIL", _parse_str, "",
+          "e-mail address subscribed to the alarm topic (it must confirm the subscription)"),
+    Field("operations.dashboard", "GATEWAY_DASHBOARD", _parse_bool, True,
+          "a CloudWatch dashboard of the gateway ($3 a month beyond an account's first three)"),
 )
 
 # Every platform has the same settings, under `platforms.<name>.` and `<NAME>_` (TELEGRAM_...).
@@ -234,6 +238,12 @@ class SessionSettings:
 
 
 @dataclass(frozen=True)
+class OperationsSettings:
+    alarm_email: str
+    dashboard: bool
+
+
+@dataclass(frozen=True)
 class PlatformSettings:
     name: str
     enabled: bool
@@ -259,6 +269,7 @@ class Settings:
     sessions: SessionSettings
     max_body_bytes: int
     platforms: Mapping[str, PlatformSettings]
+    operations: OperationsSettings = OperationsSettings("", True)
 
     def platform(self, name: str) -> PlatformSettings | None:
         found = self.platforms.get(name)
@@ -434,6 +445,9 @@ def _check_limits(v: dict[str, Any]) -> None:
             "sessions.busy_retry_seconds",
             f"its retries wait {patience:.0f} s, less than a turn's lease ({lease} s): messages would go to the DLQ",
         )
+    email = v["operations.alarm_email"]
+    if email and not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", email):
+        raise _Invalid("operations.alarm_email", "must be an e-mail address")
     if not 1024 <= v["ingress.max_body_bytes"] <= 200_000:
         raise _Invalid("ingress.max_body_bytes", "must be between 1024 and 200000 (the queue message limit)")
 
@@ -472,6 +486,7 @@ def _build(v: dict[str, Any], source: str) -> Settings:
             v["sessions.busy_retry_seconds"],
         ),
         max_body_bytes=v["ingress.max_body_bytes"],
+        operations=OperationsSettings(v["operations.alarm_email"], v["operations.dashboard"]),
         platforms={platform: _platform_settings(platform, v) for platform in PLATFORMS},
     )
 

@@ -1,0 +1,57 @@
+"""Operations in the stack: the dashboard follows a message through every part, every function
+has error and throttle alarms on the alarm topic, and an alarm e-mail is subscribed when set."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hermes_gateway.resources import FUNCTIONS, QUEUES
+from hermes_gateway.settings import load_settings
+from infra.capabilities.dashboard import REJECTED_STATUSES
+from tests.infra.conftest import Synthesized
+
+
+def dashboard_body(synthesized: Synthesized) -> str:
+    (dashboard,) = synthesized.of_type("AWS::CloudWatch::Dashboard").values()
+    body = dashboard["Properties"]["DashboardBody"]
+    # The body is an Fn::Join of literal text and resource references; the text is what we read.
+    return json.dumps(body)
+
+
+def test_the_dashboard_shows_each_stage_of_a_message(synthesized: Synthesized) -> None:
+    body = dashboard_body(synthesized)
+    for metric in ("InboundAccepted", "InboundDuplicate", "TurnStarted", "DeliverySent", "DeliveryDeadLettered"):
+        assert metric in body, metric
+    for status in REJECTED_STATUSES:
+        assert f"InboundRejected{status}" in body
+    for name in ("ExecutionsFailed", "ExecutionTime", "Errors", "Throttles", "ApproximateNumberOfMessagesVisible"):
+        assert name in body, name
+    assert "DashboardUrl" in synthesized.outputs
+
+
+def test_every_function_has_error_and_throttle_alarms_on_the_topic(synthesized: Synthesized) -> None:
+    alarms = list(synthesized.of_type("AWS::CloudWatch::Alarm").values())
+    by_metric: dict[str, int] = {}
+    for alarm in alarms:
+        props = alarm["Properties"]
+        assert props["AlarmActions"], "every alarm notifies the topic"
+        by_metric[props.get("MetricName", "")] = by_metric.get(props.get("MetricName", ""), 0) + 1
+    assert by_metric["Errors"] == len(FUNCTIONS)
+    assert by_metric["Throttles"] == len(FUNCTIONS)
+    assert by_metric["ApproximateNumberOfMessagesVisible"] >= len(QUEUES)  # and the schedules' dead letters
+
+
+def synth_with(config: dict[str, Any]) -> Any:
+    from aws_cdk.assertions import Template
+
+    from infra.app import SKIP_BUNDLING, build_app
+
+    _app, stack = build_app(load_settings(env={}, config=config), context=SKIP_BUNDLING)
+    return Template.from_stack(stack)
+
+
+def test_an_alarm_email_is_subscribed_and_the_dashboard_can_be_left_out() -> None:
+    template = synth_with({"operations": {"alarm_email": "ops@example.com", "dashboard": False}})
+    template.has_resource_properties("AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "ops@example.com"})
+    template.resource_count_is("AWS::CloudWatch::Dashboard", 0)
