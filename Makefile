@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: install run test lint typecheck unit synth bench faults clean
+.PHONY: install run test lint typecheck unit synth deploy bench faults clean
 
 $(STAMP): pyproject.toml requirements/dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,9 @@ unit: install
 
 synth: install ## the real stack to cdk.out, offline, layer bundled without docker, cdk-nag checked
 	$(BIN)/python infra/app.py
+
+deploy: install ## check the prerequisites (config, Node.js, AWS credentials, bootstrap), then cdk deploy
+	$(BIN)/hermes-gateway deploy
 
 bench: install ## cold-start import cost of each handler (results in bench/results/)
 	$(BIN)/python bench/cold_start.py
