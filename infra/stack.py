@@ -41,7 +41,8 @@ def stack_name(stage: str) -> str:
 def function_environment(settings: Settings) -> dict[str, str]:
     """What every function gets: the validated settings and the deployment's fixed names."""
     return {
-        **settings.to_env(),
+        "GATEWAY_STAGE": settings.stage,
+        **settings.to_env(changed_only=True),  # defaults are left out: 4 KB is all a function's environment holds
         "HERMES_SECRETS_PREFIX": secrets_prefix(settings.stage),
         "POWERTOOLS_SERVICE_NAME": PROJECT,
         "POWERTOOLS_METRICS_NAMESPACE": "HermesGateway",

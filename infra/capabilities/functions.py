@@ -142,7 +142,12 @@ class GatewayFunction(Construct):
             )
         elif access is Access.CONSUME:
             self.function.add_event_source(
-                event_sources.SqsEventSource(queue, batch_size=self.spec.batch_size, report_batch_item_failures=True)
+                event_sources.SqsEventSource(
+                    queue,
+                    batch_size=self.spec.batch_size,
+                    report_batch_item_failures=True,
+                    max_concurrency=self.spec.max_concurrency,
+                )
             )
         else:
             raise ValueError(f"function {self.spec.name}: queue {spec.name} cannot be granted {access.value}")

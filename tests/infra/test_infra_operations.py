@@ -55,3 +55,10 @@ def test_an_alarm_email_is_subscribed_and_the_dashboard_can_be_left_out() -> Non
     template = synth_with({"operations": {"alarm_email": "ops@example.com", "dashboard": False}})
     template.has_resource_properties("AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "ops@example.com"})
     template.resource_count_is("AWS::CloudWatch::Dashboard", 0)
+
+
+def test_queue_consumers_have_a_concurrency_ceiling(synthesized: Synthesized) -> None:
+    mappings = list(synthesized.of_type("AWS::Lambda::EventSourceMapping").values())
+    assert len(mappings) == len([f for f in FUNCTIONS if f.consumes])
+    for mapping in mappings:
+        assert mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"] >= 2

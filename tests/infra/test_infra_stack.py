@@ -116,6 +116,9 @@ def test_functions_get_settings_and_exactly_their_granted_resources(synthesized:
         assert env["POWERTOOLS_SERVICE_NAME"] == "hermes-gateway"
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == "HermesGateway"
         assert env["GATEWAY_STAGE"] == "dev"
+        # The settings a function builds from its environment are the ones synthesized.
+        from_env = load_settings(env={k: v for k, v in env.items() if isinstance(v, str)}, config={})
+        assert from_env.platform("slack") is not None and from_env.platform("webchat") is None
         expected = {resource_env[resource] for resource in specs[name].grants}
         assert set(env) & ALL_RESOURCE_ENV_VARS == expected, name
 

@@ -443,3 +443,10 @@ def test_group_users_from_yaml_and_from_the_environment_round_trip() -> None:
         load_settings(env={"TELEGRAM_GROUP_USERS": "-100"}, config={})
     with pytest.raises(ConfigError, match="group_users"):
         load(config={"platforms": {"telegram": {"group_users": {"a=b": ["1"]}}}})
+
+
+def test_to_env_changed_only_round_trips_and_leaves_the_defaults_out() -> None:
+    original = load_settings(env={"SLACK_ENABLED": "true", "TELEGRAM_ALLOWED_USERS": "1,2", "GATEWAY_STAGE": "prod"})
+    env = original.to_env(changed_only=True)
+    assert env == {"SLACK_ENABLED": "true", "TELEGRAM_ALLOWED_USERS": "1,2", "GATEWAY_STAGE": "prod"}
+    assert load_settings(env=env, config={}) == original

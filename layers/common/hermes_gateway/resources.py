@@ -95,6 +95,10 @@ class FunctionSpec:
     # SQS queue this function consumes (event source mapping), with its batch size
     consumes: str | None = None
     batch_size: int = 10
+    # At most this many concurrent invocations from the queue (the event source's maximum
+    # concurrency): a flood cannot run away with the bill, and no account concurrency is reserved
+    # (reserving it fails on new accounts whose limit is 10).
+    max_concurrency: int | None = None
     # secrets (SSM SecureString names under the deployment prefix) the function may read
     secrets: tuple[str, ...] = ()
 
@@ -223,6 +227,7 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
             "turn": Access.START,
         },
         consumes="inbound",
+        max_concurrency=20,
     ),
     FunctionSpec(
         name="agent",
@@ -257,6 +262,7 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         },
         consumes="delivery",
         batch_size=5,
+        max_concurrency=10,
         secrets=SEND_SECRETS,
     ),
     FunctionSpec(

@@ -275,12 +275,17 @@ class Settings:
         found = self.platforms.get(name)
         return found if found is not None and found.enabled else None
 
-    def to_env(self) -> dict[str, str]:
-        """Every setting as the environment variable that carries it into a function."""
+    def to_env(self, *, changed_only: bool = False) -> dict[str, str]:
+        """Every setting as the environment variable that carries it into a function.
+
+        `changed_only` leaves out the settings at their default: a function's environment may
+        hold 4 KB in all, and the defaults are the same code on both sides of the deploy."""
         values = _flatten_settings(self)
         env: dict[str, str] = {}
         for f in FIELDS:
             value = values[f.path]
+            if changed_only and value == f.default:
+                continue
             if isinstance(value, bool):
                 env[f.env] = "true" if value else "false"
             elif isinstance(value, tuple):
