@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from hermes_gateway.cli import outbox, pairing, secrets, send, webhooks
+from hermes_gateway.cli import config, deploy, logs, outbox, pairing, secrets, send, webhooks
 from hermes_gateway.errors import ConfigError
 
 
@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     webhooks.add_commands(commands)
     secrets.add_commands(commands)
     send.add_commands(commands)
+    deploy.add_commands(commands)
+    config.add_commands(commands)
+    logs.add_commands(commands)
     return parser
 
 
