@@ -1,24 +1,94 @@
 """Local mode's HTTP front: API Gateway (HTTP API, payload 2.0) in front of the ingress handler,
-plus the web chat page and two local-only endpoints (`/local/outbox`, `/local/health`)."""
+plus the web chat page and local-only endpoints:
+
+- `GET /local/outbox`, `GET /local/health`: open, as before (the CLI and tests read them).
+- `GET /local/session?chat_id=<id>`: which session a web chat chat id is in (`session_key`, and
+  `session_id`, `created_at`, `updated_at` once the first message made one, else null).
+- `GET /local/info`: the agent (provider name and model), the enabled platforms, the version and
+  the gateway commands (`name`, `summary`, `everyone`); the page builds its command buttons from it.
+
+The two page endpoints want the `x-hermes-local-token` header the page already sends with each
+message (WEBCHAT_TOKEN, embedded in the page), so only that page reads them; neither returns a
+secret, an endpoint URL or a lease token.
+"""
 
 from __future__ import annotations
 
 import base64
+import hmac
 import json
+import re
 import threading
 import time
 import uuid
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 if TYPE_CHECKING:
+    from hermes_gateway.domain.sessions import SessionEntry
+    from hermes_gateway.settings import Settings
     from hermes_local.runtime import LocalGateway
+
 
 API_GATEWAY_MAX_BODY = 10 * 1024 * 1024  # HTTP API payload quota
 STATIC = Path(__file__).resolve().parent / "static"
+TOKEN_HEADER = "x-hermes-local-token"  # noqa: S105 - a header name, not a secret
+_CHAT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what the web chat adapter accepts
+
+
+class SessionStoreReader(Protocol):
+    def get_route(self, session_key: str) -> SessionEntry | None: ...
+
+
+def webchat_session(chat_id: str, settings: Settings, store: SessionStoreReader) -> dict[str, Any]:
+    """The session a web chat chat id is in: its key, and the route's session once one exists.
+
+    The source is the one the web chat adapter builds for the page (a DM, the chat id as user id),
+    keyed with the running settings, as ingress and the router key it."""
+    from hermes_gateway.domain.session_key import build_session_key
+    from hermes_gateway.domain.source import SessionSource
+
+    source = SessionSource(platform="webchat", chat_id=chat_id, chat_type="dm", user_id=chat_id, user_name="You")
+    key = build_session_key(
+        source,
+        group_sessions_per_user=settings.sessions.group_sessions_per_user,
+        thread_sessions_per_user=settings.sessions.thread_sessions_per_user,
+        profile=settings.profile,
+    )
+    route = store.get_route(key)
+    return {
+        "chat_id": chat_id,
+        "session_key": key,
+        "session_id": route.session_id if route else None,
+        "created_at": route.created_at if route else None,
+        "updated_at": route.updated_at if route else None,
+    }
+
+
+def gateway_info(settings: Settings, platforms: list[str]) -> dict[str, Any]:
+    """What the page shows about the running gateway; nothing secret (no keys, no endpoint URLs)."""
+    from hermes_gateway import __version__
+    from hermes_gateway.services.commands import ALWAYS_ALLOWED, COMMANDS
+
+    return {
+        "provider": settings.provider.name,
+        "model": settings.provider.model or None,
+        "profile": settings.profile,
+        "stage": settings.stage,
+        "platforms": platforms,
+        "version": __version__,
+        "commands": [
+            {
+                "name": name,
+                "summary": summary,
+                "everyone": name in ALWAYS_ALLOWED or name in settings.access.user_commands,
+            }
+            for name, (summary, _) in COMMANDS.items()
+        ],
+    }
 
 
 def api_gateway_v2_event(
@@ -100,17 +170,38 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         if parts.path in ("/", "/index.html"):
             page = (STATIC / "index.html").read_text(encoding="utf-8")
-            page = page.replace("__WEBCHAT_TOKEN__", gateway.local_secrets["WEBCHAT_TOKEN"])
+            # A JS string literal, whatever the token holds (WEBCHAT_TOKEN may come from the environment).
+            token = json.dumps(gateway.local_secrets["WEBCHAT_TOKEN"]).replace("<", "\\u003c")
+            page = page.replace('"__WEBCHAT_TOKEN__"', token)
             self._send(200, page.encode(), "text/html; charset=utf-8")
         elif parts.path == "/local/health":
             self._json(200, gateway.health())
         elif parts.path == "/local/outbox":
             filters = dict(parse_qsl(parts.query))
             self._json(200, gateway.outbox(chat_id=filters.get("chat_id"), platform=filters.get("platform")))
+        elif parts.path in ("/local/session", "/local/info"):
+            self._page_endpoint(parts.path, dict(parse_qsl(parts.query)))
         elif parts.path.startswith("/webhooks/"):
             self._webhook("GET")
         else:
             self._json(404, {"ok": False, "error": "not found"})
+
+    def _page_endpoint(self, path: str, query: dict[str, str]) -> None:
+        from hermes_gateway import wiring
+
+        expected = self.server.gateway.local_secrets.get("WEBCHAT_TOKEN", "")
+        given = self.headers.get(TOKEN_HEADER) or ""
+        if not expected or not hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8")):
+            self._json(401, {"ok": False, "error": "wrong or missing web chat token (reload the page)"})
+            return
+        if path == "/local/info":
+            self._json(200, gateway_info(wiring.settings(), self.server.gateway.enabled_platforms()))
+            return
+        chat_id = query.get("chat_id", "")
+        if not _CHAT_ID.match(chat_id):
+            self._json(400, {"ok": False, "error": "chat_id must be 1-64 letters, digits, '_' or '-'"})
+            return
+        self._json(200, webchat_session(chat_id, wiring.settings(), wiring.session_store()))
 
     def do_POST(self) -> None:
         if urlsplit(self.path).path.startswith("/webhooks/"):

@@ -1,17 +1,24 @@
-"""Local mode's pure parts: the API Gateway payload 2.0 event the HTTP front builds, and the
-settings local mode starts with."""
+"""Local mode's pure parts: the API Gateway payload 2.0 event the HTTP front builds, the settings
+local mode starts with, and the web chat page's endpoints (`/local/session`, `/local/info`)."""
 
 from __future__ import annotations
 
 import base64
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from hermes_gateway import __version__, wiring
+from hermes_gateway.domain.sessions import SessionEntry
 from hermes_gateway.errors import ConfigError
 from hermes_gateway.services.ingress import decode_body
-from hermes_gateway.settings import load_settings
-from hermes_local.http_front import api_gateway_v2_event
+from hermes_gateway.settings import Settings, load_settings
+from hermes_local.http_front import api_gateway_v2_event, gateway_info, serve, webchat_session
 from hermes_local.runtime import local_settings_env
 
 # --- api_gateway_v2_event ---------------------------------------------------------------------
@@ -208,3 +215,179 @@ def test_an_explicit_no_allow_all_in_the_file_is_respected(tmp_path: Path) -> No
     env, _ = local_settings_env(path, {})
 
     assert env["GATEWAY_ALLOW_ALL_USERS"] == "false"
+
+
+# --- the web chat page's endpoints ------------------------------------------------------------
+
+
+class FakeSessions:
+    def __init__(self, routes: dict[str, SessionEntry] | None = None) -> None:
+        self.routes = routes or {}
+        self.asked: list[str] = []
+
+    def get_route(self, session_key: str) -> SessionEntry | None:
+        self.asked.append(session_key)
+        return self.routes.get(session_key)
+
+
+def route(key: str, session_id: str = "s-1") -> SessionEntry:
+    return SessionEntry(
+        session_key=key,
+        session_id=session_id,
+        revision=1,
+        execution_generation=0,
+        created_at=100.0,
+        updated_at=200.0,
+        platform="webchat",
+        chat_type="dm",
+        lease_token="lease-secret",
+    )
+
+
+def test_a_chat_with_no_session_yet_has_a_key_and_no_session() -> None:
+    store = FakeSessions()
+
+    view = webchat_session("web-1", load_settings(env={}, config={}), store)
+
+    assert view == {
+        "chat_id": "web-1",
+        "session_key": "agent:main:webchat:dm:web-1",
+        "session_id": None,
+        "created_at": None,
+        "updated_at": None,
+    }
+    assert store.asked == ["agent:main:webchat:dm:web-1"]
+
+
+def test_a_chat_in_a_session_shows_it_and_no_lease() -> None:
+    store = FakeSessions({"agent:main:webchat:dm:web-1": route("agent:main:webchat:dm:web-1")})
+
+    view = webchat_session("web-1", load_settings(env={}, config={}), store)
+
+    assert (view["session_id"], view["created_at"], view["updated_at"]) == ("s-1", 100.0, 200.0)
+    assert "lease-secret" not in json.dumps(view)
+
+
+def test_the_session_key_follows_the_profile() -> None:
+    store = FakeSessions()
+
+    view = webchat_session("web-1", load_settings(env={"GATEWAY_PROFILE": "coder"}, config={}), store)
+
+    assert view["session_key"] == "agent:coder:webchat:dm:web-1"
+
+
+def test_gateway_info_names_the_agent_platforms_version_and_commands() -> None:
+    settings = load_settings(
+        env={
+            "GATEWAY_PROVIDER": "openai",
+            "GATEWAY_MODEL": "m-1",
+            "OPENAI_BASE_URL": "https://user:pw@models.example/v1",
+            "GATEWAY_USER_COMMANDS": "sethome",
+        },
+        config={},
+    )
+
+    info = gateway_info(settings, ["webchat", "telegram"])
+
+    assert (info["provider"], info["model"], info["platforms"]) == ("openai", "m-1", ["webchat", "telegram"])
+    assert info["version"] == __version__
+    commands = {c["name"]: c["everyone"] for c in info["commands"]}
+    assert {"help", "whoami", "sethome"} <= set(commands)
+    assert commands["help"] and commands["whoami"] and commands["sethome"]
+    assert "models.example" not in json.dumps(info)  # no endpoint URL, no credentials in it
+
+
+def test_admin_commands_are_marked_so() -> None:
+    info = gateway_info(load_settings(env={}, config={}), [])
+
+    assert info["model"] is None
+    assert {c["name"]: c["everyone"] for c in info["commands"]}["sethome"] is False
+
+
+class StubGateway:
+    local_secrets = {"WEBCHAT_TOKEN": "page-token", "TELEGRAM_WEBHOOK_SECRET": "tg-secret"}
+
+    def enabled_platforms(self) -> list[str]:
+        return ["webchat"]
+
+
+@pytest.fixture
+def front(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, FakeSessions]]:
+    store = FakeSessions({"agent:main:webchat:dm:web-1": route("agent:main:webchat:dm:web-1", "s-42")})
+    settings: Settings = load_settings(env={}, config={})
+    monkeypatch.setattr(wiring, "settings", lambda: settings)
+    monkeypatch.setattr(wiring, "session_store", lambda: store)
+    server = serve(StubGateway(), "127.0.0.1", 0)  # type: ignore[arg-type]
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", store
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def get(url: str, token: str | None = "page-token") -> tuple[int, Any]:
+    headers = {"x-hermes-local-token": token} if token is not None else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as res:
+            return res.status, json.loads(res.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@pytest.mark.parametrize("path", ["/local/session?chat_id=web-1", "/local/info"])
+@pytest.mark.parametrize("token", [None, "", "wrong", "tg-secret"])
+def test_the_page_endpoints_want_the_page_token(front: tuple[str, FakeSessions], path: str, token: str | None) -> None:
+    base, store = front
+
+    status, body = get(base + path, token)
+
+    assert status == 401 and body["ok"] is False
+    assert store.asked == []
+
+
+def test_the_session_endpoint(front: tuple[str, FakeSessions]) -> None:
+    base, _ = front
+
+    status, body = get(base + "/local/session?chat_id=web-1")
+
+    assert status == 200
+    assert (body["session_key"], body["session_id"]) == ("agent:main:webchat:dm:web-1", "s-42")
+    assert get(base + "/local/session?chat_id=web-2")[1]["session_id"] is None
+
+
+@pytest.mark.parametrize("query", ["", "?chat_id=", "?chat_id=a%3Ab", "?chat_id=" + "x" * 65, "?chat_id=..%2Fx"])
+def test_the_session_endpoint_refuses_a_chat_id_the_web_chat_would_refuse(
+    front: tuple[str, FakeSessions], query: str
+) -> None:
+    base, store = front
+
+    status, body = get(base + "/local/session" + query)
+
+    assert status == 400 and "chat_id" in body["error"]
+    assert store.asked == []
+
+
+def test_the_info_endpoint_holds_no_secret(front: tuple[str, FakeSessions]) -> None:
+    base, _ = front
+
+    status, body = get(base + "/local/info")
+
+    assert status == 200
+    assert (body["provider"], body["platforms"]) == ("echo", ["webchat"])
+    assert "page-token" not in json.dumps(body) and "tg-secret" not in json.dumps(body)
+
+
+def test_the_page_embeds_the_token_as_a_javascript_string() -> None:
+    class OddToken(StubGateway):
+        local_secrets = {"WEBCHAT_TOKEN": 'a"b</script><b>'}
+
+    server = serve(OddToken(), "127.0.0.1", 0)  # type: ignore[arg-type]
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/", timeout=5) as res:
+            page = res.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert 'const TOKEN = "a\\"b\\u003c/script>\\u003cb>";' in page
+    assert "__WEBCHAT_TOKEN__" not in page and "</script><b>" not in page
