@@ -10,8 +10,6 @@ with `verified=False` and the reason; a verified one is answered 200 `{"id": "cb
 from __future__ import annotations
 
 import base64
-import io
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,21 +19,9 @@ import pytest
 
 from hermes_gateway.errors import Unauthorized
 from hermes_gateway.platforms import standard_webhook
-from tests.fakes.loopback import LoopbackFake, ScriptedAnswer, _LoopbackHandler, _LoopbackServer
+from tests.fakes.loopback import LoopbackFake, Received, ScriptedAnswer
 
 DEFAULT_SECRET = "whsec_" + base64.b64encode(b"callback-secret-for-tests-32byte").decode()
-
-# The base handler hands `_record` the parsed JSON only; a signature is over the raw bytes, which
-# the handler thread leaves here for `_record` (called on the same thread) to pick up.
-_raw_body = threading.local()
-
-
-class _RawBodyHandler(_LoopbackHandler):
-    def _handle(self) -> None:
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        _raw_body.value = raw
-        self.rfile = io.BytesIO(raw)
-        super()._handle()
 
 
 @dataclass(frozen=True)
@@ -67,12 +53,6 @@ class FakeCallback(LoopbackFake[CallbackRequest]):
         with self._lock:
             return [r.json for r in self.requests if r.verified]
 
-    def start(self) -> FakeCallback:
-        self._server = _LoopbackServer(self)
-        self._server.RequestHandlerClass = _RawBodyHandler
-        threading.Thread(target=self._server.serve_forever, args=(0.05,), name=self.thread_name, daemon=True).start()
-        return self
-
     def _answer(self, request: CallbackRequest) -> ScriptedAnswer:
         if not request.verified:
             with self._lock:
@@ -80,8 +60,9 @@ class FakeCallback(LoopbackFake[CallbackRequest]):
             return ScriptedAnswer(401, {"error": request.reason})
         return super()._answer(request)
 
-    def _record(self, http_method: str, path: str, headers: dict[str, str], body: Any) -> CallbackRequest:
-        raw: bytes = getattr(_raw_body, "value", b"")
+    def _receive(self, received: Received) -> CallbackRequest:
+        # The signature is over the raw bytes.
+        path, headers, raw, body = received.path, received.headers, received.raw, received.body
         try:
             standard_webhook.verify(self.secret, headers, raw, self.clock())
         except Unauthorized as exc:

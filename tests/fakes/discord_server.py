@@ -20,7 +20,6 @@ or `FakeDiscord` as a context manager, and point a sender (or `DISCORD_API_BASE_
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -28,7 +27,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.fakes.loopback import LoopbackFake, ScriptedAnswer, _LoopbackHandler, _LoopbackServer
+from tests.fakes.loopback import LoopbackFake, ScriptedAnswer
 
 DEFAULT_TOKEN = "MTEwMDAwMDAwMDAwMDAwMDAwMQ.fake.discord-bot-token-value"
 APPLICATION_ID = "1100000000000000001"
@@ -43,16 +42,6 @@ SERVER_ERROR = {"message": "500: Internal Server Error", "code": 0}
 
 def too_many_requests(retry_after: float, *, is_global: bool = False) -> dict[str, Any]:
     return {"message": "You are being rate limited.", "retry_after": retry_after, "global": is_global}
-
-
-class _Handler(_LoopbackHandler):
-    """The shared handler answers GET and POST; the application API also PATCHes and PUTs."""
-
-    def do_PATCH(self) -> None:
-        self._handle()
-
-    def do_PUT(self) -> None:
-        self._handle()
 
 
 @dataclass(frozen=True)
@@ -89,12 +78,6 @@ class FakeDiscord(LoopbackFake[DiscordRequest]):
                 "verify_key": "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
                 "interactions_endpoint_url": None,
             }
-
-    def start(self) -> FakeDiscord:
-        self._server = _LoopbackServer(self)
-        self._server.RequestHandlerClass = _Handler
-        threading.Thread(target=self._server.serve_forever, args=(0.05,), name=self.thread_name, daemon=True).start()
-        return self
 
     def defer(self, token: str, channel_id: str) -> dict[str, Any]:
         """An interaction answered with DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE: its thinking message."""

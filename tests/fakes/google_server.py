@@ -18,15 +18,16 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from tests.fakes.loopback import ScriptedAnswer
-from tests.fakes.teams_server import FormAwareFake, RecordedRequest, SigningKeyPair
+from tests.fakes.jwt import SigningKeyPair
+from tests.fakes.loopback import LoopbackFake, ScriptedAnswer
+from tests.fakes.teams_server import RecordedRequest
 
 SERVICE_ACCOUNT_EMAIL = "hermes-bot@example-project.iam.gserviceaccount.com"
 CHAT_BOT_SCOPE = "https://www.googleapis.com/auth/chat.bot"
 
 
 @dataclass
-class FakeGoogle(FormAwareFake):
+class FakeGoogle(LoopbackFake[RecordedRequest]):
     thread_name: ClassVar[str] = "fake-google"
     http_methods: ClassVar[frozenset[str]] = frozenset({"GET", "POST"})
 

@@ -3,6 +3,9 @@
 A fake subclasses `LoopbackFake` (a dataclass) and fills in two hooks:
 
 - `_record(http_method, path, headers, body)` turns one request into the fake's own recorded type;
+  `body` is the parsed JSON, the fields of a form-encoded body (a dict), or None. A fake that needs
+  the raw bytes (a signature over them) overrides `_receive(received)` instead: a `Received` has
+  the raw body, the content type and the decoded `body`;
 - `_default_answer(request)` answers a request nothing was scripted for (called with the lock held,
   so it may update the fake's state).
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.parse
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -33,6 +37,31 @@ class ScriptedAnswer:
     body: Any  # a dict is sent as JSON, str or bytes as they are
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Received:
+    """One request as it arrived."""
+
+    http_method: str
+    path: str  # with the query
+    headers: dict[str, str]  # lower-cased names
+    raw: bytes
+
+    @property
+    def content_type(self) -> str:
+        """The media type, lower-cased, without parameters ("" when the request names none)."""
+        return self.headers.get("content-type", "").partition(";")[0].strip().lower()
+
+    @property
+    def body(self) -> Any:
+        """The fields of a form-encoded body (a dict), else the parsed JSON, else None."""
+        if self.content_type == "application/x-www-form-urlencoded":
+            return dict(urllib.parse.parse_qsl(self.raw.decode("utf-8", "replace"), keep_blank_values=True))
+        try:
+            return json.loads(self.raw) if self.raw else None
+        except ValueError:
+            return None
 
 
 @dataclass(kw_only=True)
@@ -87,9 +116,14 @@ class LoopbackFake(ABC, Generic[RequestT]):
                 return self._script.pop(0)
             return self._default_answer(request)
 
-    @abstractmethod
+    def _receive(self, received: Received) -> RequestT:
+        """One request as the fake records it: by default what `_record` makes of the decoded body."""
+        return self._record(received.http_method, received.path, received.headers, received.body)
+
     def _record(self, http_method: str, path: str, headers: dict[str, str], body: Any) -> RequestT:
-        """One request as the fake records it; `headers` has lower-cased names, `body` is None unless JSON."""
+        """One request as the fake records it; `headers` has lower-cased names, `body` is the parsed
+        JSON, the fields of a form-encoded body, or None."""
+        raise NotImplementedError(f"{type(self).__name__} overrides neither _record nor _receive")
 
     @abstractmethod
     def _default_answer(self, request: RequestT) -> ScriptedAnswer:
@@ -127,12 +161,8 @@ class _LoopbackHandler(BaseHTTPRequestHandler):
             self.send_error(HTTPStatus.NOT_IMPLEMENTED, f"Unsupported method ({self.command!r})")
             return
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
         headers = {k.lower(): v for k, v in self.headers.items()}
-        answer = fake._answer(fake._record(self.command, self.path, headers, body))
+        answer = fake._answer(fake._receive(Received(self.command, self.path, headers, raw)))
         if answer.delay:
             time.sleep(answer.delay)
         self._write(answer)

@@ -1,4 +1,4 @@
-"""A fake Bot Framework on a loopback port, and the RSA test keys both JWT platforms' fakes use.
+"""A fake Bot Framework on a loopback port.
 
 `FakeBotFramework` (fixture `fake_bot_framework` in the test modules) answers
 - `GET /v1/.well-known/openidconfiguration`: an OpenID configuration whose `jwks_uri` is
@@ -9,81 +9,20 @@
   and answers ids `activity-1`, `activity-2`, …; `fake.activities` lists (conversation id, body).
 Every request is recorded in `fake.requests`; `answer_next` scripts failures (see loopback.py).
 
-`SigningKeyPair` is an RSA key generated in memory: its JWK for a fake key server and `sign` for
-tokens. `FormAwareFake` records form-encoded bodies (OAuth token requests) as dicts; the stock
-loopback handler records only JSON.
+The keys it serves are JWKs of `tests.fakes.jwt.SigningKeyPair`s. A form-encoded body (the token
+request) is recorded in `json` as a dict of its fields.
 """
 
 from __future__ import annotations
 
-import io
-import json
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
-from tests.fakes.loopback import LoopbackFake, ScriptedAnswer, _LoopbackHandler
+from tests.fakes.loopback import LoopbackFake, ScriptedAnswer
 
 DEFAULT_APP_ID = "00000000-0000-0000-0000-00000000b07a"
 DEFAULT_APP_PASSWORD = "fake-app-password-~secret"
-
-
-class SigningKeyPair:
-    """An RSA key pair made at run time; nothing is written to disk."""
-
-    def __init__(self, kid: str = "key-1") -> None:
-        from cryptography.hazmat.primitives.asymmetric import rsa
-
-        self.kid = kid
-        self.private_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        self.public_key = self.private_key.public_key()
-
-    def jwk(self, **extra: Any) -> dict[str, Any]:
-        from jwt.algorithms import RSAAlgorithm
-
-        entry: dict[str, Any] = json.loads(RSAAlgorithm.to_jwk(self.public_key))
-        return {**entry, "kid": self.kid, "use": "sig", **extra}
-
-    def sign(self, claims: dict[str, Any], *, kid: str | None = None, headers: dict[str, Any] | None = None) -> str:
-        import jwt
-
-        return jwt.encode(
-            claims, self.private_key, algorithm="RS256", headers={"kid": kid or self.kid, **(headers or {})}
-        )
-
-    def public_pem(self) -> bytes:
-        from cryptography.hazmat.primitives import serialization
-
-        return self.public_key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-
-    def private_pem(self) -> str:
-        from cryptography.hazmat.primitives import serialization
-
-        return self.private_key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        ).decode("ascii")
-
-
-class _FormAwareHandler(_LoopbackHandler):
-    """Hands a form-encoded body to the fake as a JSON object, so it is recorded like JSON."""
-
-    def _handle(self) -> None:
-        if self.headers.get("Content-Type", "").startswith("application/x-www-form-urlencoded"):
-            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            as_json = json.dumps(dict(urllib.parse.parse_qsl(raw.decode("utf-8")))).encode("utf-8")
-            self.rfile = io.BytesIO(as_json)
-            del self.headers["Content-Length"]
-            self.headers["Content-Length"] = str(len(as_json))
-        super()._handle()
-
-
-@dataclass(kw_only=True)
-class FormAwareFake(LoopbackFake[Any]):
-    def start(self) -> Self:
-        super().start()
-        assert self._server is not None
-        self._server.RequestHandlerClass = _FormAwareHandler
-        return self
 
 
 @dataclass(frozen=True)
@@ -95,7 +34,7 @@ class RecordedRequest:
 
 
 @dataclass
-class FakeBotFramework(FormAwareFake):
+class FakeBotFramework(LoopbackFake[RecordedRequest]):
     thread_name: ClassVar[str] = "fake-bot-framework"
     http_methods: ClassVar[frozenset[str]] = frozenset({"GET", "POST"})
 

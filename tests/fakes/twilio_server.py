@@ -13,20 +13,15 @@ Use `FakeTwilio` as a context manager (or a fixture in the test module). Point t
 from __future__ import annotations
 
 import base64
-import io
-import threading
 import urllib.parse
 from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
-from tests.fakes.loopback import LoopbackFake, ScriptedAnswer, _LoopbackHandler, _LoopbackServer
+from tests.fakes.loopback import LoopbackFake, ScriptedAnswer
 
 DEFAULT_SID = "AC" + "0123456789abcdef" * 2
 DEFAULT_TOKEN = "fake-twilio-auth-token-0123456789"
 DEFAULT_NUMBER = "+15005550006"
-
-_raw_body = threading.local()  # the body of the request the current handler thread is serving
 
 
 def twilio_error(status: int, code: int, message: str) -> dict[str, Any]:
@@ -67,15 +62,9 @@ class FakeTwilio(LoopbackFake[RecordedRequest]):
     sent: list[dict[str, str]] = field(default_factory=list)
     _next_id: int = 1
 
-    def start(self) -> Self:
-        self._server = _FormServer(self)
-        threading.Thread(target=self._server.serve_forever, args=(0.05,), name=self.thread_name, daemon=True).start()
-        return self
-
     def _record(self, http_method: str, path: str, headers: dict[str, str], body: Any) -> RecordedRequest:
         parts = urllib.parse.urlsplit(path)
-        raw = getattr(_raw_body, "value", b"")
-        form = dict(urllib.parse.parse_qsl(raw.decode("utf-8"), keep_blank_values=True)) if raw else {}
+        form = body if isinstance(body, dict) else {}
         return RecordedRequest(http_method, parts.path, dict(urllib.parse.parse_qsl(parts.query)), form, headers)
 
     def _default_answer(self, request: RecordedRequest) -> ScriptedAnswer:
@@ -116,22 +105,3 @@ class FakeTwilio(LoopbackFake[RecordedRequest]):
             if form_name in request.form:
                 number[attr] = request.form[form_name]
         return ScriptedAnswer(200, dict(number))
-
-
-class _FormHandler(_LoopbackHandler):
-    """The shared handler, with the raw body kept for `_record` (it passes only JSON bodies on)."""
-
-    def _handle(self) -> None:
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.rfile = io.BytesIO(raw)
-        _raw_body.value = raw
-        try:
-            super()._handle()
-        finally:
-            _raw_body.value = b""
-
-
-class _FormServer(_LoopbackServer):
-    def __init__(self, fake: FakeTwilio) -> None:
-        ThreadingHTTPServer.__init__(self, ("127.0.0.1", 0), _FormHandler)
-        self.fake = fake

@@ -15,6 +15,7 @@ from hermes_gateway.domain.source import InboundMessage
 from hermes_gateway.errors import (
     BadRequest,
     ConfigError,
+    OutcomeUnknown,
     PermanentError,
     RateLimited,
     TargetGone,
@@ -542,9 +543,9 @@ def test_a_target_that_is_not_a_channel_id_is_refused(fake_discord: FakeDiscord)
 
 
 @pytest.mark.parametrize("body", [{"content": "hi"}, "<html>ok</html>"])
-def test_a_success_without_an_id_is_permanent(fake_discord: FakeDiscord, body: Any) -> None:
+def test_a_success_without_an_id_is_an_unknown_outcome(fake_discord: FakeDiscord, body: Any) -> None:
     fake_discord.answer_next(200, body)
-    with pytest.raises(PermanentError, match="without a message id"):
+    with pytest.raises(OutcomeUnknown, match="without a message id"):
         sender(fake_discord).send(Target("discord", CHANNEL_ID), "hi")
 
 

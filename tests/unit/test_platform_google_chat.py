@@ -16,6 +16,7 @@ from hermes_gateway.domain.source import InboundMessage
 from hermes_gateway.errors import (
     BadRequest,
     ConfigError,
+    OutcomeUnknown,
     PermanentError,
     RateLimited,
     TargetGone,
@@ -36,24 +37,15 @@ from hermes_gateway.platforms.google_chat import (
 from hermes_gateway.services.ingress import HttpRequest, Ignored, handle_webhook
 from tests.fakes import platforms
 from tests.fakes.google_server import SERVICE_ACCOUNT_EMAIL, FakeGoogle
+from tests.fakes.jwt import NOW, Clock, SigningKeyPair, with_changes
 from tests.fakes.services import FakeEnqueue, make_settings
-from tests.fakes.teams_server import SigningKeyPair
 
-NOW = 1_764_400_000.0
 PROJECT = "123456789012"
 ENDPOINT = "https://abc123.execute-api.eu-west-1.amazonaws.com/webhooks/google_chat"
 SPACE = "spaces/AAAAbbbb123"
 THREAD = f"{SPACE}/threads/tTtT-9_x"
 ALICE = {"name": "users/111222333", "displayName": "Alice Liddell", "type": "HUMAN", "email": "alice@example.com"}
 BOT = {"name": "users/app", "displayName": "Hermes", "type": "BOT"}
-
-
-class Clock:
-    def __init__(self, now: float = NOW) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture(scope="module")
@@ -90,19 +82,13 @@ def inbound(fake: FakeGoogle, audience: str = PROJECT) -> GoogleChatInbound:
 
 def chat_claims(**changes: Any) -> dict[str, Any]:
     """The project-number token: a JWT issued by Chat's system service account."""
-    base: dict[str, Any] = {
-        "iss": "chat@system.gserviceaccount.com",
-        "aud": PROJECT,
-        "iat": int(NOW) - 10,
-        "exp": int(NOW) + 3600,
-    }
-    base.update(changes)
-    return {k: v for k, v in base.items() if v is not None}
+    base = {"iss": "chat@system.gserviceaccount.com", "aud": PROJECT, "iat": int(NOW) - 10, "exp": int(NOW) + 3600}
+    return with_changes(base, **changes)
 
 
 def oidc_claims(**changes: Any) -> dict[str, Any]:
     """The endpoint-URL token: a Google OIDC ID token for Chat's service account."""
-    base: dict[str, Any] = {
+    base = {
         "iss": "https://accounts.google.com",
         "aud": ENDPOINT,
         "azp": "1000000000000000000",
@@ -112,8 +98,7 @@ def oidc_claims(**changes: Any) -> dict[str, Any]:
         "iat": int(NOW) - 10,
         "exp": int(NOW) + 3600,
     }
-    base.update(changes)
-    return {k: v for k, v in base.items() if v is not None}
+    return with_changes(base, **changes)
 
 
 def event(**message_changes: Any) -> dict[str, Any]:
@@ -615,10 +600,12 @@ def test_token_endpoint_outages_are_transient(fake_google: FakeGoogle, sender: G
 
 
 @pytest.mark.parametrize("body", [{"name": ""}, {}, "<html>ok</html>"])
-def test_a_success_without_a_name_is_permanent(fake_google: FakeGoogle, sender: GoogleChatSender, body: Any) -> None:
+def test_a_success_without_a_name_is_an_unknown_outcome(
+    fake_google: FakeGoogle, sender: GoogleChatSender, body: Any
+) -> None:
     sender.send(Target("google_chat", SPACE), "warm up")
     fake_google.answer_next(200, body)
-    with pytest.raises(PermanentError, match="without a message name"):
+    with pytest.raises(OutcomeUnknown, match="without a message name"):
         sender.send(Target("google_chat", SPACE), "x")
 
 

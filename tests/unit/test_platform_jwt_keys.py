@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -15,19 +12,11 @@ from hermes_gateway.errors import ConfigError, Unauthorized
 from hermes_gateway.platforms.base import HttpClient
 from hermes_gateway.platforms.jwt_keys import EMPTY_RETRY_SECONDS, JwksCache, bearer_token, verify_bearer
 from tests.fakes.google_server import FakeGoogle
-from tests.fakes.teams_server import FakeBotFramework, SigningKeyPair
+from tests.fakes.jwt import NOW, Clock, SigningKeyPair, b64url, hand_made, hs256_with_public_key, with_changes
+from tests.fakes.teams_server import FakeBotFramework
 
-NOW = 1_764_400_000.0
 ISSUER = "https://issuer.example"
 AUDIENCE = "app-123"
-
-
-class Clock:
-    def __init__(self, now: float = NOW) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture(scope="module")
@@ -57,23 +46,11 @@ def cache(server: FakeGoogle, clock: Clock) -> JwksCache:
 
 
 def claims(**changes: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {"iss": ISSUER, "aud": AUDIENCE, "exp": int(NOW) + 3600, "nbf": int(NOW) - 10}
-    base.update(changes)
-    return {k: v for k, v in base.items() if v is not None}
+    return with_changes({"iss": ISSUER, "aud": AUDIENCE, "exp": int(NOW) + 3600, "nbf": int(NOW) - 10}, **changes)
 
 
 def verify(token: str, cache: JwksCache, clock: Clock, **kwargs: Any) -> dict[str, Any]:
     return verify_bearer(f"Bearer {token}", cache, issuers=(ISSUER,), audience=AUDIENCE, clock=clock, **kwargs)
-
-
-def b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def hand_made(header: dict[str, Any], payload: dict[str, Any], sign: Any = None) -> str:
-    signing_input = f"{b64(json.dumps(header).encode())}.{b64(json.dumps(payload).encode())}"
-    signature = sign(signing_input.encode()) if sign else b""
-    return f"{signing_input}.{b64(signature)}"
 
 
 def key_fetches(server: FakeGoogle) -> int:
@@ -129,7 +106,7 @@ def test_a_token_signed_by_another_key_under_a_known_id_is_refused(
 
 def test_a_tampered_payload_is_refused(key: SigningKeyPair, cache: JwksCache, clock: Clock) -> None:
     header, _, signature = key.sign(claims(aud="another-app")).split(".")
-    tampered = f"{header}.{b64(json.dumps(claims()).encode())}.{signature}"
+    tampered = f"{header}.{b64url(json.dumps(claims()).encode())}.{signature}"
     with pytest.raises(Unauthorized, match="signature does not verify"):
         verify(tampered, cache, clock)
 
@@ -144,12 +121,7 @@ def test_algorithm_confusion_hs256_with_the_public_key_is_refused(
     key: SigningKeyPair, cache: JwksCache, clock: Clock, server: FakeGoogle
 ) -> None:
     # Given the classic attack: an HS256 token whose HMAC secret is the (public) RSA key
-    secret = key.public_pem()
-    token = hand_made(
-        {"alg": "HS256", "typ": "JWT", "kid": "key-1"},
-        claims(),
-        lambda data: hmac.new(secret, data, hashlib.sha256).digest(),
-    )
+    token = hs256_with_public_key(key, claims())
     with pytest.raises(Unauthorized, match="not signed with RS256"):
         verify(token, cache, clock)
     # and it is refused before any key is even fetched

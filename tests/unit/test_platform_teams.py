@@ -5,8 +5,6 @@ tokens are signed with RSA keys generated here and served as the platform's Open
 from __future__ import annotations
 
 import copy
-import hashlib
-import hmac
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +15,7 @@ from hermes_gateway.domain.source import InboundMessage
 from hermes_gateway.errors import (
     BadRequest,
     ConfigError,
+    OutcomeUnknown,
     PermanentError,
     RateLimited,
     TargetGone,
@@ -28,23 +27,15 @@ from hermes_gateway.platforms.base import Target
 from hermes_gateway.platforms.teams import TeamsInbound, TeamsSender, build_sender, parse_activity
 from hermes_gateway.services.ingress import HttpRequest, Ignored, handle_webhook
 from tests.fakes import platforms
+from tests.fakes.jwt import NOW, Clock, SigningKeyPair, hs256_with_public_key, with_changes
 from tests.fakes.services import FakeEnqueue, make_settings
-from tests.fakes.teams_server import DEFAULT_APP_ID, DEFAULT_APP_PASSWORD, FakeBotFramework, SigningKeyPair
+from tests.fakes.teams_server import DEFAULT_APP_ID, DEFAULT_APP_PASSWORD, FakeBotFramework
 
-NOW = 1_764_400_000.0
 SERVICE_URL = "https://smba.trafficmanager.net/emea/"
 BOT_ID = "28:" + DEFAULT_APP_ID
 ALICE = {"id": "29:1alice-teams-id", "name": "Alice Liddell", "aadObjectId": "aad-0000-alice"}
 TENANT = "tenant-0000-contoso"
 CHANNEL = "19:abc123def@thread.tacv2"
-
-
-class Clock:
-    def __init__(self, now: float = NOW) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture(scope="module")
@@ -75,15 +66,14 @@ def adapter(fake_bot_framework: FakeBotFramework) -> TeamsInbound:
 
 
 def token_claims(**changes: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
+    base = {
         "iss": "https://api.botframework.com",
         "aud": DEFAULT_APP_ID,
         "exp": int(NOW) + 3600,
         "nbf": int(NOW) - 300,
         "serviceurl": SERVICE_URL,
     }
-    base.update(changes)
-    return {k: v for k, v in base.items() if v is not None}
+    return with_changes(base, **changes)
 
 
 def activity(**changes: Any) -> dict[str, Any]:
@@ -186,16 +176,8 @@ def test_the_key_must_be_endorsed_for_the_activity_channel(adapter: TeamsInbound
 
 
 def test_alg_confusion_with_the_published_key_is_refused(adapter: TeamsInbound, key: SigningKeyPair) -> None:
-    import base64
-
-    def b64(data: bytes) -> str:
-        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-    head = b64(json.dumps({"alg": "HS256", "typ": "JWT", "kid": "bf-key-1"}).encode())
-    body = b64(json.dumps(token_claims()).encode())
-    mac = hmac.new(key.public_pem(), f"{head}.{body}".encode(), hashlib.sha256).digest()
     with pytest.raises(Unauthorized, match="RS256"):
-        adapter.verify(request(activity(), f"{head}.{body}.{b64(mac)}"))
+        adapter.verify(request(activity(), hs256_with_public_key(key, token_claims())))
 
 
 @pytest.mark.parametrize("authorization", [None, "Basic Ym90OnBhc3M=", "Bearer", "Bearer garbage"])
@@ -589,12 +571,12 @@ def test_token_endpoint_outages_are_transient(fake_bot_framework: FakeBotFramewo
 
 
 @pytest.mark.parametrize("body", [{"id": ""}, {}, "<html>ok</html>"])
-def test_a_success_without_an_id_is_permanent(
+def test_a_success_without_an_id_is_an_unknown_outcome(
     fake_bot_framework: FakeBotFramework, sender: TeamsSender, body: Any
 ) -> None:
     sender.send(to_fake(fake_bot_framework), "warm up")
     fake_bot_framework.answer_next(201, body)
-    with pytest.raises(PermanentError, match="without an activity id"):
+    with pytest.raises(OutcomeUnknown, match="without an activity id"):
         sender.send(to_fake(fake_bot_framework), "x")
 
 

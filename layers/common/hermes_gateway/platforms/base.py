@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from hermes_gateway.errors import ConfigError, PermanentError, RateLimited, TargetGone, TransientError
+from hermes_gateway.errors import BadRequest, ConfigError, PermanentError, RateLimited, TargetGone, TransientError
 
 if TYPE_CHECKING:
     from hermes_gateway.secrets import Secrets
@@ -155,6 +155,26 @@ def header(headers: Mapping[str, str], name: str) -> str | None:
     """A response header by case-insensitive name."""
     lowered = name.lower()
     return next((v for k, v in headers.items() if k.lower() == lowered), None)
+
+
+def optional_str(parent: Mapping[str, Any], key: str) -> str | None:
+    """`parent[key]` when it is a non-empty string, else None (an optional text field of a payload)."""
+    value = parent.get(key)
+    return value if isinstance(value, str) and value else None
+
+
+def required_str(parent: Mapping[str, Any], key: str, what: str) -> str:
+    """`parent[key]`, a non-empty string; else BadRequest "<what> has no <key>"."""
+    value = parent.get(key)
+    if not isinstance(value, str) or not value:
+        raise BadRequest(f"{what} has no {key}")
+    return value
+
+
+def object_or_empty(parent: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """`parent[key]` when it is a JSON object, else an empty one (an optional object of a payload)."""
+    value = parent.get(key)
+    return value if isinstance(value, dict) else {}
 
 
 def retry_after_seconds(*candidates: Any) -> float:

@@ -20,6 +20,7 @@ from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import (
     BadRequest,
     ConfigError,
+    OutcomeUnknown,
     PermanentError,
     RateLimited,
     TargetGone,
@@ -352,7 +353,7 @@ class DiscordSender:
             if _is_snowflake(message_id):
                 return message_id
             # The message may well have been posted; resending could post it twice.
-            raise PermanentError("discord answered without a message id; the message may have been sent")
+            raise OutcomeUnknown("discord answered without a message id; the message may have been sent")
         raise self._failure(answer, token)
 
     def _failure(self, answer: Answer, token: str | None) -> Exception:

@@ -36,7 +36,18 @@ from hermes_gateway.errors import (
     TransientError,
     Unauthorized,
 )
-from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target, header, retry_after_seconds
+from hermes_gateway.platforms.base import (
+    AdapterContext,
+    Answer,
+    HttpClient,
+    Target,
+    header,
+    object_or_empty,
+    optional_str,
+    required_str,
+    retry_after_seconds,
+)
+from hermes_gateway.platforms.tokens import CachedToken
 from hermes_gateway.services.ingress import Handshake, HttpRequest, HttpResponse, Ignored, Parsed
 
 logger = logging.getLogger(__name__)
@@ -54,7 +65,6 @@ RATE_LIMIT_CODES = (99991400, 230020)  # the gateway's frequency limit; a chat's
 TOKEN_INVALID_CODES = (99991661, 99991663, 99991668, 99991677)  # missing, invalid or expired access token
 GONE_CODES = (230002, 230013, 232009)  # bot not in the chat; user outside the bot's availability; chat dissolved
 ROOT_GONE_CODES = (230011, 230110)  # the thread's root message was recalled or deleted
-TOKEN_MARGIN_SECONDS = 300
 
 
 # --- inbound --------------------------------------------------------------------------------------
@@ -168,25 +178,26 @@ class FeishuInbound:
 def parse_event(payload: Mapping[str, Any], *, app_id: str = "", received_at: float) -> InboundMessage | Ignored:
     """A schema 2.0 event as a message, or the reason it is ignored. BadRequest when malformed."""
     head = _object(payload, "header")
-    event_id = _text(head, "event_id")
+    event_id = required_str(head, "event_id", "feishu event")
     if app_id and head.get("app_id") not in (None, app_id):
         return Ignored("other_app")
     if head.get("event_type") != "im.message.receive_v1":
         return Ignored("unsupported_event")
     event = _object(payload, "event")
     message = _object(event, "message")
-    sender = _object_or_empty(event, "sender")
+    sender = object_or_empty(event, "sender")
     chat_type = _CHAT_TYPES.get(str(message.get("chat_type")))
     if chat_type is None:
         return Ignored("unsupported_chat_type")
-    chat_id, message_id = _text(message, "chat_id"), _text(message, "message_id")
-    ids = _object_or_empty(sender, "sender_id")
+    chat_id = required_str(message, "chat_id", "feishu event")
+    message_id = required_str(message, "message_id", "feishu event")
+    ids = object_or_empty(sender, "sender_id")
     is_bot = sender.get("sender_type") == "app"
     if is_bot and app_id and app_id in ids.values():
         return Ignored("own_message")
     if message.get("message_type") != "text":
         return Ignored("unsupported_message_type")
-    content = _json_object(_text(message, "content").encode("utf-8"), "feishu message content")
+    content = _json_object(required_str(message, "content", "feishu event").encode("utf-8"), "feishu message content")
     raw_text = content.get("text")
     if not isinstance(raw_text, str):
         raise BadRequest("feishu text message content has no text")
@@ -197,18 +208,18 @@ def parse_event(payload: Mapping[str, Any], *, app_id: str = "", received_at: fl
     # A message in a thread carries the thread (omt_…) and its root message (om_…); the root is
     # what a reply in that thread is addressed to, so it keys the thread.
     thread_id = None
-    if _optional(message, "thread_id"):
-        thread_id = _optional(message, "root_id") or message_id
-    parent = _optional(message, "parent_id")
+    if optional_str(message, "thread_id"):
+        thread_id = optional_str(message, "root_id") or message_id
+    parent = optional_str(message, "parent_id")
     source = SessionSource(
         platform="feishu",
         chat_id=chat_id,
         chat_type=chat_type,
-        user_id=_optional(ids, "open_id"),
-        user_id_alt=_optional(ids, "union_id"),
+        user_id=optional_str(ids, "open_id"),
+        user_id_alt=optional_str(ids, "union_id"),
         thread_id=thread_id,
         is_bot=is_bot,
-        scope_id=_optional(head, "tenant_key"),
+        scope_id=optional_str(head, "tenant_key"),
         message_id=message_id,
     )
     return InboundMessage(
@@ -254,23 +265,6 @@ def _object(parent: Mapping[str, Any], key: str) -> dict[str, Any]:
     return value
 
 
-def _object_or_empty(parent: Mapping[str, Any], key: str) -> dict[str, Any]:
-    value = parent.get(key)
-    return value if isinstance(value, dict) else {}
-
-
-def _text(parent: Mapping[str, Any], key: str) -> str:
-    value = parent.get(key)
-    if not isinstance(value, str) or not value:
-        raise BadRequest(f"feishu event has no {key}")
-    return value
-
-
-def _optional(parent: Mapping[str, Any], key: str) -> str | None:
-    value = parent.get(key)
-    return value if isinstance(value, str) and value else None
-
-
 # --- sender ---------------------------------------------------------------------------------------
 
 
@@ -289,9 +283,9 @@ class FeishuSender:
         self._http = HttpClient(api_base_url, platform="feishu", timeout=timeout, scrub=(app_secret,))
         self._app_id = app_id
         self._secret = app_secret
-        self._clock = clock
-        self._token: str | None = None
-        self._token_expires = 0.0
+        # Fetched again five minutes before it expires, however short its life (no cap on the margin):
+        # Feishu hands out a new token once fewer than 30 minutes remain.
+        self._token = CachedToken(max_margin_share=1.0, clock=clock)
         self._issued: list[str] = []  # every token this sender held, scrubbed from messages
 
     def __repr__(self) -> str:
@@ -332,10 +326,11 @@ class FeishuSender:
 
     def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST with the tenant token; a token Feishu calls invalid is replaced once."""
-        answer, code = self._post(path, body, self._tenant_token())
+        answer, code = self._post(path, body, self._token.get(self._fetch_token))
         if code in TOKEN_INVALID_CODES:
             logger.info("feishu refused the tenant access token; fetching a new one")
-            answer, code = self._post(path, body, self._tenant_token(refresh=True))
+            self._token.drop()
+            answer, code = self._post(path, body, self._token.get(self._fetch_token))
         if answer.status == 200 and code == 0:
             data = answer.json_object().get("data")
             return data if isinstance(data, dict) else {}
@@ -346,10 +341,7 @@ class FeishuSender:
         answer = self._http.request("POST", path, json_body=body, headers=headers)
         return answer, _code(answer)
 
-    def _tenant_token(self, *, refresh: bool = False) -> str:
-        now = self._clock()
-        if self._token and not refresh and now < self._token_expires:
-            return self._token
+    def _fetch_token(self) -> tuple[str, float]:
         answer = self._http.request(
             "POST",
             "/auth/v3/tenant_access_token/internal",
@@ -366,11 +358,8 @@ class FeishuSender:
             raise PermanentError(f"feishu refused the app credentials (FEISHU_APP_ID, FEISHU_APP_SECRET): {failure}")
         if not isinstance(token, str) or not token or not isinstance(expire, int):
             raise PermanentError("feishu answered the token request without a token")
-        self._token = token
         self._issued = [*self._issued[-3:], token]
-        # Feishu hands out a new token once fewer than 30 minutes remain; refresh a little early.
-        self._token_expires = now + max(expire - TOKEN_MARGIN_SECONDS, 0)
-        return token
+        return token, float(expire)
 
     def _scrub(self, text: str) -> str:
         text = self._http.scrub(text)

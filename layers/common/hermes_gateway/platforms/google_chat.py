@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hermes_gateway.domain.source import InboundMessage, SessionSource
-from hermes_gateway.errors import BadRequest, ConfigError, PermanentError, Unauthorized
-from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target
+from hermes_gateway.errors import BadRequest, ConfigError, OutcomeUnknown, PermanentError, Unauthorized
+from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target, optional_str
 from hermes_gateway.platforms.jwt_keys import JwksCache, verify_bearer
+from hermes_gateway.platforms.tokens import CachedToken, oauth_token
 from hermes_gateway.services.ingress import Accepted, HttpRequest, HttpResponse, Ignored, Parsed, json_payload
 
 CHAT_ISSUER = "chat@system.gserviceaccount.com"
@@ -46,7 +47,6 @@ CHAT_BOT_SCOPE = "https://www.googleapis.com/auth/chat.bot"
 DEFAULT_TOKEN_URI = "https://oauth2.googleapis.com/token"  # noqa: S105 - a URL
 JWT_BEARER_GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 ASSERTION_LIFETIME_SECONDS = 3600
-TOKEN_MARGIN_SECONDS = 300.0
 REPLY_IN_THREAD = "REPLY_MESSAGE_FALLBACK_TO_NEW_THREAD"
 
 _SPACE = re.compile(r"^spaces/[A-Za-z0-9_-]+$")
@@ -165,9 +165,9 @@ def _message(
         chat_id=space_name,
         chat_type="dm" if is_dm else "group",
         user_id=user_name,
-        user_name=_optional(user, "displayName"),
+        user_name=optional_str(user, "displayName"),
         thread_id=_thread(message, space_name),
-        chat_name=_optional(user, "displayName") if is_dm else _optional(space, "displayName"),
+        chat_name=optional_str(user, "displayName") if is_dm else optional_str(space, "displayName"),
         is_bot=user.get("type") == "BOT",
         message_id=name,
     )
@@ -217,11 +217,6 @@ def _name(resource: Mapping[str, Any], what: str, prefix: str) -> str:
     return value
 
 
-def _optional(parent: Mapping[str, Any], key: str) -> str | None:
-    value = parent.get(key)
-    return value if isinstance(value, str) and value else None
-
-
 @dataclass(frozen=True)
 class ServiceAccount:
     """The parts of a service-account key file the sender uses; the key never appears in a repr."""
@@ -266,8 +261,7 @@ class GoogleChatSender:
         self._base_url = api_base_url
         self._auth = HttpClient("", platform="google_chat", timeout=timeout, scrub=(account.private_key,))
         self._api = HttpClient(api_base_url, platform="google_chat", timeout=timeout)
-        self._token: str | None = None
-        self._token_expires_at = 0.0
+        self._token = CachedToken(clock=clock)
 
     def __repr__(self) -> str:
         return f"GoogleChatSender({self._account.client_email!r})"
@@ -286,40 +280,31 @@ class GoogleChatSender:
         answer = self._post(path, body)
         if answer.status == 401:
             # The token may have been revoked before its expiry: one fresh token, one retry.
-            self._token = None
+            self._token.drop()
             answer = self._post(path, body)
         if answer.status == 200:
             name = answer.json_object().get("name")
             if isinstance(name, str) and name:
                 return name
-            raise PermanentError("google chat answered without a message name; the message may have been sent")
+            raise OutcomeUnknown("google chat answered without a message name; the message may have been sent")
         raise self._api.failure(answer, gone=(403, 404))
 
     def _post(self, path: str, body: dict[str, Any]) -> Answer:
-        token = self._access_token()
+        token = self._token.get(self._fetch_token)
         return self._api.request("POST", path, json_body=body, headers={"Authorization": f"Bearer {token}"})
 
-    def _access_token(self) -> str:
-        now = self._clock()
-        if self._token is not None and now < self._token_expires_at:
-            return self._token
-        assertion = self._assertion(now)
-        answer = self._auth.request(
-            "POST", self._account.token_uri, form={"grant_type": JWT_BEARER_GRANT, "assertion": assertion}
+    def _fetch_token(self) -> tuple[str, float]:
+        form = {"grant_type": JWT_BEARER_GRANT, "assertion": self._assertion(self._clock())}
+        token, lifetime = oauth_token(
+            self._auth,
+            self._account.token_uri,
+            form,
+            default_lifetime=float(ASSERTION_LIFETIME_SECONDS),
+            name="google chat",
         )
-        if answer.status != 200:
-            # A refused credential is not a gone space: never TargetGone here.
-            raise self._auth.failure(answer, gone=())
-        granted = answer.json_object()
-        token = granted.get("access_token")
-        if not isinstance(token, str) or not token:
-            raise PermanentError("google chat: the token endpoint answered without an access token")
-        lifetime = _seconds(granted.get("expires_in"), default=float(ASSERTION_LIFETIME_SECONDS))
-        self._token = token
-        self._token_expires_at = now + max(0.0, lifetime - min(TOKEN_MARGIN_SECONDS, lifetime / 2))
         # Errors from the API never carry a header, but scrub the token from them all the same.
         self._api = HttpClient(self._base_url, platform="google_chat", timeout=self._timeout, scrub=(token,))
-        return token
+        return token, lifetime
 
     def _assertion(self, now: float) -> str:
         """The self-signed JWT a service account presents for a token (RFC 7523)."""
@@ -338,14 +323,6 @@ class GoogleChatSender:
             return jwt.encode(claims, self._account.private_key, algorithm="RS256", headers=headers)
         except (jwt.PyJWTError, ValueError, TypeError):
             raise PermanentError("google chat: the service account's private_key is not a usable RSA key") from None
-
-
-def _seconds(value: Any, *, default: float) -> float:
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        return default
-    return seconds if seconds > 0 else default
 
 
 def build_sender(context: AdapterContext) -> GoogleChatSender | None:

@@ -39,7 +39,15 @@ from hermes_gateway.errors import (
     TransientError,
     Unauthorized,
 )
-from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target, header, retry_after_seconds
+from hermes_gateway.platforms.base import (
+    AdapterContext,
+    Answer,
+    HttpClient,
+    Target,
+    header,
+    required_str,
+    retry_after_seconds,
+)
 from hermes_gateway.services.ingress import Handshake, HttpRequest, HttpResponse, Ignored, Parsed, json_payload
 
 SIGNATURE_HEADER = "x-slack-signature"
@@ -121,9 +129,9 @@ def parse_event(payload: Any, *, received_at: float) -> Parsed:
 def _message(
     payload: dict[str, Any], event: dict[str, Any], bot_users: frozenset[str], received_at: float
 ) -> InboundMessage | Ignored:
-    channel = _required(event, "channel")
-    ts = _required(event, "ts")
-    user = _required(event, "user")
+    channel = required_str(event, "channel", "slack message")
+    ts = required_str(event, "ts", "slack message")
+    user = required_str(event, "user", "slack message")
     team = payload.get("team_id") or event.get("team")
     if not isinstance(team, str) or not team:
         raise BadRequest("slack event has no team id")
@@ -184,13 +192,6 @@ def _chat_type(event: dict[str, Any], channel: str) -> str:
     if channel_type is None and channel.startswith("D"):
         return "dm"  # app_mention events carry no channel_type; DM channel ids start with D
     return "group"
-
-
-def _required(event: dict[str, Any], key: str) -> str:
-    value = event.get(key)
-    if not isinstance(value, str) or not value:
-        raise BadRequest(f"slack message has no {key}")
-    return value
 
 
 class SlackInbound:

@@ -30,9 +30,25 @@ from typing import Any
 from urllib.parse import quote
 
 from hermes_gateway.domain.source import InboundMessage, SessionSource
-from hermes_gateway.errors import BadRequest, ConfigError, PermanentError, TransientError, Unauthorized
-from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target
+from hermes_gateway.errors import (
+    BadRequest,
+    ConfigError,
+    OutcomeUnknown,
+    PermanentError,
+    TransientError,
+    Unauthorized,
+)
+from hermes_gateway.platforms.base import (
+    AdapterContext,
+    Answer,
+    HttpClient,
+    Target,
+    object_or_empty,
+    optional_str,
+    required_str,
+)
 from hermes_gateway.platforms.jwt_keys import JwksCache, verify_bearer
+from hermes_gateway.platforms.tokens import CachedToken, oauth_token
 from hermes_gateway.services.ingress import HttpRequest, Ignored, Parsed, json_payload
 
 BOT_FRAMEWORK_ISSUER = "https://api.botframework.com"
@@ -57,8 +73,6 @@ _IGNORED_ACTIVITIES = {
 _MESSAGE_ID_PART = re.compile(r";messageid=([^;]+)")
 _AT_TAG = re.compile(r"<at>(.*?)</at>", re.DOTALL)
 _TENANT = re.compile(r"^[A-Za-z0-9.-]+$")
-# The token is refreshed this long before Entra ID says it expires.
-TOKEN_MARGIN_SECONDS = 300.0
 
 
 class TeamsInbound:
@@ -117,15 +131,15 @@ def parse_activity(activity: Any, *, received_at: float) -> InboundMessage | Ign
         return Ignored(_IGNORED_ACTIVITIES.get(kind, "unsupported_activity"))
     if activity.get("channelId") != TEAMS_CHANNEL_ID:
         return Ignored("other_channel")
-    activity_id = _text(activity, "id")
+    activity_id = required_str(activity, "id", "teams activity")
     conversation = _object(activity, "conversation")
-    conversation_id = _text(conversation, "id", "conversation")
+    conversation_id = required_str(conversation, "id", "teams conversation")
     sender = _object(activity, "from")
-    sender_id = _text(sender, "id", "from")
-    service_url = _text(activity, "serviceUrl")
+    sender_id = required_str(sender, "id", "teams from")
+    service_url = required_str(activity, "serviceUrl", "teams activity")
     if not service_url.startswith(("https://", "http://")):
         raise BadRequest("teams activity serviceUrl is not an http(s) URL")
-    recipient = _nested(activity, "recipient")
+    recipient = object_or_empty(activity, "recipient")
     bot_id = recipient.get("id") if isinstance(recipient.get("id"), str) else None
     if bot_id is not None and sender_id == bot_id:
         return Ignored("self")
@@ -140,18 +154,18 @@ def parse_activity(activity: Any, *, received_at: float) -> InboundMessage | Ign
         return Ignored("no_text")
     chat_id, _, _ = conversation_id.partition(";")
     thread = _MESSAGE_ID_PART.search(conversation_id) if conversation.get("conversationType") == "channel" else None
-    channel_data = _nested(activity, "channelData")
+    channel_data = object_or_empty(activity, "channelData")
     source = SessionSource(
         platform="teams",
         chat_id=chat_id,
         chat_type=chat_type,
         user_id=sender_id,
-        user_name=_optional(sender, "name"),
+        user_name=optional_str(sender, "name"),
         thread_id=thread.group(1) if thread else None,
         chat_name=_chat_name(conversation, channel_data, sender, chat_type),
-        user_id_alt=_optional(sender, "aadObjectId"),
+        user_id_alt=optional_str(sender, "aadObjectId"),
         is_bot=sender.get("role") == "bot",
-        scope_id=_optional(_nested(channel_data, "tenant"), "id") or _optional(conversation, "tenantId"),
+        scope_id=optional_str(object_or_empty(channel_data, "tenant"), "id") or optional_str(conversation, "tenantId"),
         message_id=activity_id,
     )
     reply_to = activity.get("replyToId")
@@ -177,8 +191,8 @@ def _chat_name(
     conversation: Mapping[str, Any], channel_data: Mapping[str, Any], sender: Mapping[str, Any], chat_type: str
 ) -> str | None:
     if chat_type == "dm":
-        return _optional(sender, "name")
-    return _optional(conversation, "name") or _optional(_nested(channel_data, "channel"), "name")
+        return optional_str(sender, "name")
+    return optional_str(conversation, "name") or optional_str(object_or_empty(channel_data, "channel"), "name")
 
 
 def _strip_mentions(text: str, entities: Any, bot_id: str | None) -> tuple[str, bool]:
@@ -204,23 +218,6 @@ def _object(parent: Mapping[str, Any], key: str) -> dict[str, Any]:
     return value
 
 
-def _nested(parent: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = parent.get(key)
-    return value if isinstance(value, dict) else {}
-
-
-def _text(parent: Mapping[str, Any], key: str, where: str = "activity") -> str:
-    value = parent.get(key)
-    if not isinstance(value, str) or not value:
-        raise BadRequest(f"teams {where} has no {key}")
-    return value
-
-
-def _optional(parent: Mapping[str, Any], key: str) -> str | None:
-    value = parent.get(key)
-    return value if isinstance(value, str) and value else None
-
-
 class TeamsSender:
     """Posts activities to the Bot Connector with an Entra ID client-credentials token."""
 
@@ -236,11 +233,9 @@ class TeamsSender:
         self._app_id = app_id
         self._password = password
         self._token_url = token_url
-        self._clock = clock
         self._timeout = timeout
         self._auth = HttpClient("", platform="teams", timeout=timeout, scrub=(password,))
-        self._token: str | None = None
-        self._token_expires_at = 0.0
+        self._token = CachedToken(clock=clock)
         self._connector = self._auth
 
     def __repr__(self) -> str:
@@ -259,48 +254,32 @@ class TeamsSender:
         answer = self._post(url, body)
         if answer.status == 401:
             # The token may have been revoked or rotated before its expiry: one fresh token, one retry.
-            self._token = None
+            self._token.drop()
             answer = self._post(url, body)
         if answer.status in (200, 201, 202):
             activity_id = answer.json_object().get("id")
             if isinstance(activity_id, str) and activity_id:
                 return activity_id
-            raise PermanentError("teams answered without an activity id; the message may have been sent")
+            raise OutcomeUnknown("teams answered without an activity id; the message may have been sent")
         if answer.status == 412:  # a precondition the connector asks to retry (rate-limit page)
             raise TransientError("teams: HTTP 412 precondition failed; retry later")
         raise self._connector.failure(answer, gone=(403, 404))
 
     def _post(self, url: str, body: dict[str, Any]) -> Answer:
-        token = self._access_token()
+        token = self._token.get(self._fetch_token)
         return self._connector.request("POST", url, json_body=body, headers={"Authorization": f"Bearer {token}"})
 
-    def _access_token(self) -> str:
-        now = self._clock()
-        if self._token is not None and now < self._token_expires_at:
-            return self._token
-        answer = self._auth.request(
-            "POST",
-            self._token_url,
-            form={
-                "grant_type": "client_credentials",
-                "client_id": self._app_id,
-                "client_secret": self._password,
-                "scope": BOT_FRAMEWORK_SCOPE,
-            },
-        )
-        if answer.status != 200:
-            # A refused credential is not a gone conversation: never TargetGone here.
-            raise self._auth.failure(answer, gone=())
-        granted = answer.json_object()
-        token = granted.get("access_token")
-        if not isinstance(token, str) or not token:
-            raise PermanentError("teams: the token endpoint answered without an access token")
-        lifetime = _seconds(granted.get("expires_in"), default=3600.0)
-        self._token = token
-        self._token_expires_at = now + max(0.0, lifetime - min(TOKEN_MARGIN_SECONDS, lifetime / 2))
+    def _fetch_token(self) -> tuple[str, float]:
+        form = {
+            "grant_type": "client_credentials",
+            "client_id": self._app_id,
+            "client_secret": self._password,
+            "scope": BOT_FRAMEWORK_SCOPE,
+        }
+        token, lifetime = oauth_token(self._auth, self._token_url, form, default_lifetime=3600.0, name="teams")
         # Errors from the connector never carry a header, but scrub the token from them all the same.
         self._connector = HttpClient("", platform="teams", timeout=self._timeout, scrub=(self._password, token))
-        return token
+        return token, lifetime
 
 
 def _conversation_id(target: Target) -> str:
@@ -309,14 +288,6 @@ def _conversation_id(target: Target) -> str:
     if target.thread_id:
         return f"{target.chat_id};messageid={target.thread_id}"
     return target.chat_id
-
-
-def _seconds(value: Any, *, default: float) -> float:
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        return default
-    return seconds if seconds > 0 else default
 
 
 def token_url(context: AdapterContext) -> str:
