@@ -6,9 +6,10 @@ function pays only for the clients it touches. `reset()` forgets everything (tes
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
-from functools import cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING
 
 from hermes_gateway.resources import Bindings
@@ -143,22 +144,41 @@ def turn_deps() -> TurnDeps:
     )
 
 
-@cache
 def sender_for(platform: str, via: str = "") -> Sender | None:
     """The sender for a platform (or for the relay a message came through). None when it cannot
-    send; local mode records instead what it cannot (or should not) really send."""
+    send; local mode records instead what it cannot (or should not) really send.
+
+    A sender is reused while its secrets stay the same (it may hold an OAuth token), and rebuilt
+    when one was rotated: secrets are re-read with a 5-minute cache, so no redeploy is needed."""
     from hermes_gateway.platforms import catalog
-    from hermes_gateway.services.delivery import RecordOnly
 
     if platform == "local":  # the `local` target: stored in the outbox, never sent
-        return RecordOnly()
+        return _record_only()
     spec = catalog.spec(via or platform)
     sender: Sender | None = None
-    if spec is not None and spec.sender is not None and (via or platform) in settings().platforms:
-        sender = catalog.load(spec.sender)(adapter_context(spec.name))
+    if spec is not None and spec.sender is not None and spec.name in settings().platforms:
+        fingerprint = hashlib.sha256("\0".join(secrets().get(n) or "" for n in spec.send_secrets).encode()).hexdigest()
+        sender = _built_sender(spec.name, fingerprint)
     if sender is None and local_mode():
-        return RecordOnly()
+        return _record_only()
     return sender
+
+
+@lru_cache(maxsize=32)
+def _built_sender(platform: str, secrets_fingerprint: str) -> Sender | None:
+    from hermes_gateway.platforms import catalog
+
+    reference = catalog.BY_NAME[platform].sender
+    assert reference is not None
+    built: Sender | None = catalog.load(reference)(adapter_context(platform))
+    return built
+
+
+@cache
+def _record_only() -> Sender:
+    from hermes_gateway.services.delivery import RecordOnly
+
+    return RecordOnly()
 
 
 @cache
@@ -204,7 +224,8 @@ def reset() -> None:
         turn_starter,
         adapter_context,
         inbound_adapter,
-        sender_for,
+        _built_sender,
+        _record_only,
         enqueue_once,
         turn_deps,
         delivery_deps,
