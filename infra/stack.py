@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from aws_cdk import CfnOutput, Stack, Tags
+from aws_cdk import aws_events as events
 from constructs import Construct
 
 from hermes_gateway.cli.target import log_group_output_key, queue_output_key, table_output_key, webhook_output_key
 from hermes_gateway.platforms.catalog import CATALOG
 from hermes_gateway.resources import (
+    EVENT_BUS,
     FUNCTIONS,
     QUEUES,
     SCHEDULES,
@@ -66,6 +68,9 @@ class HermesGatewayStack(Stack):
             requirements=root / "requirements" / "layer.txt",
             package=root / "layers" / "common" / "hermes_gateway",
         )
+        # Lifecycle events; subscribe with ordinary EventBridge rules (source "hermes.gateway").
+        bus = events.EventBus(self, "EventBus", event_bus_name=f"{PROJECT}-{stage}")
+        CfnOutput(self, "EventBusName", value=bus.event_bus_name, description="Lifecycle events (BEHAVIOUR §8)")
         functions = GatewayFunctions(
             self,
             "Functions",
@@ -91,6 +96,7 @@ class HermesGatewayStack(Stack):
                 queues={name: (queues.specs[name], queue) for name, queue in queues.queues.items()},
                 dead_letter_queues=queues.dead_letter_queues,
                 state_machines={TURN_STATE_MACHINE.name: (TURN_STATE_MACHINE, workflow.state_machine)},
+                event_buses={EVENT_BUS.name: (EVENT_BUS, bus)},
             )
         )
         for name, function in lambdas.items():

@@ -8,10 +8,11 @@ the spec's `grants` and `secrets` into IAM statements and environment variables.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
@@ -20,7 +21,15 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from hermes_gateway.resources import SECRET_NAMES, Access, FunctionSpec, QueueSpec, StateMachineSpec, TableSpec
+from hermes_gateway.resources import (
+    SECRET_NAMES,
+    Access,
+    EventBusSpec,
+    FunctionSpec,
+    QueueSpec,
+    StateMachineSpec,
+    TableSpec,
+)
 from hermes_gateway.settings import ProviderSettings
 from infra.capabilities.layer import ARCHITECTURE, RUNTIME
 from infra.nag import acknowledge, arn_finding
@@ -42,6 +51,7 @@ class GrantTargets:
     queues: Mapping[str, tuple[QueueSpec, sqs.Queue]]
     dead_letter_queues: Mapping[str, sqs.Queue]  # by the queue's logical name
     state_machines: Mapping[str, tuple[StateMachineSpec, sfn.StateMachine]]
+    event_buses: Mapping[str, tuple[EventBusSpec, events.EventBus]] = field(default_factory=dict)
 
 
 _INFERENCE_PROFILE_PREFIXES = ("us", "eu", "apac", "global")
@@ -114,6 +124,8 @@ class GatewayFunction(Construct):
                     self._grant_dead_letters(targets.queues[name][0], targets.dead_letter_queues[name])
             elif name in targets.state_machines:
                 self._grant_state_machine(*targets.state_machines[name], access)
+            elif name in targets.event_buses:
+                self._grant_event_bus(*targets.event_buses[name], access)
             else:
                 raise ValueError(f"function {self.spec.name}: grant on unknown resource {name!r}")
         consumed = [name for name, access in self.spec.grants.items() if access is Access.CONSUME]
@@ -159,6 +171,12 @@ class GatewayFunction(Construct):
             iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[dead_letters.queue_arn])
         )
         self.function.add_environment(spec.dead_letter_env_var, dead_letters.queue_url)
+
+    def _grant_event_bus(self, spec: EventBusSpec, bus: events.EventBus, access: Access) -> None:
+        if access is not Access.PUT_EVENTS:
+            raise ValueError(f"function {self.spec.name}: event bus {spec.name} cannot be granted {access.value}")
+        bus.grant_put_events_to(self.role)
+        self.function.add_environment(spec.env_var, bus.event_bus_name)
 
     def _grant_state_machine(self, spec: StateMachineSpec, machine: sfn.StateMachine, access: Access) -> None:
         if access is not Access.START:

@@ -19,7 +19,16 @@ from typing import Any
 
 import boto3
 
-from hermes_gateway.resources import QUEUES, TABLES, TURN_STATE_MACHINE, Bindings, QueueSpec, TableSpec, repo_root
+from hermes_gateway.resources import (
+    EVENT_BUS,
+    QUEUES,
+    TABLES,
+    TURN_STATE_MACHINE,
+    Bindings,
+    QueueSpec,
+    TableSpec,
+    repo_root,
+)
 
 ACCOUNT_ID = "123456789012"
 FAKE_ARN_ROLE = f"arn:aws:iam::{ACCOUNT_ID}:role/hermes-local"
@@ -204,6 +213,9 @@ def create_resources(region: str, prefix: str = "hermes-local") -> tuple[Binding
     sqs = boto3.client("sqs", region_name=region)
     for queue in QUEUES:
         env[queue.env_var], env[queue.dead_letter_env_var] = _create_queue(sqs, queue, _physical(prefix, queue.name))
+    bus_name = _physical(prefix, EVENT_BUS.name)
+    boto3.client("events", region_name=region).create_event_bus(Name=bus_name)
+    env[EVENT_BUS.env_var] = bus_name
     function_arns = {
         fn: f"arn:aws:lambda:{region}:{ACCOUNT_ID}:function:{prefix}-{fn}"
         for fn in set(TURN_STATE_MACHINE.substitutions.values())

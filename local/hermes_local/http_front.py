@@ -2,6 +2,7 @@
 plus the web chat page and local-only endpoints:
 
 - `GET /local/outbox`, `GET /local/health`: open, as before (the CLI and tests read them).
+- `GET /local/events`: the lifecycle events published to the (embedded) event bus, newest last.
 - `GET /local/session?chat_id=<id>`: which session a web chat chat id is in (`session_key`, and
   `session_id`, `created_at`, `updated_at` once the first message made one, else null).
 - `GET /local/info`: the agent (provider name and model), the enabled platforms, the version and
@@ -176,6 +177,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, page.encode(), "text/html; charset=utf-8")
         elif parts.path == "/local/health":
             self._json(200, gateway.health())
+        elif parts.path == "/local/events":
+            self._json(200, gateway.events())
         elif parts.path == "/local/outbox":
             filters = dict(parse_qsl(parts.query))
             self._json(200, gateway.outbox(chat_id=filters.get("chat_id"), platform=filters.get("platform")))

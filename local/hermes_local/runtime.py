@@ -268,6 +268,12 @@ class LocalGateway:
             "aws_endpoint": f"http://127.0.0.1:{self.moto_port}",
         }
 
+    def events(self) -> list[dict[str, Any]]:
+        """The lifecycle events the functions published to the event bus, newest last."""
+        from hermes_gateway import wiring
+
+        return list(getattr(wiring.events(), "recent", []))
+
     def outbox(self, chat_id: str | None = None, platform: str | None = None) -> list[dict[str, Any]]:
         """Every delivery that would have gone to a platform, newest last."""
         from hermes_gateway import wiring

@@ -62,3 +62,19 @@ def test_queue_consumers_have_a_concurrency_ceiling(synthesized: Synthesized) ->
     assert len(mappings) == len([f for f in FUNCTIONS if f.consumes])
     for mapping in mappings:
         assert mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"] >= 2
+
+
+def test_the_event_bus_takes_events_from_the_functions_that_publish(synthesized: Synthesized) -> None:
+    from tests.infra.test_infra_stack import functions_by_name, ref, role_statements
+
+    (bus_id,) = synthesized.of_type("AWS::Events::EventBus")
+    assert "EventBusName" in synthesized.outputs
+    deployed = functions_by_name(synthesized)
+    for spec in FUNCTIONS:
+        statements = role_statements(synthesized, ref(deployed[spec.name][1]["Role"]))
+        puts = [s for s in statements if s["Action"] == "events:PutEvents"]
+        publishes = "events" in spec.grants
+        assert bool(puts) == publishes, spec.name
+        assert all(ref(s["Resource"]) == bus_id for s in puts)
+        env = deployed[spec.name][1]["Environment"]["Variables"]
+        assert ("HERMES_EVENT_BUS_NAME" in env) == publishes

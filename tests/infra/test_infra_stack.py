@@ -11,6 +11,7 @@ import pytest
 from hermes_gateway.cli.target import webhook_output_key
 from hermes_gateway.platforms.catalog import CATALOG
 from hermes_gateway.resources import (
+    EVENT_BUS,
     FUNCTIONS,
     QUEUES,
     SCHEDULES,
@@ -28,7 +29,9 @@ from tests.infra.conftest import Synthesized
 pytestmark = pytest.mark.infra
 
 ASL_FILE = repo_root() / TURN_STATE_MACHINE.definition_file
-ALL_RESOURCE_ENV_VARS = {t.env_var for t in TABLES} | {q.env_var for q in QUEUES} | {TURN_STATE_MACHINE.env_var}
+ALL_RESOURCE_ENV_VARS = (
+    {t.env_var for t in TABLES} | {q.env_var for q in QUEUES} | {TURN_STATE_MACHINE.env_var, EVENT_BUS.env_var}
+)
 
 
 def ref(resource: dict[str, Any] | str) -> str:
@@ -110,6 +113,7 @@ def test_functions_get_settings_and_exactly_their_granted_resources(synthesized:
     specs: dict[str, FunctionSpec] = {spec.name: spec for spec in FUNCTIONS}
     resource_env = {t.name: t.env_var for t in TABLES} | {q.name: q.env_var for q in QUEUES}
     resource_env[TURN_STATE_MACHINE.name] = TURN_STATE_MACHINE.env_var
+    resource_env[EVENT_BUS.name] = EVENT_BUS.env_var
     for name, (_, props) in functions_by_name(synthesized).items():
         env = props["Environment"]["Variables"]
         assert env["HERMES_SECRETS_PREFIX"] == "/hermes-gateway/dev/"

@@ -26,6 +26,7 @@ class Access(StrEnum):
     SEND = "send"  # queues: SendMessage
     CONSUME = "consume"  # queues: the function is the event source consumer
     START = "start"  # state machine: StartExecution
+    PUT_EVENTS = "put_events"  # event bus: events:PutEvents
     INVOKE = "invoke"  # function: lambda:InvokeFunction (by the state machine)
 
 
@@ -70,6 +71,13 @@ class QueueSpec:
     @property
     def dead_letter_env_var(self) -> str:
         return self.env_var.removesuffix("_URL") + "_DLQ_URL"
+
+
+@dataclass(frozen=True)
+class EventBusSpec:
+    name: str
+    env_var: str
+    source: str  # the `source` of every event the gateway publishes
 
 
 @dataclass(frozen=True)
@@ -190,6 +198,9 @@ TURN_STATE_MACHINE = StateMachineSpec(
     substitutions={"AgentFunctionArn": "agent"},
 )
 
+# Lifecycle events (BEHAVIOUR §8) go to the deployment's own bus: subscribe with ordinary rules.
+EVENT_BUS = EventBusSpec(name="events", env_var="HERMES_EVENT_BUS_NAME", source="hermes.gateway")
+
 # Every platform's secrets come from the platform catalog; the ingress reads those that verify
 # webhooks, the delivery function those that send.
 INBOUND_SECRETS = tuple(dict.fromkeys(s for p in CATALOG if not p.local_only for s in p.inbound_secrets))
@@ -222,6 +233,7 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
             "messages": Access.READ_WRITE,
             "access": Access.READ_WRITE,
             "directory": Access.READ_WRITE,
+            "events": Access.PUT_EVENTS,
             "inbound": Access.CONSUME,
             "delivery": Access.SEND,
             "turn": Access.START,
@@ -255,6 +267,7 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
             "outbox": Access.READ_WRITE,
             "delivery": Access.CONSUME,
             "directory": Access.READ_WRITE,
+            "events": Access.PUT_EVENTS,
             # mirroring a pushed message into the target chat's transcript
             "routes": Access.READ,
             "sessions": Access.READ_WRITE,
@@ -310,6 +323,7 @@ class Bindings:
     tables: dict[str, str]
     queues: dict[str, str]
     state_machines: dict[str, str]
+    event_bus: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Bindings:
@@ -320,6 +334,7 @@ class Bindings:
                 **{q.dead_letter_name: env[q.dead_letter_env_var] for q in QUEUES if q.dead_letter_env_var in env},
             },
             state_machines={m.name: env[m.env_var] for m in (TURN_STATE_MACHINE,) if m.env_var in env},
+            event_bus=env.get(EVENT_BUS.env_var),
         )
 
     def table(self, name: str) -> str:

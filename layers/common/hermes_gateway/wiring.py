@@ -183,9 +183,16 @@ def _record_only() -> Sender:
 
 @cache
 def events() -> LifecycleEvents:
+    """The deployment's event bus when the function was granted it; log lines otherwise."""
     from hermes_gateway.domain.events import LoggedEvents
+    from hermes_gateway.resources import EVENT_BUS
 
-    return LoggedEvents()
+    bus = bindings().event_bus
+    if not bus:
+        return LoggedEvents()
+    from hermes_gateway.adapters.aws import EventBridgeEvents
+
+    return EventBridgeEvents(bus, EVENT_BUS.source, region(), keep=200 if local_mode() else 0)
 
 
 @cache

@@ -182,3 +182,42 @@ class IdempotentEnqueue:
         except IdempotencyAlreadyInProgressError:
             raise TransientError("the same event is being enqueued right now") from None
         return not self._seen.duplicate
+
+
+class EventBridgeEvents:
+    """Lifecycle events (BEHAVIOUR §8) on the deployment's EventBridge bus: `source` is the
+    gateway's, `detail-type` the event name, `detail` the payload (bounded codes and hashed ids,
+    never secrets or message text). Publishing never blocks a message: a failure is logged."""
+
+    def __init__(self, bus_name: str, source: str, region: str | None = None, keep: int = 0) -> None:
+        import collections
+
+        self.bus_name = bus_name
+        self.source = source
+        self._region = region
+        # Local mode shows what it published (GET /local/events); deployed functions keep nothing.
+        self.recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=keep or None)
+        self._keep = keep > 0
+
+    @cached_property
+    def _client(self) -> Any:
+        import boto3
+
+        return boto3.client("events", region_name=self._region)
+
+    def emit(self, name: str, detail: dict[str, Any]) -> None:
+        from hermes_gateway.observability import logger
+
+        entry = {"Source": self.source, "DetailType": name, "Detail": json.dumps(detail), "EventBusName": self.bus_name}
+        try:
+            response = self._client.put_events(Entries=[entry])
+            failed = response.get("FailedEntryCount", 0)
+        except Exception as exc:  # noqa: BLE001 - an event must never fail the message it describes
+            logger.warning("lifecycle event not published", extra={"event": name, "error": type(exc).__name__})
+            return
+        if failed:
+            logger.warning("lifecycle event refused by the bus", extra={"event": name})
+            return
+        logger.info("lifecycle event", extra={"event": name, "detail": detail})
+        if self._keep:
+            self.recent.append({"event": name, "detail": detail})

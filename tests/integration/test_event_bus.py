@@ -1,0 +1,40 @@
+"""Lifecycle events on the deployment's EventBridge bus (moto): a rule on the gateway's source
+receives them with the event name as detail-type; a bus that refuses never fails the caller."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import boto3
+import pytest
+
+from hermes_gateway import wiring
+from hermes_gateway.adapters.aws import EventBridgeEvents
+from hermes_gateway.resources import EVENT_BUS
+
+pytestmark = pytest.mark.integration
+
+
+def test_events_reach_a_rule_on_the_bus(aws: Any) -> None:
+    bus = aws.bindings.event_bus
+    assert bus
+    sqs = boto3.client("sqs")
+    queue_url = sqs.create_queue(QueueName="captured")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    events = boto3.client("events")
+    events.put_rule(Name="all", EventBusName=bus, EventPattern=json.dumps({"source": [EVENT_BUS.source]}))
+    events.put_targets(Rule="all", EventBusName=bus, Targets=[{"Id": "q", "Arn": queue_arn}])
+
+    emitter = wiring.events()
+    assert isinstance(emitter, EventBridgeEvents)
+    emitter.emit("delivery:sent", {"platform": "telegram", "chunks": 2})
+
+    (message,) = sqs.receive_message(QueueUrl=queue_url, WaitTimeSeconds=1)["Messages"]
+    event = json.loads(message["Body"])
+    assert (event["source"], event["detail-type"]) == ("hermes.gateway", "delivery:sent")
+    assert event["detail"] == {"platform": "telegram", "chunks": 2}
+
+
+def test_a_failing_bus_never_fails_the_caller(aws: Any) -> None:
+    EventBridgeEvents("no-such-bus", EVENT_BUS.source).emit("delivery:sent", {"x": 1})  # logged, not raised
