@@ -217,7 +217,16 @@ class LocalGateway:
         _, resource_env = create_resources(REGION, PREFIX)
         os.environ.update(resource_env)
         wiring.reset()
-        # How `hermes-gateway pairing … --local` (another process) finds this embedded AWS.
+        for spec in FUNCTIONS:
+            if spec.consumes:
+                queue_spec = next(q for q in QUEUES if q.name == spec.consumes)
+                self._spawn(f"poll-{spec.name}", self._poll, spec, os.environ[queue_spec.env_var])
+        for schedule in SCHEDULES:
+            self._spawn(f"schedule-{schedule.name}", self._tick, schedule.function)
+        self._http = serve(self, self.host, self.port)
+        self.port = self._http.server_address[1]
+        # How the CLI's `--local` (another process) finds this gateway and its embedded AWS;
+        # written once the port is known.
         write_local_state(
             {
                 "pid": os.getpid(),
@@ -227,15 +236,6 @@ class LocalGateway:
                 "resources": resource_env,
             }
         )
-
-        for spec in FUNCTIONS:
-            if spec.consumes:
-                queue_spec = next(q for q in QUEUES if q.name == spec.consumes)
-                self._spawn(f"poll-{spec.name}", self._poll, spec, os.environ[queue_spec.env_var])
-        for schedule in SCHEDULES:
-            self._spawn(f"schedule-{schedule.name}", self._tick, schedule.function)
-        self._http = serve(self, self.host, self.port)
-        self.port = self._http.server_address[1]
         return self
 
     def _spawn(self, name: str, target: Any, *args: Any) -> None:
