@@ -37,9 +37,8 @@ synth: install ## the real stack to cdk.out, offline, layer bundled without dock
 deploy: install ## check the prerequisites (config, Node.js, AWS credentials, bootstrap), then cdk deploy
 	$(BIN)/hermes-gateway deploy
 
-bench: install ## cold-start import cost of each handler, idle monthly cost (results in bench/results/)
-	$(BIN)/python bench/cold_start.py
-	HERMES_SKIP_BUNDLING=1 $(BIN)/python bench/idle_cost.py
+bench: install ## cost per message, idle cost, cold starts, ack path, hops, local throughput (bench/results/latest.json)
+	$(BIN)/python bench/run_all.py
 
 faults: install ## delivery under injected platform faults (results in bench/results/)
 	$(BIN)/python bench/delivery_faults.py

@@ -1,0 +1,174 @@
+"""Run every bench and write bench/results/latest.json: the numbers a change is compared on.
+
+Each bench runs in its own interpreter (`python bench/<name>.py`) and writes its own
+`results/<name>-latest.json`; this script then merges them: the cost per message and its split by
+service (message_cost), the idle monthly cost (idle_cost), the ingress handler's import time as a
+ratio of `import boto3` (cold_start), the ack path and the hops (ack_path), local throughput
+(throughput), and the delivery-under-faults outcome when `results/delivery-faults-latest.json`
+exists (`make faults` writes it; it is not run here). Every source file's own date is kept
+under `sources`, so a number merged from an older run shows as such.
+
+Usage: .venv/bin/python bench/run_all.py [--quick] [--skip NAME ...] [--merge-only]
+Compare two runs with: .venv/bin/python bench/compare.py OLD.json bench/results/latest.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+
+# As the Makefile exports them: jsii's warnings about this machine's Node.js version, silenced.
+QUIET_NODE = {
+    "JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION": "1",
+    "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+}
+# name -> (script, arguments, arguments with --quick, extra environment, result file)
+BENCHES: dict[str, tuple[str, list[str], list[str], dict[str, str], str]] = {
+    "cold_start": ("cold_start.py", [], ["--runs", "3"], {}, "cold-start-latest.json"),
+    "idle_cost": ("idle_cost.py", [], [], {"HERMES_SKIP_BUNDLING": "1", **QUIET_NODE}, "idle-cost-latest.json"),
+    "ack_path": ("ack_path.py", [], ["--requests", "100"], {}, "ack-path-latest.json"),
+    "message_cost": ("message_cost.py", [], ["--quick"], {}, "message-cost-latest.json"),
+    "throughput": ("throughput.py", [], ["--quick"], {}, "throughput-latest.json"),
+}
+DELIVERY_FAULTS = "delivery-faults-latest.json"
+DELIVERY_FAULT_KEYS = ("jobs", "jobs_sent", "jobs_dead_lettered", "gone", "unknown", "duplicated", "lost")
+
+
+def run_bench(name: str, quick: bool) -> tuple[bool, float]:
+    script, arguments, quick_arguments, extra_env, _ = BENCHES[name]
+    command = [sys.executable, str(ROOT / "bench" / script), *(quick_arguments if quick else arguments)]
+    print(f"== {name}: {' '.join(command[1:])}", flush=True)
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, env={**os.environ, **extra_env}, check=False)
+    return done.returncode == 0, time.perf_counter() - started
+
+
+def load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / name
+    if not path.exists():
+        return None
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def git_commit() -> tuple[str, bool | None]:
+    """HEAD and whether tracked files differ from it (read-only git commands: no index refresh)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+        diff = subprocess.run(["git", "diff", "--quiet", "HEAD", "--"], cwd=ROOT, capture_output=True, check=False)
+    except (OSError, subprocess.CalledProcessError):
+        return "", None
+    return head.stdout.strip(), diff.returncode != 0
+
+
+def merge(results: dict[str, dict[str, Any] | None], faults: dict[str, Any] | None) -> dict[str, Any]:
+    """The summary: the issue's keys first, then what helps read them."""
+    cost, idle, cold = results.get("message_cost"), results.get("idle_cost"), results.get("cold_start")
+    ack, throughput = results.get("ack_path"), results.get("throughput")
+    commit, dirty = git_commit()
+    latest: dict[str, Any] = {
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {platform.system()}, {os.cpu_count()} CPUs",
+    }
+    if cost:
+        latest.update(
+            cost_per_million_usd=cost["cost_per_million_usd"],
+            cost_by_service=cost["cost_by_service"],
+            # The same total with Lambda timed as AWS might (handler CPU + a round trip per call).
+            cost_per_million_usd_lambda_modelled=round(
+                cost["cost_per_million_usd"]
+                - cost["cost_by_service"]["lambda"]
+                + cost["not_in_total"]["lambda_usd_per_million_modelled"],
+                2,
+            ),
+            messages_tested=cost["messages_tested"],
+            model_wait_seconds_per_message=cost["model_wait_seconds_per_message"],
+            aws_requests_per_message=round(
+                sum(n for operations in cost["aws_requests_per_message"].values() for n in operations.values()), 3
+            ),
+            dynamodb_write_units_per_message=cost["per_message"]["dynamodb_write_units"],
+            dynamodb_read_units_per_message=cost["per_message"]["dynamodb_read_units"],
+            lambda_gb_seconds_per_message=cost["per_message"]["lambda_gb_seconds"],
+            busy_retries=cost["busy_retries"],
+            failed_invocations=cost.get("failed_invocations", 0),
+        )
+    if idle:
+        latest["idle_cost_per_month_usd"] = idle["idle_cost_per_month_usd"]
+    if cold:
+        latest["ingress_import_ratio"] = cold["handlers"]["ingress"]["ratio_to_boto3"]
+        latest["import_ms"] = {
+            "boto3": round(cold["import_boto3_seconds"] * 1000, 1),
+            **{name: round(row["import_seconds"] * 1000, 1) for name, row in cold["handlers"].items()},
+        }
+    if ack:
+        for key in ("ack_aws_calls", "ack_aws_calls_duplicate", "ack_p50_ms", "ack_p99_ms", "ack_network_connections"):
+            latest[key] = ack[key]
+        if "hops" in ack:
+            latest.update(hops=ack["hops"], hops_list=ack["hops_list"], hops_new_session=ack["hops_new_session"])
+    if throughput:
+        latest["local_messages_per_second"] = throughput["local_messages_per_second"]
+    if faults:
+        latest["delivery_faults"] = {key: faults[key] for key in DELIVERY_FAULT_KEYS if key in faults}
+    latest["sources"] = {
+        name: {"file": f"bench/results/{BENCHES[name][4]}", "measured_at": (data or {}).get("measured_at", "")}
+        for name, data in results.items()
+        if data is not None
+    }
+    if faults:
+        latest["sources"]["delivery_faults"] = {"file": f"bench/results/{DELIVERY_FAULTS}", "measured_at": ""}
+    return latest
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller runs of every bench (a smoke run)")
+    parser.add_argument("--skip", nargs="*", default=[], choices=sorted(BENCHES), help="benches not to run")
+    parser.add_argument("--merge-only", action="store_true", help="run nothing; merge the existing result files")
+    args = parser.parse_args()
+    failed = []
+    for name in BENCHES:
+        if args.merge_only or name in args.skip:
+            continue
+        ok, seconds = run_bench(name, args.quick)
+        print(f"== {name}: {'done' if ok else 'FAILED'} in {seconds:.0f} s", flush=True)
+        if not ok:
+            failed.append(name)
+    results = {name: (None if name in failed else load(spec[4])) for name, spec in BENCHES.items()}
+    latest = merge(results, load(DELIVERY_FAULTS))
+    latest["quick"] = args.quick
+    if failed:
+        latest["failed"] = failed
+    missing = [key for key in REQUIRED if key not in latest]
+    out = RESULTS / "latest.json"
+    out.write_text(json.dumps(latest, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps({key: latest.get(key) for key in REQUIRED}, indent=2))
+    print(f"written to {out.relative_to(ROOT)}" + (f"; missing: {', '.join(missing)}" if missing else ""))
+    return 1 if failed or missing else 0
+
+
+REQUIRED = (
+    "cost_per_million_usd",
+    "cost_by_service",
+    "idle_cost_per_month_usd",
+    "ingress_import_ratio",
+    "ack_aws_calls",
+    "hops",
+    "local_messages_per_second",
+)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

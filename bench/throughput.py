@@ -1,0 +1,132 @@
+"""Local throughput: messages per second end to end through local mode with the echo provider, at
+1, 10 and 100 concurrent sessions.
+
+One local mode is booted in-process (a stub Telegram on loopback receives the replies). At a level
+of N, N conversations run at once; each sends a message, waits until the platform has the reply,
+then sends the next. A conversation rotates over three sessions of its own, so a session's next
+message never arrives while its previous turn is still committing (that would measure the busy
+session's one-second retry instead of the pipeline). The clock runs from the first send to the
+moment every reply is in the outbox (the table `GET /local/outbox` shows, read in-process:
+the HTTP view shows only the newest 200 rows).
+
+This measures local mode on this machine: one poller per queue plays Lambda's event sources (the
+router handles its batches one after another, where Lambda runs up to 20 at once) and moto plays
+AWS, all in one Python process. It is a regression signal, not a forecast of AWS.
+
+Usage: .venv/bin/python bench/throughput.py [--quick]
+Writes bench/results/throughput-latest.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+for extra in (ROOT, ROOT / "layers" / "common", ROOT / "local"):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
+
+from bench.message_cost import (  # noqa: E402
+    CONNECTION_RETRIES,
+    RESULTS,
+    Session,
+    local_gateway,
+    outbox,
+    post_update,
+    telegram_update,
+)
+
+# concurrent sessions -> messages each conversation sends: under a minute per level on 2 cores
+DEFAULT_LEVELS = {1: 30, 10: 10, 100: 2}
+QUICK_LEVELS = {1: 4, 10: 2, 100: 1}
+ROTATION = 3  # sessions per conversation
+
+
+def conversation(base_url: str, platform: Any, turns: list[tuple[Session, dict[str, Any]]]) -> list[float]:
+    """Send each update, and wait for its reply before the next; the reply latencies."""
+    sent: dict[Session, int] = {}
+    latencies = []
+    for session, update in turns:
+        started = time.perf_counter()
+        if post_update(base_url, update) != 200:
+            raise RuntimeError("the webhook was refused")
+        sent[session] = sent.get(session, 0) + 1
+        replies = platform.wait(*session.key, count=sent[session], timeout=120)
+        latencies.append(replies[sent[session] - 1][0] - started)
+    return latencies
+
+
+def run(levels: dict[int, int] | None = None) -> dict[str, Any]:
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")  # before the handlers' logger is first imported
+    levels = levels or DEFAULT_LEVELS
+    results: dict[str, Any] = {}
+    update_ids = itertools.count(1_000)
+    with local_gateway() as (gateway, platform):
+        warm = Session("dm", 1, 1)
+        conversation(gateway.url, platform, [(warm, telegram_update(1, "warm up", warm))])
+        time.sleep(1.0)
+        expected = len(outbox())
+        for level, (concurrent, per_conversation) in enumerate(levels.items(), start=1):
+            plans = []
+            for n in range(concurrent):
+                own = [
+                    Session("dm", level * 1_000_000 + n * 10 + k, level * 1_000_000 + n * 10 + k)
+                    for k in range(ROTATION)
+                ]
+                turns = [own[m % ROTATION] for m in range(per_conversation)]
+                plans.append([(s, telegram_update(next(update_ids), f"message {m}", s)) for m, s in enumerate(turns)])
+            messages = concurrent * per_conversation
+            expected += messages
+            started = time.perf_counter()
+            with ThreadPoolExecutor(max_workers=concurrent, thread_name_prefix="client") as pool:
+                latencies = [
+                    x for f in [pool.submit(conversation, gateway.url, platform, p) for p in plans] for x in f.result()
+                ]
+            while len(outbox()) < expected:
+                if time.perf_counter() - started > 300:
+                    raise RuntimeError(f"{concurrent} concurrent sessions: replies missing from the outbox")
+                time.sleep(0.05)
+            seconds = time.perf_counter() - started
+            results[str(concurrent)] = {
+                "messages": messages,
+                "seconds": round(seconds, 2),
+                "messages_per_second": round(messages / seconds, 2),
+                "reply_p50_seconds": round(statistics.median(latencies), 3),
+                "reply_max_seconds": round(max(latencies), 3),
+            }
+            rate = messages / seconds
+            print(f"  {concurrent:>3} concurrent sessions: {rate:6.2f} messages/s ({messages} in {seconds:.1f} s)")
+            time.sleep(1.0)  # the last turns commit before the next level starts
+    return {
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cpus": os.cpu_count(),
+        "webhook_connection_retries": dict(CONNECTION_RETRIES),
+        "levels": results,
+        "local_messages_per_second": {k: v["messages_per_second"] for k, v in results.items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few messages per level (a smoke run)")
+    args = parser.parse_args()
+    report = run(QUICK_LEVELS if args.quick else DEFAULT_LEVELS)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / "throughput-latest.json"
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if report["webhook_connection_retries"]:
+        print(f"webhook posts retried after a dropped connection: {report['webhook_connection_retries']}")
+    print(f"written to {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
