@@ -135,12 +135,18 @@ class FakeOutbox:
             )
         return self.entries[delivery_id]
 
-    def claim(self, delivery_id: str, now: float, stale_after_seconds: float = 60) -> bool:
+    def claim(self, delivery_id: str, now: float) -> bool:
         entry = self.entries[delivery_id]
-        stale = entry.status == "sending" and entry.updated_at < now - stale_after_seconds
-        if entry.status not in ("pending", "failed") and not stale:
+        if entry.status not in ("pending", "failed"):
             return False
         self.entries[delivery_id] = replace(entry, status="sending", updated_at=now)
+        return True
+
+    def settle_stale(self, delivery_id: str, now: float, stale_after_seconds: float = 60) -> bool:
+        entry = self.entries[delivery_id]
+        if entry.status != "sending" or entry.updated_at >= now - stale_after_seconds:
+            return False
+        self.entries[delivery_id] = replace(entry, status="unknown", updated_at=now)
         return True
 
     def mark(

@@ -53,11 +53,17 @@ def test_only_one_of_many_concurrent_claims_wins(aws: Any) -> None:
     assert results.count(True) == 1
 
 
-def test_a_sent_chunk_cannot_be_claimed_and_a_stale_claim_can(aws: Any) -> None:
+def test_a_sent_chunk_cannot_be_claimed_and_a_stale_claim_is_settled_unknown(aws: Any) -> None:
     outbox = DynamoOutbox(aws.bindings)
     record(outbox, "a#1", 100.0)
     assert outbox.claim("a#1", 100.0)
     assert not outbox.claim("a#1", 130.0)  # the first worker may still be sending
-    assert outbox.claim("a#1", 200.0)  # it died: its claim is stale
-    outbox.mark("a#1", "sent", 201.0, platform_message_id="1")
-    assert not outbox.claim("a#1", 10_000.0)
+    assert not outbox.settle_stale("a#1", 130.0)  # ... so its claim is not stale yet
+    assert not outbox.claim("a#1", 200.0)
+    assert outbox.settle_stale("a#1", 200.0)  # it stopped mid-send: the platform may have the chunk
+    assert outbox.get("a#1").status == "unknown"  # type: ignore[union-attr]
+    assert not outbox.claim("a#1", 10_000.0)  # never resent
+    record(outbox, "b#1", 100.0)
+    assert outbox.claim("b#1", 100.0)
+    outbox.mark("b#1", "sent", 101.0, platform_message_id="1")
+    assert not outbox.claim("b#1", 10_000.0) and not outbox.settle_stale("b#1", 10_000.0)

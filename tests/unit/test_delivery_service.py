@@ -243,10 +243,28 @@ def test_a_second_worker_does_not_send_a_chunk_another_worker_is_sending() -> No
     assert sender.sent == []
 
 
-def test_a_claim_left_by_a_worker_that_died_is_taken_over() -> None:
+def test_a_claim_left_by_a_worker_that_stopped_mid_send_is_settled_unknown_not_resent() -> None:
     outbox, sender = FakeOutbox(), FakeSender()
     claimed_chunk(outbox, NOW - 600)
-    deliver(job("hi"), deps(outbox, sender))
+    result = deliver(job("hi"), deps(outbox, sender))
+    assert result.status == "unknown" and sender.sent == []
+    assert outbox.entries["turn-abc#1"].status == "unknown"
+
+
+def test_a_throttled_sent_mark_is_retried_and_the_chunk_is_not_sent_twice() -> None:
+    class FlakyOutbox(FakeOutbox):
+        failures = 2
+
+        def mark(self, delivery_id: str, status: str, now: float, **kw: Any) -> None:
+            if status == "sent" and self.failures:
+                self.failures -= 1
+                raise TransientError("DynamoDB is throttling")
+            super().mark(delivery_id, status, now, **kw)
+
+    outbox, sender = FlakyOutbox(), FakeSender()
+    d = deps(outbox, sender)
+    d.sleep = lambda seconds: None
+    deliver(job("hi"), d)
     assert len(sender.sent) == 1 and outbox.entries["turn-abc#1"].status == "sent"
 
 

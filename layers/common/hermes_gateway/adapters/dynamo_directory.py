@@ -16,6 +16,7 @@ from pynamodb.attributes import NumberAttribute, UnicodeAttribute
 from pynamodb.exceptions import DoesNotExist
 from pynamodb.models import Model
 
+from hermes_gateway.adapters.dynamo_errors import throttling_is_transient_everywhere
 from hermes_gateway.adapters.models import dynamodb_endpoint, table_meta
 from hermes_gateway.domain.targets import Channel, channel_key
 from hermes_gateway.resources import Bindings
@@ -47,6 +48,7 @@ def _place(chat_id: str, thread_id: str | None) -> str:
     return f"{chat_id}#{thread_id or ''}"
 
 
+@throttling_is_transient_everywhere
 class DynamoDirectory:
     def __init__(self, bindings: Bindings, region: str | None = None) -> None:
         self.model = bind_directory(bindings.table("directory"), region, dynamodb_endpoint())

@@ -6,10 +6,13 @@ nowhere else, so every store reads DynamoDB's answers the same way.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import random
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from pynamodb.exceptions import PynamoDBException, TransactWriteError
 
@@ -28,6 +31,9 @@ THROTTLED = frozenset(
         "RequestLimitExceeded",
     }
 )
+
+
+T = TypeVar("T")
 
 
 def backoff(attempt: int) -> None:
@@ -55,3 +61,13 @@ def throttling_is_transient() -> Iterator[None]:
         if codes & THROTTLED:
             raise TransientError(f"DynamoDB is throttling ({', '.join(sorted(codes & THROTTLED))})") from exc
         raise
+
+
+def throttling_is_transient_everywhere(cls: type[T]) -> type[T]:
+    """Class decorator: every public method turns DynamoDB throttling into TransientError, so a
+    throttled read or write anywhere in a store is retried by its caller's policy (the queue, the
+    workflow's Retry on TransientError) instead of failing the work for good."""
+    for name, member in list(vars(cls).items()):
+        if not name.startswith("_") and inspect.isfunction(member):  # plain methods only
+            setattr(cls, name, functools.wraps(member)(throttling_is_transient()(member)))
+    return cls

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from pynamodb.exceptions import DoesNotExist, PutError, UpdateError
 from pynamodb.expressions.update import Action
 
-from hermes_gateway.adapters.dynamo_errors import condition_failed
+from hermes_gateway.adapters.dynamo_errors import condition_failed, throttling_is_transient_everywhere
 from hermes_gateway.adapters.models import OutboxModelBase, bind_outbox, dynamodb_endpoint
 from hermes_gateway.resources import Bindings
 
 RETENTION_SECONDS = 30 * 24 * 3600
-SEND_CLAIM_SECONDS = 60  # a claim older than this belongs to a worker that died mid-send
+SEND_CLAIM_SECONDS = 60  # a claim older than this belongs to a worker that stopped mid-send
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ def _entry(item: OutboxModelBase) -> OutboxEntry:
     )
 
 
+@throttling_is_transient_everywhere
 class DynamoOutbox:
     def __init__(self, bindings: Bindings, region: str | None = None) -> None:
         self.model = bind_outbox(bindings.table("outbox"), region, dynamodb_endpoint())
@@ -97,15 +98,33 @@ class DynamoOutbox:
             item = Outbox.get(delivery_id, consistent_read=True)
         return _entry(item)
 
-    def claim(self, delivery_id: str, now: float, stale_after_seconds: float = SEND_CLAIM_SECONDS) -> bool:
-        """Take the chunk for sending. False while another worker holds a fresh claim, or once it
-        is sent: two deliveries of one job (a queue may hand it over twice) never both send."""
+    def claim(self, delivery_id: str, now: float) -> bool:
+        """Take the chunk for sending. False while another worker holds it, or once its fate is
+        settled: two deliveries of one job (a queue may hand it over twice) never both send."""
         Outbox = self.model
         try:
             Outbox(delivery_id).update(
                 actions=[Outbox.status.set("sending"), Outbox.updated_at.set(now)],
-                condition=Outbox.status.is_in("pending", "failed")
-                | ((Outbox.status == "sending") & (Outbox.updated_at < now - stale_after_seconds)),
+                condition=Outbox.status.is_in("pending", "failed"),
+            )
+        except UpdateError as exc:
+            if condition_failed(exc):
+                return False
+            raise
+        return True
+
+    def settle_stale(self, delivery_id: str, now: float, stale_after_seconds: float = SEND_CLAIM_SECONDS) -> bool:
+        """A claim older than a send can take belongs to a worker that stopped mid-send: the
+        platform may or may not have the chunk. It becomes `unknown` (never resent); True if so."""
+        Outbox = self.model
+        try:
+            Outbox(delivery_id).update(
+                actions=[
+                    Outbox.status.set("unknown"),
+                    Outbox.updated_at.set(now),
+                    Outbox.error.set("the worker sending it stopped; the platform may have it"),
+                ],
+                condition=(Outbox.status == "sending") & (Outbox.updated_at < now - stale_after_seconds),
             )
         except UpdateError as exc:
             if condition_failed(exc):

@@ -23,6 +23,7 @@ from hermes_gateway.adapters.dynamo_errors import (
     cancellation_codes,
     condition_failed,
     throttling_is_transient,
+    throttling_is_transient_everywhere,
 )
 from hermes_gateway.adapters.models import LEASE_SHARD, BoundModels, RouteModelBase, dynamodb_endpoint
 from hermes_gateway.domain.sessions import ExpiredLease, SessionEntry, TranscriptRow, new_session_id
@@ -66,6 +67,7 @@ def _entry(route: RouteModelBase, **extra: Any) -> SessionEntry:
     )
 
 
+@throttling_is_transient_everywhere
 class DynamoSessionStore:
     """`SessionStore` and `TurnLease` on the routes, sessions and messages tables."""
 

@@ -11,13 +11,15 @@ sends nothing twice. What happens on failure is decided here and carried out by 
 - Undeliverable (any other refusal, no credentials, a malformed job): raised; the handler puts the
   job on the dead-letter queue at once (an alarm watches it) and `hermes-gateway outbox redrive`
   can send it again later.
-- An answer that may or may not have posted the message (a success without a message id) is
-  recorded `unknown` and never sent again: a duplicate is worse than a gap the outbox shows.
+- An answer that may or may not have posted the message (a success without a message id, or a
+  claim left by a worker that stopped mid-send) is recorded `unknown` and never sent again: a
+  duplicate is worse than a gap the outbox shows.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -37,6 +39,8 @@ KINDS = ("reply", "push")  # a reply answers the chat's own message; a push is s
 MIRROR_PREFIX = "[Delivered to this chat by the agent]"
 BACKOFF_BASE_SECONDS = 5
 BACKOFF_CAP_SECONDS = 300
+MARK_ATTEMPTS = 4
+MARK_BACKOFF_SECONDS = 0.2
 
 
 class Undeliverable(PermanentError):
@@ -60,6 +64,10 @@ class Outbox(Protocol):
 
     def claim(self, delivery_id: str, now: float) -> bool:
         """Take the chunk for sending; False while another worker holds it or once it is final."""
+        ...
+
+    def settle_stale(self, delivery_id: str, now: float) -> bool:
+        """Record a claim abandoned mid-send as `unknown`; True when it was stale."""
         ...
 
     def mark(
@@ -104,6 +112,7 @@ class DeliveryDeps:
     # Local mode keeps redacted values in its in-memory outbox: it is the only place a newcomer
     # without a bot token can read the pairing code the bot would have sent.
     store_sensitive: bool = False
+    sleep: Callable[[float], None] = time.sleep
 
 
 def masked(text: str, secrets: tuple[str, ...]) -> str:
@@ -190,13 +199,8 @@ def deliver(job: DeliveryJob, deps: DeliveryDeps) -> DeliveryResult:
     if not job.chat_id:
         raise Undeliverable("the delivery target has no chat id")
     detail = {"platform": job.platform, "delivery_id": job.delivery_id, "kind": job.kind}
-    if job.kind == "push" and deps.targets is not None:
-        reason = deps.targets.gone_reason(job.platform, job.chat_id, job.thread_id, deps.now())
-        if reason is not None:
-            logger.info("target is gone; push skipped", extra={**detail, "reason": reason})
-            metrics.add_metric(name="DeliverySkippedGone", unit=MetricUnit.Count, value=1)
-            _emit(deps, "delivery:failed", {**detail, "reason": "target_gone"})
-            return DeliveryResult("skipped", [])
+    if _skipped_as_gone(job, job.chat_id, deps, detail):
+        return DeliveryResult("skipped", [])
     target = Target(job.platform, job.chat_id, job.thread_id, job.context)
     # Through a relay, the chat's own platform's limit applies when the gateway knows it.
     limit = text_limit(job.platform, default=text_limit(via)) if via else text_limit(job.platform)
@@ -221,8 +225,8 @@ def deliver(job: DeliveryJob, deps: DeliveryDeps) -> DeliveryResult:
             continue  # a repeated job: this chunk already went out
         if entry.status in ("unknown", "gone"):
             return _stop(deps, detail, entries, entry.status)
-        if not deps.outbox.claim(delivery_id, deps.now()):
-            raise TransientError("another worker is sending this message; retrying after it")
+        if not _claim(deps, delivery_id, detail):
+            return _stop(deps, detail, entries, "unknown")
         status = _send_chunk(sender, target, chunk, delivery_id, deps, detail)
         if status in ("unknown", "gone"):
             return _stop(deps, detail, entries, status)
@@ -235,6 +239,31 @@ def deliver(job: DeliveryJob, deps: DeliveryDeps) -> DeliveryResult:
     if job.mirror and deps.sessions is not None:
         mirror(job, deps.sessions, deps.now(), deps.profile)
     return DeliveryResult(status, entries, sent)
+
+
+def _skipped_as_gone(job: DeliveryJob, chat_id: str, deps: DeliveryDeps, detail: dict[str, Any]) -> bool:
+    """A push to a target the platform said is gone is skipped (a reply is always tried)."""
+    if job.kind != "push" or deps.targets is None:
+        return False
+    reason = deps.targets.gone_reason(job.platform, chat_id, job.thread_id, deps.now())
+    if reason is None:
+        return False
+    logger.info("target is gone; push skipped", extra={**detail, "reason": reason})
+    metrics.add_metric(name="DeliverySkippedGone", unit=MetricUnit.Count, value=1)
+    _emit(deps, "delivery:failed", {**detail, "reason": "target_gone"})
+    return True
+
+
+def _claim(deps: DeliveryDeps, delivery_id: str, detail: dict[str, Any]) -> bool:
+    """True when this worker may send the chunk; False when a stale claim settled it `unknown`.
+    Raises TransientError while another worker holds a fresh claim (it retries after it)."""
+    if deps.outbox.claim(delivery_id, deps.now()):
+        return True
+    if deps.outbox.settle_stale(delivery_id, deps.now()):
+        logger.warning("a send was abandoned mid-way; its outcome is unknown", extra=detail)
+        metrics.add_metric(name="DeliveryUnknown", unit=MetricUnit.Count, value=1)
+        return False
+    raise TransientError("another worker is sending this message; retrying after it")
 
 
 def _send_chunk(
@@ -265,9 +294,22 @@ def _send_chunk(
         deps.outbox.mark(delivery_id, "unknown", deps.now(), error="the platform gave no message id")
         metrics.add_metric(name="DeliveryUnknown", unit=MetricUnit.Count, value=1)
         return "unknown"
-    deps.outbox.mark(delivery_id, getattr(sender, "status", "sent"), deps.now(), platform_message_id=message_id or None)
+    _mark_sent(deps, delivery_id, getattr(sender, "status", "sent"), message_id or None)
     metrics.add_metric(name="DeliverySent", unit=MetricUnit.Count, value=1)
     return "sent"
+
+
+def _mark_sent(deps: DeliveryDeps, delivery_id: str, status: str, message_id: str | None) -> None:
+    """The platform has the chunk: record it, retrying a throttled write a few times. If it still
+    fails, the claim goes stale and the chunk is settled `unknown`: never sent twice."""
+    for attempt in range(MARK_ATTEMPTS):
+        try:
+            deps.outbox.mark(delivery_id, status, deps.now(), platform_message_id=message_id)
+            return
+        except TransientError:
+            if attempt == MARK_ATTEMPTS - 1:
+                raise
+            deps.sleep(MARK_BACKOFF_SECONDS * 2**attempt)
 
 
 def _stop(deps: DeliveryDeps, detail: dict[str, Any], entries: list[OutboxEntry], status: str) -> DeliveryResult:

@@ -156,16 +156,9 @@ def handle_webhook(
         return result.response
     items = result.items if isinstance(result, Accepted) else (result,)
     ack = result.ack if isinstance(result, Accepted) else None
-    outcome = "accepted"
-    for item in items:
-        try:
-            outcome = _enqueue_one(platform, item, settings, enqueue_once)
-        except InvalidIdentifier as exc:
-            return _reject(400, str(exc), platform)
-        except TransientError as exc:
-            # Every message enqueued so far is de-duplicated when the platform retries the request.
-            logger.warning("enqueue failed; asking the platform to retry", extra={"reason": str(exc)})
-            return HttpResponse(503, {"ok": False, "error": "busy, retry"}, {"retry-after": "5"})
+    outcome = _enqueue_all(platform, items, settings, enqueue_once)
+    if isinstance(outcome, HttpResponse):
+        return outcome
     if ack is not None:
         return ack
     if len(items) == 1 and outcome != "accepted":
@@ -173,6 +166,27 @@ def handle_webhook(
             200, {"ok": True, outcome: True} if outcome == "duplicate" else {"ok": True, "ignored": outcome}
         )
     return HttpResponse(200, {"ok": True})
+
+
+def _enqueue_all(
+    platform: str, items: tuple[InboundMessage | Ignored, ...], settings: Settings, enqueue_once: EnqueueOnce
+) -> str | HttpResponse:
+    """Enqueue each message; the last outcome, or the error response that stops the request."""
+    outcome = "accepted"
+    for item in items:
+        try:
+            outcome = _enqueue_one(platform, item, settings, enqueue_once)
+        except InvalidIdentifier as exc:
+            if len(items) == 1:
+                return _reject(400, str(exc), platform)
+            # One bad event must not block a batch the platform would resend unchanged forever.
+            logger.warning("event in a batch ignored", extra={"platform": platform, "reason": str(exc)})
+            metrics.add_metric(name="InboundIgnored", unit=MetricUnit.Count, value=1)
+        except TransientError as exc:
+            # Every message enqueued so far is de-duplicated when the platform retries the request.
+            logger.warning("enqueue failed; asking the platform to retry", extra={"reason": str(exc)})
+            return HttpResponse(503, {"ok": False, "error": "busy, retry"}, {"retry-after": "5"})
+    return outcome
 
 
 def _enqueue_one(platform: str, item: InboundMessage | Ignored, settings: Settings, enqueue_once: EnqueueOnce) -> str:
