@@ -1,0 +1,1010 @@
+"""The whole gateway under injected faults and concurrent load, in local mode.
+
+Local mode runs in-process (moto as the AWS, the five handlers, queue pollers as Lambda's event
+sources, Step Functions executions inside moto) with a fake Telegram and a fake OpenAI-compatible
+model on loopback. Chats send numbered messages concurrently, each chat in order and waiting for
+its acknowledgement, as Telegram does; the model echoes the message, so every reply names the
+message it answers. Faults are injected at the adapters:
+
+- AWS: a fraction of the DynamoDB, SQS (SendMessage, ChangeMessageVisibility) and Step Functions
+  (StartExecution) calls the functions make raise the service's throttling error, as a call whose
+  SDK retries were exhausted would (`botocore.client.BaseClient._make_api_call` is wrapped; the
+  calls of local mode's pollers and of this harness are left alone);
+- the model answers some requests with 429, 500 or too slowly (GATEWAY_PROVIDER_TIMEOUT_SECONDS);
+- Telegram answers some sends with 429, 500, too slowly (the sender's timeout is 1 s here; the fake
+  posts nothing before a timed-out answer) or a permanent 400 (dead-lettered at once, by design);
+- a turn task crashes once after doing its work: with an error Step Functions retries
+  (`Lambda.ServiceException`: the task runs twice) or with one it does not (`Sandbox.Timedout`, a
+  function that timed out after its write: the workflow's Fail state runs);
+- duplicate webhooks: an update sent twice at once, a later duplicate of an earlier message, an
+  inbound envelope put on the queue again with a new de-duplication id (past the idempotency
+  record, reaching the router out of order), a delivery job queued twice and run by concurrent
+  delivery workers (three pollers, each with its own copy of the handler module, as Lambda runs
+  concurrent instances).
+
+Time is compressed by the profile's `time_scale` (10 at full size, 20 in CI): each retry delay the
+functions ask for (`SqsQueue.delay_retry`: busy sessions, rate limits, backoff), the queues'
+visibility timeouts (at least 3 s) and the outbox's stale-claim age are divided by it, so their
+ratios stay as deployed; Step Functions' retry intervals and the model and platform timeouts are
+real. Outcomes are counted from the platform's side (the fake Telegram's accepted messages, in
+order), the outbox, the transcript's markers (turn -> message), the dead-letter queues and the
+executions:
+
+- received: messages acknowledged 200 by the webhook; turns: executions started (their outcomes and,
+  for failed ones, the error the Fail state got); replies: messages the platform accepted;
+- duplicate_replies: a reply (the answer, or the apology) posted more than once for one message;
+  answered_and_apologized: messages that got both;
+- lost: acknowledged, never answered (no answer, no apology) and in no dead-letter queue;
+- order_violations: replies that reached a chat after the reply to a later message of that chat;
+- dead_lettered: entries in both DLQs. The delivery DLQ's entries carry a `reason` attribute (the
+  delivery function dead-letters a refused job at once); the inbound DLQ's carry none: SQS moves a
+  message there after `maxReceiveCount` failed receives, so the reason is only in the router's logs;
+- log_scan: the functions' log lines at DEBUG and everything written to standard error (local mode's
+  notes on failed invocations, as Lambda would log an unhandled error) hold no secret and no
+  message text.
+
+Usage: .venv/bin/python bench/faults.py [--size full|ci] [--seed S] [--sessions N] [--messages M]
+Writes bench/results/faults-latest.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import importlib.util
+import io
+import json
+import logging
+import math
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+ROOT = Path(__file__).resolve().parents[1]
+for extra in (ROOT, ROOT / "layers" / "common", ROOT / "local"):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
+
+from tests.fakes.loopback import ScriptedAnswer  # noqa: E402
+from tests.fakes.openai_server import FakeOpenAI, completion  # noqa: E402
+from tests.fakes.telegram_server import SERVER_ERROR, FakeTelegram, too_many_requests  # noqa: E402
+
+WEBHOOK_SECRET = "faults-webhook-secret-" + hashlib.sha256(b"webhook").hexdigest()[:16]
+BOT_TOKEN = "7000001:FAULTS-" + hashlib.sha256(b"bot").hexdigest()[:24]
+API_KEY = "sk-faults-" + hashlib.sha256(b"key").hexdigest()[:32]
+PLATFORM_TIMEOUT_SECONDS = 1.0
+PROVIDER_TIMEOUT_SECONDS = 1
+DYNAMODB_OPERATIONS = frozenset(
+    {"GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "TransactWriteItems", "TransactGetItems"}
+)
+OUTBOX_STATUSES = frozenset({"sending", "sent", "failed", "unknown", "gone", "recorded"})
+SQS_OPERATIONS = frozenset({"SendMessage", "ChangeMessageVisibility"})
+SFN_OPERATIONS = frozenset({"StartExecution"})
+RETRIED_CRASH = "Lambda.ServiceException"  # Step Functions retries it: the task runs again
+UNRETRIED_CRASH = "Sandbox.Timedout"  # what Lambda reports for a function that timed out: caught, Fail runs
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How much traffic and how many faults; probabilities are per call, request or event."""
+
+    sessions: int
+    messages: int  # per session, sent in order
+    senders: int  # chats sending at the same time
+    dynamodb_throttle: float = 0.02  # per DynamoDB call a function makes
+    sqs_throttle: float = 0.03  # per SendMessage / ChangeMessageVisibility a function makes
+    sfn_throttle: float = 0.03  # per StartExecution
+    provider_faults: tuple[tuple[str, float], ...] = (("rate_limited", 0.05), ("server_error", 0.05), ("timeout", 0.03))
+    platform_faults: tuple[tuple[str, float], ...] = (
+        ("rate_limited", 0.05),
+        ("server_error", 0.05),
+        ("timeout", 0.03),
+        ("refused", 0.01),
+    )
+    crash_retried: float = 0.03  # per turn task
+    crash_unretried: float = 0.01  # per turn task
+    webhook_duplicate_concurrent: float = 0.1  # per message
+    webhook_duplicate_late: float = 0.1  # per message: an earlier message of the chat sent again
+    inbound_redelivery: float = 0.05  # per message: its envelope queued again past the idempotency record
+    delivery_job_duplicate: float = 0.1  # per delivery job
+    delivery_workers: int = 3
+    time_scale: int = 10  # retry delays, visibility timeouts and the outbox's stale-claim age are divided by this
+    think_seconds: float = 0.3  # at most this long between two messages of a chat
+    deadline_seconds: float = 420.0  # to reach quiescence after the last message
+
+
+SIZES = {
+    "full": Profile(sessions=40, messages=10, senders=10),
+    # Fewer messages, so higher rates: every kind of fault still happens in a run.
+    "ci": Profile(
+        sessions=6,
+        messages=4,
+        senders=6,
+        sqs_throttle=0.06,
+        sfn_throttle=0.06,
+        crash_retried=0.06,
+        crash_unretried=0.03,
+        think_seconds=0.1,
+        time_scale=20,
+        deadline_seconds=120.0,
+    ),
+}
+
+
+# --- fault injection --------------------------------------------------------------------------
+
+
+class Faults:
+    """Seeded dice (shared by threads, so the sequence depends on timing), what was injected, and
+    which function the current thread is running (faults go to the functions' calls only)."""
+
+    def __init__(self, profile: Profile, seed: int) -> None:
+        self.profile = profile
+        self.seed = seed
+        self.injected: Counter[str] = Counter()
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._crashed: set[tuple[str, str]] = set()
+
+    def roll(self, probability: float) -> bool:
+        with self._lock:
+            return self._rng.random() < probability
+
+    def pick(self, table: tuple[tuple[str, float], ...]) -> str | None:
+        with self._lock:
+            roll = self._rng.random()
+        edge = 0.0
+        for name, probability in table:
+            edge += probability
+            if roll < edge:
+                return name
+        return None
+
+    def count(self, name: str) -> None:
+        with self._lock:
+            self.injected[name] += 1
+
+    @property
+    def function(self) -> str | None:
+        return getattr(self._local, "function", None)
+
+    @contextlib.contextmanager
+    def inside(self, function: str | None) -> Iterator[None]:
+        """Calls made in this block are `function`'s (None: the harness's own, never faulted)."""
+        previous = self.function
+        self._local.function = function
+        try:
+            yield
+        finally:
+            self._local.function = previous
+
+    def aws_fault(self, service: str, operation: str, params: dict[str, Any]) -> Exception | None:
+        """The throttling error to raise instead of this call, if the dice say so."""
+        if self.function is None:
+            return None
+        if service == "dynamodb" and operation in DYNAMODB_OPERATIONS and self.roll(self.profile.dynamodb_throttle):
+            self.count(f"dynamodb_throttled:{self.function}:{operation}:{_what(params)}")
+            return _dynamodb_throttle(operation, params)
+        if service == "sqs" and operation in SQS_OPERATIONS and self.roll(self.profile.sqs_throttle):
+            self.count(f"sqs_throttled:{self.function}:{operation}")
+            return _client_error(operation, "ThrottlingException", "Rate exceeded")
+        if service == "stepfunctions" and operation in SFN_OPERATIONS and self.roll(self.profile.sfn_throttle):
+            self.count(f"stepfunctions_throttled:{self.function}:{operation}")
+            return _client_error(operation, "ThrottlingException", "Rate exceeded")
+        return None
+
+    def crash(self, event: dict[str, Any]) -> Exception | None:
+        """Once per (turn, task), by a draw of its own: the error the task fails with after its work."""
+        step, turn_id = str(event.get("step")), str((event.get("turn") or {}).get("turn_id"))
+        with self._lock:
+            if (turn_id, step) in self._crashed:
+                return None
+            draw = random.Random(f"{self.seed}:{turn_id}:{step}").random()
+            if draw < self.profile.crash_retried:
+                kind = RETRIED_CRASH
+            elif draw < self.profile.crash_retried + self.profile.crash_unretried:
+                kind = UNRETRIED_CRASH
+            else:
+                return None
+            self._crashed.add((turn_id, step))
+            self.injected[f"crash_after_work:{kind}:{step}"] += 1
+        return type(kind, (Exception,), {})(f"injected: the {step} task failed after doing its work")
+
+
+def _what(params: dict[str, Any]) -> str:
+    """The table a DynamoDB call is for, and for the outbox whether it claims or marks a chunk."""
+    tables = [params.get("TableName")] + [
+        op.get("TableName") for item in params.get("TransactItems") or [] for op in item.values()
+    ]
+    names = sorted({str(t).removeprefix("hermes-local-") for t in tables if t})
+    values = {v.get("S") for v in (params.get("ExpressionAttributeValues") or {}).values() if isinstance(v, dict)}
+    if names == ["outbox"] and values & OUTBOX_STATUSES:
+        return (
+            "outbox(claim)"
+            if "sending" in values
+            else "outbox(mark " + "/".join(sorted(values & OUTBOX_STATUSES)) + ")"
+        )
+    return "+".join(names)
+
+
+def _client_error(operation: str, code: str, message: str, **extra: Any) -> Exception:
+    from botocore.exceptions import ClientError
+
+    response = {"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": 400}, **extra}
+    return ClientError(response, operation)  # type: ignore[arg-type]
+
+
+def _dynamodb_throttle(operation: str, params: dict[str, Any]) -> Exception:
+    if operation == "TransactWriteItems":
+        items = len(params.get("TransactItems") or [None])
+        reasons = [{"Code": "ThrottlingError", "Message": "Throughput exceeds the current capacity"}]
+        reasons += [{"Code": "None"}] * (items - 1)
+        return _client_error(
+            operation, "TransactionCanceledException", "Transaction cancelled", CancellationReasons=reasons
+        )
+    return _client_error(
+        operation,
+        "ProvisionedThroughputExceededException",
+        "The level of configured provisioned throughput was exceeded",
+    )
+
+
+@dataclass
+class FaultyTelegram(FakeTelegram):
+    """The Bot API answering some sends with a fault; a timed-out send posts nothing."""
+
+    thread_name: ClassVar[str] = "fake-telegram-faults"
+    faults: Faults | None = None
+
+    def _default_answer(self, request: Any) -> ScriptedAnswer:
+        fault = self.faults.pick(self.faults.profile.platform_faults) if self.faults else None
+        if request.api_method != "sendMessage" or fault is None:
+            posted = len(self.sent)
+            answer = super()._default_answer(request)
+            if len(self.sent) > posted:
+                self.sent[-1]["at"] = time.time()
+            return answer
+        self.faults.count(f"platform:{fault}")  # type: ignore[union-attr]
+        if fault == "rate_limited":
+            return ScriptedAnswer(429, too_many_requests(1))
+        if fault == "server_error":
+            return ScriptedAnswer(500, SERVER_ERROR)
+        if fault == "timeout":
+            return ScriptedAnswer(502, SERVER_ERROR, delay=PLATFORM_TIMEOUT_SECONDS + 0.5)
+        return ScriptedAnswer(400, {"ok": False, "error_code": 400, "description": "Bad Request: message refused"})
+
+
+@dataclass
+class EchoingOpenAI(FakeOpenAI):
+    """A model that answers "Echo: <the user's last message>", or with a fault."""
+
+    thread_name: ClassVar[str] = "fake-openai-faults"
+    faults: Faults | None = None
+
+    def _default_answer(self, request: Any) -> ScriptedAnswer:
+        messages = (request.json or {}).get("messages") or [{}]
+        answer = ScriptedAnswer(200, completion("Echo: " + str(messages[-1].get("content"))))
+        fault = self.faults.pick(self.faults.profile.provider_faults) if self.faults else None
+        if fault is None:
+            return answer
+        self.faults.count(f"provider:{fault}")  # type: ignore[union-attr]
+        if fault == "rate_limited":
+            return ScriptedAnswer(429, {"error": {"message": "Rate limit reached"}}, headers={"Retry-After": "1"})
+        if fault == "server_error":
+            return ScriptedAnswer(500, {"error": {"message": "The server had an error"}})
+        return replace(answer, delay=PROVIDER_TIMEOUT_SECONDS + 0.5)
+
+
+@contextlib.contextmanager
+def patched(faults: Faults, queues: dict[str, str]) -> Iterator[None]:
+    """The AWS fault injector, compressed retry delays, a short platform timeout, and the duplicate
+    delivery jobs; `queues` (name -> URL) is filled in once local mode has made them."""
+    from botocore.client import BaseClient
+
+    from hermes_gateway.adapters import aws as aws_adapters
+    from hermes_gateway.adapters.dynamo_outbox import SEND_CLAIM_SECONDS, DynamoOutbox
+    from hermes_gateway.platforms import telegram
+
+    original_call = BaseClient._make_api_call
+    original_delay = aws_adapters.SqsQueue.delay_retry
+    original_send = aws_adapters.SqsQueue.send
+    original_sender = telegram.build_sender
+    original_claim = DynamoOutbox.claim
+
+    def make_api_call(client: Any, operation: str, params: dict[str, Any]) -> Any:
+        fault = faults.aws_fault(client.meta.service_model.service_name, operation, params)
+        if fault is not None:
+            raise fault
+        return original_call(client, operation, params)
+
+    def delay_retry(queue: Any, receipt_handle: str, seconds: int) -> None:
+        original_delay(queue, receipt_handle, math.ceil(seconds / faults.profile.time_scale))
+
+    def claim(outbox: Any, delivery_id: str, now: float, stale_after_seconds: float = SEND_CLAIM_SECONDS) -> bool:
+        return bool(original_claim(outbox, delivery_id, now, stale_after_seconds / faults.profile.time_scale))
+
+    def send(queue: Any, body: dict[str, Any], **kwargs: Any) -> str:
+        message_id = original_send(queue, body, **kwargs)
+        if queue.url == queues.get("delivery") and faults.roll(faults.profile.delivery_job_duplicate):
+            faults.count("delivery_job_queued_twice")
+            with faults.inside(None):
+                original_send(queue, body, **kwargs)
+        return message_id
+
+    def build_sender(context: Any) -> Any:
+        token = context.secret("TELEGRAM_BOT_TOKEN")
+        return telegram.TelegramSender(context.platform.api_base_url, token, timeout=PLATFORM_TIMEOUT_SECONDS)
+
+    BaseClient._make_api_call = make_api_call  # type: ignore[method-assign]
+    aws_adapters.SqsQueue.delay_retry = delay_retry  # type: ignore[method-assign]
+    aws_adapters.SqsQueue.send = send  # type: ignore[method-assign]
+    telegram.build_sender = build_sender  # type: ignore[assignment]
+    DynamoOutbox.claim = claim  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        BaseClient._make_api_call = original_call  # type: ignore[method-assign]
+        aws_adapters.SqsQueue.delay_retry = original_delay  # type: ignore[method-assign]
+        aws_adapters.SqsQueue.send = original_send  # type: ignore[method-assign]
+        telegram.build_sender = original_sender
+        DynamoOutbox.claim = original_claim  # type: ignore[method-assign]
+
+
+def instrument(gateway: Any, faults: Faults) -> None:
+    """Mark each function's thread while it runs (its AWS calls may be faulted); the agent's tasks
+    may crash after their work."""
+
+    def marked(name: str, handler: Callable[..., Any]) -> Callable[..., Any]:
+        def call(event: dict[str, Any], context: Any) -> Any:
+            with faults.inside(name):
+                result = handler(event, context)
+            crash = faults.crash(event) if name == "agent" else None
+            if crash is not None:
+                raise crash
+            return result
+
+        return call
+
+    for name, handler in list(gateway.functions.handlers.items()):
+        gateway.functions.handlers[name] = marked(name, handler)
+
+
+class Worker:
+    """One more concurrent instance of a queue consumer: its own copy of the handler module (a
+    Lambda instance has its own globals, such as the batch processor), polled as local mode does."""
+
+    def __init__(self, gateway: Any, name: str, index: int, faults: Faults) -> None:
+        from hermes_gateway.resources import function
+
+        spec = function(name)
+        module_file = spec.handler.split(".", 1)[0]
+        module_spec = importlib.util.spec_from_file_location(
+            f"hermes_faults_{name}_{index}", ROOT / spec.code_dir / f"{module_file}.py"
+        )
+        assert module_spec is not None and module_spec.loader is not None
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+        self._handler = module.lambda_handler
+        self._gateway, self._faults, self.spec = gateway, faults, spec
+        self.region = gateway.functions.region
+
+    def invoke(self, name: str, event: dict[str, Any]) -> Any:
+        from hermes_gateway.observability import metrics
+
+        try:
+            with self._faults.inside(name):
+                return self._handler(event, self._gateway.functions.context(name))
+        finally:
+            metrics.clear_metrics()
+
+    def start(self, queue_url: str, stop: threading.Event) -> threading.Thread:
+        from hermes_local.pollers import poll_queue
+
+        thread = threading.Thread(
+            target=poll_queue, args=(self, self.spec, queue_url, stop, 1), name=f"poll-{self.spec.name}-x", daemon=True
+        )
+        thread.start()
+        return thread
+
+
+# --- traffic ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Message:
+    session: int
+    n: int
+    update_id: int
+    chat_id: int
+    text: str
+    accepted: bool = False
+    accepted_at: float = 0.0
+    envelope: dict[str, Any] | None = None
+
+    @property
+    def key(self) -> str:
+        return f"s{self.session}m{self.n}"
+
+    def update(self) -> dict[str, Any]:
+        return {
+            "update_id": self.update_id,
+            "message": {
+                "message_id": self.n,
+                "date": int(time.time()),
+                "chat": {"id": self.chat_id, "type": "private", "first_name": f"S{self.session}"},
+                "from": {"id": self.chat_id, "is_bot": False, "first_name": f"S{self.session}"},
+                "text": self.text,
+            },
+        }
+
+
+@dataclass
+class Traffic:
+    """The chats: each sends its messages in order, retrying each until it is acknowledged, as
+    Telegram does, plus the duplicates the profile asks for."""
+
+    url: str
+    faults: Faults
+    messages: list[Message] = field(default_factory=list)
+    answers: Counter[str] = field(default_factory=Counter)  # webhook status codes seen
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def build(self, profile: Profile, seed: int) -> None:
+        rng = random.Random(seed)
+        for s in range(profile.sessions):
+            for n in range(1, profile.messages + 1):
+                tag = "".join(rng.choice("abcdefghjkmnpqrstuvwxyz23456789") for _ in range(6))
+                self.messages.append(Message(s, n, 100_000 + s * 1000 + n, 9_000_000 + s, f"s{s} m{n} {tag}"))
+
+    def post(self, message: Message, deadline: float) -> bool:
+        body = json.dumps(message.update()).encode()
+        headers = {"content-type": "application/json", "x-telegram-bot-api-secret-token": WEBHOOK_SECRET}
+        pause = 0.2
+        while time.time() < deadline:
+            request = urllib.request.Request(self.url + "/webhooks/telegram", body, headers, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    status = response.status
+            except urllib.error.HTTPError as exc:
+                status = exc.code
+            except OSError:
+                status = 0
+            with self._lock:
+                self.answers[str(status)] += 1
+            if status == 200:
+                message.accepted_at = message.accepted_at or time.time()
+                message.accepted = True
+                return True
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
+        return False
+
+    def post_concurrently(self, message: Message, deadline: float) -> None:
+        barrier = threading.Barrier(2)
+
+        def twice() -> None:
+            barrier.wait()
+            self.post(message, deadline)
+
+        threads = [threading.Thread(target=twice) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def chat(
+        self, session: int, profile: Profile, seed: int, deadline: float, redeliver: Callable[[Message], None]
+    ) -> None:
+        rng = random.Random(f"{seed}:chat:{session}")
+        mine = [m for m in self.messages if m.session == session]
+        for i, message in enumerate(mine):
+            if rng.random() < profile.webhook_duplicate_concurrent:
+                self.faults.count("webhook_sent_twice_at_once")
+                self.post_concurrently(message, deadline)
+            else:
+                self.post(message, deadline)
+            if i and rng.random() < profile.webhook_duplicate_late:
+                self.faults.count("webhook_earlier_message_sent_again")
+                self.post(rng.choice(mine[:i]), deadline)
+            if i and rng.random() < profile.inbound_redelivery:
+                redeliver(rng.choice(mine[:i]))
+            time.sleep(rng.uniform(0, profile.think_seconds))
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+
+class LogCapture(logging.Handler):
+    """Every line the functions log, at every level, as CloudWatch would get it, and what the
+    process writes to standard error (local mode's notes on crashed invocations)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+        self.stderr = io.StringIO()
+        self._logger: Any = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self._logger.registered_formatter.format(record))
+
+    @contextlib.contextmanager
+    def capturing(self) -> Iterator[LogCapture]:
+        from hermes_gateway.observability import logger
+
+        self._logger = logger
+        std = logging.getLogger(logger.name)
+        level, quiet = std.level, [(h, h.level) for h in std.handlers]
+        for handler, _ in quiet:
+            handler.setLevel(logging.CRITICAL + 1)  # the run's DEBUG lines are scanned, not printed
+        std.addHandler(self)
+        std.setLevel(logging.DEBUG)
+        try:
+            with contextlib.redirect_stderr(self.stderr):
+                yield self
+        finally:
+            std.removeHandler(self)
+            std.setLevel(level)
+            for handler, handler_level in quiet:
+                handler.setLevel(handler_level)
+
+    def scan(self, secrets: dict[str, str], texts: list[str]) -> dict[str, Any]:
+        logged = "\n".join(self.lines)
+        printed = self.stderr.getvalue()
+        everything = logged + "\n" + printed
+        return {
+            "log_lines": len(self.lines),
+            "stderr_lines": printed.count("\n"),
+            "secrets_found": sorted(name for name, value in secrets.items() if value in everything),
+            "message_texts_found": sum(1 for text in texts if text in everything),
+        }
+
+
+def _environ(telegram: FakeTelegram, openai: FakeOpenAI, state: Path) -> dict[str, str]:
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HERMES_LOCAL_STATE": str(state),
+        "TELEGRAM_WEBHOOK_SECRET": WEBHOOK_SECRET,
+        "TELEGRAM_BOT_TOKEN": BOT_TOKEN,
+        "TELEGRAM_API_BASE_URL": telegram.base_url,
+        "GATEWAY_PROVIDER": "openai",
+        "GATEWAY_MODEL": "faults-model",
+        "OPENAI_BASE_URL": openai.base_url,
+        "OPENAI_API_KEY": API_KEY,
+        "GATEWAY_PROVIDER_TIMEOUT_SECONDS": str(PROVIDER_TIMEOUT_SECONDS),
+        "GATEWAY_BUSY_RETRY_SECONDS": "1",
+        "POWERTOOLS_LOG_LEVEL": "DEBUG",
+    }
+
+
+def _queue_urls() -> dict[str, str]:
+    from hermes_gateway.resources import DELIVERY_QUEUE, INBOUND_QUEUE
+
+    return {
+        "inbound": os.environ[INBOUND_QUEUE.env_var],
+        "inbound-dlq": os.environ[INBOUND_QUEUE.dead_letter_env_var],
+        "delivery": os.environ[DELIVERY_QUEUE.env_var],
+        "delivery-dlq": os.environ[DELIVERY_QUEUE.dead_letter_env_var],
+    }
+
+
+def _quiet(sqs: Any, sfn: Any, queues: dict[str, str]) -> bool:
+    """Nothing queued, in flight or delayed, and no turn running."""
+    for name in ("inbound", "delivery"):
+        attributes = sqs.get_queue_attributes(QueueUrl=queues[name], AttributeNames=["All"])["Attributes"]
+        counts = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible")
+        if any(int(attributes.get(c, 0)) for c in (*counts, "ApproximateNumberOfMessagesDelayed")):
+            return False
+    machine = os.environ["HERMES_TURN_STATE_MACHINE_ARN"]
+    return not sfn.list_executions(stateMachineArn=machine, statusFilter="RUNNING")["executions"]
+
+
+def _wait_quiet(sqs: Any, sfn: Any, queues: dict[str, str], deadline: float) -> bool:
+    calm = 0
+    while time.time() < deadline:
+        calm = calm + 1 if _quiet(sqs, sfn, queues) else 0
+        if calm >= 3:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def _drain(sqs: Any, url: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    while batch := sqs.receive_message(
+        QueueUrl=url,
+        MaxNumberOfMessages=10,
+        VisibilityTimeout=300,
+        AttributeNames=["All"],
+        MessageAttributeNames=["All"],
+    ).get("Messages", []):
+        found.extend(batch)
+    return found
+
+
+def _redeliverer(sqs: Any, queues: dict[str, str], faults: Faults) -> Callable[[Message], None]:
+    """Put a message's envelope on the inbound queue again under a new de-duplication id, as if the
+    idempotency record and SQS's de-duplication window had both passed."""
+
+    def redeliver(message: Message) -> None:
+        from hermes_gateway.adapters.aws import group_id_for
+
+        if message.envelope is None:
+            return
+        faults.count("inbound_envelope_queued_again")
+        sqs.send_message(
+            QueueUrl=queues["inbound"],
+            MessageBody=json.dumps(message.envelope),
+            MessageGroupId=group_id_for(message.envelope["session_key"]),
+            MessageDeduplicationId=hashlib.sha256(
+                f"again|{message.envelope['event_id']}|{time.time()}".encode()
+            ).hexdigest(),
+        )
+
+    return redeliver
+
+
+def _capture_envelopes(traffic: Traffic, queues: dict[str, str]) -> Callable[[], None]:
+    """Keep each message's inbound envelope (for the redeliveries); returns the undo."""
+    from hermes_gateway.adapters import aws as aws_adapters
+
+    by_update = {m.update_id: m for m in traffic.messages}
+    current = aws_adapters.SqsQueue.send
+
+    def send(queue: Any, body: dict[str, Any], **kwargs: Any) -> str:
+        message_id = current(queue, body, **kwargs)
+        if queue.url == queues["inbound"]:
+            found = by_update.get(int(str(body.get("event_id", "")).rsplit(":", 1)[-1] or 0))
+            if found is not None:
+                found.envelope = body
+        return str(message_id)
+
+    aws_adapters.SqsQueue.send = send  # type: ignore[method-assign]
+
+    def undo() -> None:
+        aws_adapters.SqsQueue.send = current  # type: ignore[method-assign]
+
+    return undo
+
+
+def run(profile: Profile, seed: int = 7) -> dict[str, Any]:
+    """One run; returns the report (see `account`)."""
+    import boto3
+
+    from hermes_gateway.resources import QUEUES
+    from hermes_local.runtime import LocalGateway
+
+    faults = Faults(profile, seed)
+    queues: dict[str, str] = {}
+    capture = LogCapture()
+    global LAST_CAPTURE
+    LAST_CAPTURE = capture
+    started = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        telegram = stack.enter_context(FaultyTelegram(token=BOT_TOKEN, faults=faults))
+        openai = stack.enter_context(EchoingOpenAI(faults=faults))
+        state = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "local.json"
+        stack.enter_context(patched(faults, queues))
+        stack.enter_context(capture.capturing())
+        gateway = LocalGateway(
+            port=0, environ=_environ(telegram, openai, state), tick_seconds=3600, poll_wait_seconds=1
+        )
+        gateway.start()
+        stack.callback(gateway.stop)
+        queues.update(_queue_urls())
+        sqs, sfn = boto3.client("sqs"), boto3.client("stepfunctions")
+        for spec in QUEUES:
+            seconds = max(3, spec.visibility_timeout_seconds // profile.time_scale)
+            sqs.set_queue_attributes(QueueUrl=queues[spec.name], Attributes={"VisibilityTimeout": str(seconds)})
+        instrument(gateway, faults)
+        stop = threading.Event()
+        stack.callback(stop.set)
+        for index in range(1, profile.delivery_workers):
+            Worker(gateway, "delivery", index, faults).start(queues["delivery"], stop)
+        traffic = Traffic(gateway.url, faults)
+        traffic.build(profile, seed)
+        stack.callback(_capture_envelopes(traffic, queues))
+        send_deadline = time.time() + profile.deadline_seconds
+        redeliver = _redeliverer(sqs, queues, faults)
+        _send_all(traffic, profile, seed, send_deadline, redeliver)
+        sent_seconds = time.perf_counter() - started
+        quiet = _wait_quiet(sqs, sfn, queues, time.time() + profile.deadline_seconds)
+        report = account(traffic, telegram, sqs, sfn, queues)
+        report["log_scan"] = capture.scan(
+            {"TELEGRAM_BOT_TOKEN": BOT_TOKEN, "TELEGRAM_WEBHOOK_SECRET": WEBHOOK_SECRET, "OPENAI_API_KEY": API_KEY},
+            [m.text for m in traffic.messages],
+        )
+        report.update(
+            seed=seed,
+            sessions=profile.sessions,
+            messages_per_session=profile.messages,
+            quiescent=quiet,
+            seconds_sending=round(sent_seconds, 1),
+            seconds=round(time.perf_counter() - started, 1),
+            faults_injected=dict(sorted(faults.injected.items())),
+            webhook_answers=dict(sorted(traffic.answers.items())),
+        )
+    return report
+
+
+def _send_all(
+    traffic: Traffic, profile: Profile, seed: int, deadline: float, redeliver: Callable[[Message], None]
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=profile.senders, thread_name_prefix="chat") as pool:
+        futures = [pool.submit(traffic.chat, s, profile, seed, deadline, redeliver) for s in range(profile.sessions)]
+        for future in futures:
+            future.result()
+
+
+# --- accounting -------------------------------------------------------------------------------
+
+
+def _markers() -> dict[str, str]:
+    """turn id -> the event id it answers, from the transcript's de-duplication markers."""
+    import boto3
+
+    from hermes_gateway.resources import MESSAGES
+
+    dynamodb = boto3.client("dynamodb")
+    found: dict[str, str] = {}
+    kwargs: dict[str, Any] = {"TableName": os.environ[MESSAGES.env_var]}
+    while True:
+        page = dynamodb.scan(**kwargs)
+        for item in page.get("Items", []):
+            if item.get("role", {}).get("S") == "marker" and "turn_id" in item:
+                found[item["turn_id"]["S"]] = item["dedupe_key"]["S"]
+        if "LastEvaluatedKey" not in page:
+            return found
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _update_id(event_id: str | None) -> int | None:
+    tail = str(event_id or "").rsplit(":", 1)[-1]
+    return int(tail) if tail.isdigit() else None
+
+
+def account(traffic: Traffic, telegram: FakeTelegram, sqs: Any, sfn: Any, queues: dict[str, str]) -> dict[str, Any]:
+    """What became of every message, from what the platform accepted, the outbox, the dead-letter
+    queues and the executions."""
+    from hermes_gateway import wiring
+
+    by_update = {m.update_id: m for m in traffic.messages}
+    turn_of = {_update_id(event): turn for turn, event in _markers().items()}
+    rows = wiring.outbox().recent(limit=10**9)
+    with telegram._lock:
+        sent = list(telegram.sent)
+    ledger = Ledger.read(sent, traffic.messages, rows, turn_of)
+    dead = _dead_letters(sqs, queues, by_update)
+    accepted = [m for m in traffic.messages if m.accepted]
+    lost = [m.key for m in accepted if not ledger.replies[m.key] and m.key not in dead["messages"]]
+    executions, failures, ledger.turn_times = _executions(sfn)
+    kinds = [kind for replies in ledger.replies.values() for kind in replies]
+    return {
+        "received": len(accepted),
+        "not_acknowledged": len(traffic.messages) - len(accepted),
+        "turns": sum(executions.values()),
+        "turn_outcomes": executions,
+        "turn_failures": failures,
+        "replies": len(sent),
+        "answers": kinds.count("answer"),
+        "apologies": kinds.count("apology"),
+        "unexpected_replies": ledger.unexpected,
+        "duplicate_replies": sum(n - 1 for n in ledger.counts().values() if n > 1),
+        "duplicated": ledger.evidence([k for k, n in ledger.counts().items() if n > 1]),
+        "answered_and_apologized": ledger.evidence(ledger.answered_and_apologized()),
+        "lost": len(lost),
+        "lost_messages": ledger.evidence(lost),
+        "order_violations": sum(_violations(numbers) for numbers in ledger.per_chat.values()),
+        "out_of_order": ledger.evidence(ledger.late()),
+        "reply_order": {f"s{traffic_session(c)}": ns for c, ns in ledger.per_chat.items() if _violations(ns)},
+        "reply_seconds": ledger.latency(),
+        "slowest": ledger.evidence([ledger.latency().get("slowest")] if ledger.first_reply_at else []),
+        "dead_lettered": dead["count"],
+        "dlq": dead["entries"],
+        "dlq_reasons": dict(Counter(e["reason"] for e in dead["entries"])),
+    }
+
+
+@dataclass
+class Ledger:
+    """The replies each message got, in the order the platform accepted them."""
+
+    messages: dict[str, Message]
+    rows_of: dict[str, list[Any]]  # message key -> its turn's outbox rows
+    replies: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # key -> "answer"/"apology"
+    per_chat: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))  # message numbers, first replies
+    unexpected: list[dict[str, Any]] = field(default_factory=list)
+    first_reply_at: dict[str, float] = field(default_factory=dict)
+    turn_of: dict[str, str] = field(default_factory=dict)  # message key -> turn id
+    turn_times: dict[str, tuple[float, float]] = field(default_factory=dict)  # turn id -> started, stopped
+
+    @classmethod
+    def read(
+        cls, sent: list[dict[str, Any]], messages: list[Message], rows: list[Any], turn_of: dict[int | None, str]
+    ) -> Ledger:
+        from hermes_gateway.services.turn import APOLOGY
+
+        by_turn = {turn: m for m in messages if (turn := turn_of.get(m.update_id))}
+        rows_of: dict[str, list[Any]] = defaultdict(list)
+        for row in rows:
+            if row.turn_id in by_turn:
+                rows_of[by_turn[row.turn_id].key].append(row)
+        ledger = cls({m.key: m for m in messages}, rows_of)
+        ledger.turn_of = {m.key: turn for turn, m in by_turn.items()}
+        by_answer = {f"Echo: {m.text}": m for m in messages}
+        by_platform_id = {(r.chat_id, r.platform_message_id): r for r in rows if r.platform_message_id}
+        # An apology posted but never marked with its id (the mark failed; the row was sent again and
+        # marked with the second post's id): the chat's latest apology row recorded before the post.
+        apologies = sorted((r for r in rows if r.text == APOLOGY), key=lambda r: r.created_at, reverse=True)
+        for posted in sent:
+            message, kind = by_answer.get(posted["text"]), "answer"
+            if message is None and posted["text"] == APOLOGY:
+                row = by_platform_id.get((str(posted["chat_id"]), str(posted["message_id"])))
+                row = row or next(
+                    (r for r in apologies if r.chat_id == str(posted["chat_id"]) and r.created_at <= posted["at"]), None
+                )
+                message, kind = (by_turn.get(row.turn_id) if row else None), "apology"
+            if message is None:
+                ledger.unexpected.append({"chat": posted["chat_id"], "text": posted["text"][:80]})
+                continue
+            if not ledger.replies[message.key]:
+                ledger.per_chat[message.chat_id].append(message.n)
+                ledger.first_reply_at[message.key] = float(posted.get("at") or 0.0)
+            ledger.replies[message.key].append(kind)
+        return ledger
+
+    def latency(self) -> dict[str, Any]:
+        """Seconds from the webhook's acknowledgement to the first reply the chat got."""
+        waits = sorted((at - self.messages[key].accepted_at, key) for key, at in self.first_reply_at.items() if at)
+        if not waits:
+            return {}
+        pick = lambda q: round(waits[min(len(waits) - 1, int(q * len(waits)))][0], 1)  # noqa: E731
+        return {"p50": pick(0.5), "p95": pick(0.95), "max": round(waits[-1][0], 1), "slowest": waits[-1][1]}
+
+    def counts(self) -> Counter[tuple[str, str]]:
+        return Counter((key, kind) for key, kinds in self.replies.items() for kind in kinds)
+
+    def answered_and_apologized(self) -> list[str]:
+        return sorted(k for k, kinds in self.replies.items() if {"answer", "apology"} <= set(kinds))
+
+    def late(self) -> list[str]:
+        """Messages whose first reply reached the chat after the reply to a later message."""
+        found = []
+        for chat, numbers in self.per_chat.items():
+            highest = 0
+            for n in numbers:
+                if n < highest:
+                    found.append(next(k for k, m in self.messages.items() if m.chat_id == chat and m.n == n))
+                highest = max(highest, n)
+        return found
+
+    def evidence(self, keys: list[Any]) -> list[dict[str, Any]]:
+        """Each message with the replies it got and its turn's outbox rows (status, sends, last error)."""
+        found = []
+        for key in keys:
+            key = key[0] if isinstance(key, tuple) else key
+            rows = [
+                {
+                    "chunk": r.delivery_id.split("#")[0][-8:],
+                    "status": r.status,
+                    "attempts": r.attempts,
+                    "error": r.error,
+                }
+                for r in self.rows_of.get(key, [])
+            ]
+            found.append({"message": key, "replies": self.replies.get(key, []), "outbox": rows, **self.timeline(key)})
+        return found
+
+    def timeline(self, key: str) -> dict[str, Any]:
+        """Seconds after the webhook's acknowledgement: the turn's start and end, the first reply."""
+        message = self.messages.get(key)
+        if message is None or not message.accepted_at:
+            return {}
+        started, stopped = self.turn_times.get(self.turn_of.get(key, ""), (0.0, 0.0))
+        moments = {"turn_started": started, "turn_stopped": stopped, "replied": self.first_reply_at.get(key, 0.0)}
+        return {"seconds": {name: round(at - message.accepted_at, 1) for name, at in moments.items() if at}}
+
+
+def traffic_session(chat_id: int) -> int:
+    return chat_id - 9_000_000
+
+
+def _violations(numbers: list[int]) -> int:
+    """Replies that reached the chat after the reply to a later message."""
+    highest, count = 0, 0
+    for n in numbers:
+        if n < highest:
+            count += 1
+        highest = max(highest, n)
+    return count
+
+
+def _executions(sfn: Any) -> tuple[dict[str, int], dict[str, int], dict[str, tuple[float, float]]]:
+    """How many turns ended which way, for the failed ones the error their Fail state got, and when
+    each turn (by name) started and stopped."""
+    machine = os.environ["HERMES_TURN_STATE_MACHINE_ARN"]
+    statuses: Counter[str] = Counter()
+    causes: Counter[str] = Counter()
+    times: dict[str, tuple[float, float]] = {}
+    for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=machine):
+        for execution in page["executions"]:
+            statuses[execution["status"]] += 1
+            stop = execution.get("stopDate")
+            times[execution["name"]] = (execution["startDate"].timestamp(), stop.timestamp() if stop else 0.0)
+            if execution["status"] == "FAILED":
+                causes[_failure(sfn, execution["executionArn"])] += 1
+    return dict(statuses), dict(sorted(causes.items())), times
+
+
+def _failure(sfn: Any, arn: str) -> str:
+    for event in sfn.get_execution_history(executionArn=arn, maxResults=1000)["events"]:
+        details = event.get("stateEnteredEventDetails") or {}
+        if details.get("name") == "Fail":
+            error = json.loads(details.get("input") or "{}").get("error") or {}
+            cause = str(error.get("Cause") or "")
+            try:
+                cause = str(json.loads(cause).get("errorMessage", ""))[:60]
+            except ValueError:
+                cause = cause[:60]
+            return f"{error.get('Error')}: {cause}"
+    return "unknown"
+
+
+def _dead_letters(sqs: Any, queues: dict[str, str], by_update: dict[int, Message]) -> dict[str, Any]:
+    entries: list[dict[str, Any]] = []
+    messages: set[str] = set()
+    for name in ("inbound-dlq", "delivery-dlq"):
+        for item in _drain(sqs, queues[name]):
+            body = json.loads(item["Body"])
+            event_id = body.get("event_id") if name == "inbound-dlq" else body.get("correlation_id")
+            message = by_update.get(_update_id(event_id) or -1)
+            reason = (item.get("MessageAttributes") or {}).get("reason", {}).get("StringValue")
+            if reason is None:
+                receives = item.get("Attributes", {}).get("ApproximateReceiveCount", "?")
+                reason = f"redriven by SQS after maxReceiveCount receives (no reason attribute; {receives} receives)"
+            entries.append(
+                {
+                    "queue": name,
+                    "message": message.key if message else None,
+                    "reason": reason[:200],
+                    "kind": body.get("delivery_id", "envelope")[:12],
+                }
+            )
+            if message is not None:
+                messages.add(message.key)
+    return {"count": len(entries), "entries": entries, "messages": messages}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="full")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--sessions", type=int, default=None)
+    parser.add_argument("--messages", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "faults-latest.json")
+    args = parser.parse_args()
+    profile = SIZES[args.size]
+    if args.sessions:
+        profile = replace(profile, sessions=args.sessions)
+    if args.messages:
+        profile = replace(profile, messages=args.messages)
+    report = {"size": args.size, **run(profile, args.seed)}
+    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
