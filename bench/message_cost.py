@@ -667,73 +667,6 @@ def wait_outbox(count: int, timeout: float) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def item_level_transactions() -> Iterator[None]:
-    """moto rolls a failed TransactWriteItems back from a deep copy of every table it touches,
-    taken before each transaction: its cost grows with the table (the transcripts), and it holds
-    local mode's DynamoDB lock meanwhile, so every function's calls wait on it. Here the rollback
-    keeps a copy of only the items the transaction names, with the same outcome, so a long run
-    measures the gateway rather than moto's copying."""
-    import moto.dynamodb.models as models
-    from moto.dynamodb.models.dynamo_type import DynamoType
-    from moto.dynamodb.models.table import Table
-
-    from hermes_local.aws import _DYNAMODB_LOCK
-
-    real_copy = models.copy
-    original = models.DynamoDBBackend.__dict__["transact_write_items"]
-
-    class TablesUncopied:
-        """`copy` as moto's backend module sees it: a table "copies" as itself, the rest as before."""
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(real_copy, name)
-
-        @staticmethod
-        def deepcopy(value: Any, memo: Any = None) -> Any:
-            return value if isinstance(value, Table) else real_copy.deepcopy(value, memo)
-
-    def transact_write_items(backend: Any, transact_items: list[dict[str, Any]]) -> None:
-        with _DYNAMODB_LOCK:
-            saved = []
-            for entry in transact_items:
-                _, op = next(iter(entry.items()))
-                table = backend.tables.get(op.get("TableName"))
-                source = op.get("Key") or op.get("Item") or {}
-                if table is None or any(k and k not in source for k in (table.hash_key_attr, table.range_key_attr)):
-                    continue  # moto rejects it before writing anything
-                hash_key = DynamoType(source[table.hash_key_attr])
-                range_key = DynamoType(source[table.range_key_attr]) if table.range_key_attr else None
-                saved.append((table, hash_key, range_key, real_copy.deepcopy(table.get_item(hash_key, range_key))))
-            try:
-                original(backend, transact_items)
-            except Exception:
-                for table, hash_key, range_key, item in reversed(saved):
-                    _put_back(table, hash_key, range_key, item)
-                raise
-
-    models.copy = TablesUncopied()  # type: ignore[assignment]
-    models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        models.DynamoDBBackend.transact_write_items = original  # type: ignore[method-assign]
-        models.copy = real_copy
-
-
-def _put_back(table: Any, hash_key: Any, range_key: Any, item: Any) -> None:
-    """Restore one item as it was before a failed transaction (None: it did not exist)."""
-    if range_key is None:
-        if item is None:
-            table.items.pop(hash_key, None)
-        else:
-            table.items[hash_key] = item
-    elif item is None:
-        table.items.get(hash_key, {}).pop(range_key, None)
-    else:
-        table.items[hash_key][range_key] = item
-
-
-@contextmanager
 def local_gateway(environ: dict[str, str] | None = None) -> Iterator[tuple[Any, PlatformStub]]:
     """Local mode in this process with the echo provider, its Telegram replies going to a stub."""
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")  # before the handlers' logger exists
@@ -755,8 +688,7 @@ def local_gateway(environ: dict[str, str] | None = None) -> Iterator[tuple[Any, 
         from hermes_gateway.observability import logger
 
         logger.setLevel(env["POWERTOOLS_LOG_LEVEL"])  # the logger may predate this environment
-        with item_level_transactions():
-            yield gateway, platform
+        yield gateway, platform
     finally:
         gateway.stop()
         platform.close()

@@ -44,6 +44,7 @@ def configure_moto() -> None:
     default_user_config.setdefault("stepfunctions", {})["execute_state_machine"] = True
     default_user_config.setdefault("lambda", {})["use_docker"] = False
     make_dynamodb_atomic()
+    make_dynamodb_rollback_item_level()
     make_sqs_fifo_ordered()
 
 
@@ -83,6 +84,70 @@ def make_dynamodb_atomic() -> None:
 
         locked._hermes_atomic = True  # type: ignore[attr-defined]
         setattr(DynamoDBBackend, name, locked)
+
+
+def make_dynamodb_rollback_item_level() -> None:
+    """Roll a failed transaction back from copies of the items it names, not of whole tables.
+
+    moto backs up every table a TransactWriteItems touches with a deep copy before it starts, so
+    its cost grows with the table (the transcripts) while it holds the DynamoDB lock above: local
+    mode got slower the longer it ran, and every function's calls waited on the copy. The outcome
+    is the same with a copy of only the named items: a transaction changes nothing else.
+    """
+    import moto.dynamodb.models as models
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import Table
+
+    original = models.DynamoDBBackend.transact_write_items
+    if getattr(original, "_hermes_item_level", False):
+        return
+    real_copy = models.copy
+
+    class TablesUncopied:
+        """`copy` as moto's backend module sees it: a table "copies" as itself, the rest as before."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real_copy, name)
+
+        @staticmethod
+        def deepcopy(value: Any, memo: Any = None) -> Any:
+            return value if isinstance(value, Table) else real_copy.deepcopy(value, memo)
+
+    def transact_write_items(backend: Any, transact_items: list[dict[str, Any]]) -> None:
+        with _DYNAMODB_LOCK:
+            saved = []
+            for entry in transact_items:
+                _, op = next(iter(entry.items()))
+                table = backend.tables.get(op.get("TableName"))
+                source = op.get("Key") or op.get("Item") or {}
+                if table is None or any(k and k not in source for k in (table.hash_key_attr, table.range_key_attr)):
+                    continue  # moto refuses it before writing anything
+                hash_key = DynamoType(source[table.hash_key_attr])
+                range_key = DynamoType(source[table.range_key_attr]) if table.range_key_attr else None
+                saved.append((table, hash_key, range_key, real_copy.deepcopy(table.get_item(hash_key, range_key))))
+            try:
+                original(backend, transact_items)
+            except Exception:
+                for table, hash_key, range_key, item in reversed(saved):
+                    _put_back(table, hash_key, range_key, item)
+                raise
+
+    transact_write_items._hermes_item_level = True  # type: ignore[attr-defined]
+    models.copy = TablesUncopied()  # type: ignore[assignment]
+    models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
+
+
+def _put_back(table: Any, hash_key: Any, range_key: Any, item: Any) -> None:
+    """Restore one item as it was before a failed transaction (None: it did not exist)."""
+    if range_key is None:
+        if item is None:
+            table.items.pop(hash_key, None)
+        else:
+            table.items[hash_key] = item
+    elif item is None:
+        table.items.get(hash_key, {}).pop(range_key, None)
+    else:
+        table.items[hash_key][range_key] = item
 
 
 def make_sqs_fifo_ordered() -> None:
