@@ -240,7 +240,7 @@ def test_malformed_webchat_payload_is_400(payload: Any) -> None:
     [
         (tg_update(text=None, sticker={"file_id": "abc", "emoji": "👍"}), "no_text"),
         ({"update_id": 8, "edited_message": tg_update()["message"]}, "edited"),
-        ({"update_id": 9, "callback_query": {"id": "q"}}, "unsupported_update"),
+        ({"update_id": 9, "poll": {"id": "q"}}, "unsupported_update"),
     ],
 )
 def test_ignorable_update_is_200_and_nothing_is_enqueued(update: dict[str, Any], reason: str) -> None:

@@ -217,7 +217,9 @@ def test_caption_is_the_text_of_a_media_message() -> None:
         (_update({"from": ALICE, "new_chat_members": [ALICE]}), "no_text"),
         (_update({"from": ALICE, "text": "typo fixed"}, "edited_message"), "edited"),
         (_update({"text": "typo fixed"}, "edited_channel_post"), "edited"),
-        ({"update_id": 5, "callback_query": {"id": "1", "from": ALICE, "data": "x"}}, "unsupported_update"),
+        ({"update_id": 5, "poll": {"id": "1", "question": "x"}}, "unsupported_update"),
+        # a button press whose message is not included: there is no chat to answer in
+        ({"update_id": 5, "callback_query": {"id": "1", "from": ALICE, "data": "x"}}, "button_unusable"),
         ({"update_id": 5}, "unsupported_update"),
         (_update({"from": ALICE, "text": "hi", "chat": {"id": 1, "type": "something_new"}}), "unsupported_chat_type"),
     ],

@@ -50,6 +50,32 @@ class Target:
     chat_id: str
     thread_id: str | None = None
     context: Mapping[str, str] = field(default_factory=dict)
+    # Quick replies under the message (an approval's Approve/Deny). A sender that can show buttons
+    # does; one that cannot ignores them: the text itself always says what to type instead.
+    buttons: tuple[Button, ...] = ()
+
+
+@dataclass(frozen=True)
+class Button:
+    """A button that, when pressed, sends `reply` into the chat as the presser's own message."""
+
+    label: str
+    reply: str
+
+    @staticmethod
+    def parse_all(raw: object) -> tuple[Button, ...]:
+        """Buttons from a delivery job (`[{"label", "reply"}]`); anything malformed is left out."""
+        if not isinstance(raw, list):
+            return ()
+        return tuple(
+            Button(item["label"], item["reply"])
+            for item in raw
+            if isinstance(item, dict)
+            and isinstance(item.get("label"), str)
+            and isinstance(item.get("reply"), str)
+            and item["label"].strip()
+            and item["reply"].strip()
+        )
 
 
 class Sender(Protocol):

@@ -28,7 +28,15 @@ from hermes_gateway.errors import (
     Unauthorized,
 )
 from hermes_gateway.observability import logger
-from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target, header, retry_after_seconds
+from hermes_gateway.platforms.base import (
+    AdapterContext,
+    Answer,
+    Button,
+    HttpClient,
+    Target,
+    header,
+    retry_after_seconds,
+)
 from hermes_gateway.services.ingress import (
     Accepted,
     Handshake,
@@ -57,6 +65,7 @@ CHAT_INPUT_COMMAND = 1
 GROUP_DM_CHANNEL = 3
 THREAD_CHANNEL_TYPES = (10, 11, 12)  # announcement, public and private threads
 PROMPT_OPTION = "prompt"
+ACTION_ROW_COMPONENT, BUTTON_COMPONENT, PRIMARY_STYLE, CUSTOM_ID_LIMIT = 1, 2, 1, 100
 COMPONENT_PREFIX = "hermes:"  # buttons whose custom_id is "hermes:<text>" send <text> as a message
 USER_AGENT = "DiscordBot (https://github.com/hermes-serverless-gateway, 0.1)"  # Discord asks for this form
 # Agent output must not ping @everyone or roles; mentioning users stays possible.
@@ -299,7 +308,7 @@ class DiscordSender:
         application_id = target.context.get("application_id") or self._application_id
         if _is_token(token) and _is_snowflake(application_id):
             try:
-                return self._send_to_interaction(application_id, token, text)
+                return self._send_to_interaction(application_id, token, text, target.buttons)
             except _InteractionExpired:
                 if not self._bot_token:
                     raise TargetGone(
@@ -308,9 +317,9 @@ class DiscordSender:
                 logger.info("discord interaction token expired; sending to the channel", extra={"fallback": True})
         return self._send_to_channel(target, text)
 
-    def _send_to_interaction(self, application_id: str, token: str, text: str) -> str:
+    def _send_to_interaction(self, application_id: str, token: str, text: str, buttons: tuple[Button, ...]) -> str:
         webhook = f"/webhooks/{application_id}/{token}"
-        body = {"content": text, "allowed_mentions": ALLOWED_MENTIONS}
+        body = message_body(text, buttons)
         if token not in self._filled and self._original_is_loading(webhook, token):
             message_id = self._message_id(self._call("PATCH", webhook + "/messages/@original", token, body), token)
         else:
@@ -334,7 +343,7 @@ class DiscordSender:
         if not _is_snowflake(channel):
             raise PermanentError("discord: the target is not a channel id")
         headers = {"Authorization": f"Bot {self._bot_token}", "User-Agent": USER_AGENT}
-        body = {"content": text, "allowed_mentions": ALLOWED_MENTIONS}
+        body = message_body(text, target.buttons)
         answer = self._http.request("POST", f"/channels/{channel}/messages", json_body=body, headers=headers)
         return self._message_id(answer, None)
 
@@ -372,6 +381,25 @@ class DiscordSender:
         self._filled[token] = None
         while len(self._filled) > _REMEMBERED_TOKENS:
             del self._filled[next(iter(self._filled))]
+
+
+def message_body(text: str, buttons: tuple[Button, ...]) -> dict[str, Any]:
+    """The message, with the buttons as one action row; a press comes back as a component
+    interaction whose custom_id is `hermes:<reply>` (at most 100 characters: longer ones are left out)."""
+    body: dict[str, Any] = {"content": text, "allowed_mentions": ALLOWED_MENTIONS}
+    row = [
+        {
+            "type": BUTTON_COMPONENT,
+            "style": PRIMARY_STYLE,
+            "label": b.label[:80],
+            "custom_id": COMPONENT_PREFIX + b.reply,
+        }
+        for b in buttons[:5]
+        if len(COMPONENT_PREFIX + b.reply) <= CUSTOM_ID_LIMIT
+    ]
+    if row:
+        body["components"] = [{"type": ACTION_ROW_COMPONENT, "components": row}]
+    return body
 
 
 def build_sender(context: AdapterContext) -> DiscordSender | None:

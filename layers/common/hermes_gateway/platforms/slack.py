@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import parse_qs
 
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import (
@@ -42,9 +44,12 @@ from hermes_gateway.errors import (
 from hermes_gateway.platforms.base import (
     AdapterContext,
     Answer,
+    Button,
     HttpClient,
     Target,
     header,
+    object_or_empty,
+    optional_str,
     required_str,
     retry_after_seconds,
 )
@@ -52,6 +57,7 @@ from hermes_gateway.services.ingress import Handshake, HttpRequest, HttpResponse
 
 SIGNATURE_HEADER = "x-slack-signature"
 TIMESTAMP_HEADER = "x-slack-request-timestamp"
+BUTTON_ACTION_PREFIX = "hermes_reply_"  # action ids of the gateway's own buttons
 REPLAY_WINDOW_SECONDS = 300  # Slack's own verifiers use 60 * 5
 
 _MESSAGE_EVENTS = ("message", "app_mention")
@@ -204,7 +210,73 @@ class SlackInbound:
         )
 
     def parse(self, request: HttpRequest, received_at: float) -> Parsed:
+        if request.body.startswith(b"payload="):
+            # Interactivity (a button press) arrives form-encoded at the same, equally signed URL.
+            return parse_interaction(_form_payload(request.body), received_at=received_at)
         return parse_event(json_payload(request), received_at=received_at)
+
+
+def _form_payload(body: bytes) -> Any:
+    try:
+        fields = parse_qs(body.decode("utf-8"), strict_parsing=True)
+        return json.loads(fields["payload"][0])
+    except (ValueError, KeyError, UnicodeDecodeError, RecursionError) as exc:
+        raise BadRequest(f"slack interaction payload is malformed: {type(exc).__name__}") from None
+
+
+def parse_interaction(payload: Any, *, received_at: float) -> InboundMessage | Ignored:
+    """A press on one of the gateway's buttons (`block_actions`) as the presser's message, with the
+    button's value as text: it then goes through the same authorization as a typed message."""
+    if not isinstance(payload, dict):
+        raise BadRequest("slack interaction payload is not a JSON object")
+    if payload.get("type") != "block_actions":
+        return Ignored("unsupported_interaction")
+    actions = payload.get("actions")
+    action = actions[0] if isinstance(actions, list) and actions and isinstance(actions[0], dict) else None
+    if action is None or not str(action.get("action_id", "")).startswith(BUTTON_ACTION_PREFIX):
+        return Ignored("unknown_action")
+    value = action.get("value")
+    if not isinstance(value, str) or not value.strip():
+        return Ignored("no_text")
+    user, team = object_or_empty(payload, "user"), object_or_empty(payload, "team")
+    container, message = object_or_empty(payload, "container"), object_or_empty(payload, "message")
+    channel = optional_str(container, "channel_id") or required_str(
+        object_or_empty(payload, "channel"), "id", "slack interaction channel"
+    )
+    user_id = required_str(user, "id", "slack interaction user")
+    team_id = optional_str(team, "id") or required_str(user, "team_id", "slack interaction user")
+    action_ts = required_str(action, "action_ts", "slack interaction action")
+    thread_ts, ts = message.get("thread_ts"), message.get("ts")
+    thread = thread_ts if isinstance(thread_ts, str) and thread_ts and thread_ts != ts else None
+    source = SessionSource(
+        platform="slack",
+        chat_id=channel,
+        chat_type="dm" if channel.startswith("D") else "group",
+        user_id=user_id,
+        user_name=optional_str(user, "name"),
+        thread_id=thread,
+        scope_id=team_id,
+    )
+    return InboundMessage(
+        source=source, text=value, event_id=f"slack:{team_id}:{channel}:action:{action_ts}", received_at=received_at
+    )
+
+
+def button_blocks(text: str, buttons: tuple[Button, ...]) -> list[dict[str, Any]]:
+    """The text as a section, and the buttons under it (value: the reply a press sends)."""
+    elements = [
+        {
+            "type": "button",
+            "action_id": f"{BUTTON_ACTION_PREFIX}{index}",
+            "text": {"type": "plain_text", "text": button.label[:75]},
+            "value": button.reply[:2000],
+        }
+        for index, button in enumerate(buttons[:25])
+    ]
+    return [
+        {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}},
+        {"type": "actions", "elements": elements},
+    ]
 
 
 class SlackSender:
@@ -220,9 +292,11 @@ class SlackSender:
 
     def send(self, target: Target, text: str) -> str:
         """Post one message (a reply in the thread when the target has one); return its `ts`."""
-        payload = {"channel": target.chat_id, "text": text}
+        payload: dict[str, Any] = {"channel": target.chat_id, "text": text}
         if target.thread_id:
             payload["thread_ts"] = target.thread_id
+        if target.buttons and len(text) <= 3000:  # a section block holds 3000 characters
+            payload["blocks"] = button_blocks(text, target.buttons)  # `text` stays the notification's fallback
         answer = self._http.request("POST", "/chat.postMessage", json_body=payload, headers=self._headers)
         if answer.status == 429:
             raise self._rate_limited(answer, "HTTP 429")

@@ -9,18 +9,27 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeGuard
 
 from hermes_gateway import errors
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import BadRequest, OutcomeUnknown, PermanentError, RateLimited, TransientError, Unauthorized
-from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target, header, retry_after_seconds
+from hermes_gateway.platforms.base import (
+    AdapterContext,
+    Answer,
+    Button,
+    HttpClient,
+    Target,
+    header,
+    retry_after_seconds,
+)
 
 logger = logging.getLogger(__name__)
 
 TELEGRAM_TEXT_LIMIT = 4096
 SECRET_HEADER = "x-telegram-bot-api-secret-token"  # noqa: S105 - a header name, not a secret
+CALLBACK_DATA_LIMIT = 64  # bytes of an inline button's callback_data
 
 _CHAT_TYPES = {"private": "dm", "group": "group", "supergroup": "group", "channel": "channel"}
 _MESSAGE_KINDS = ("message", "channel_post")
@@ -34,7 +43,7 @@ _GONE_MARKERS = (
     "chat_write_forbidden",
 )
 
-IgnoreReason = Literal["edited", "unsupported_update", "unsupported_chat_type", "no_text"]
+IgnoreReason = Literal["edited", "unsupported_update", "unsupported_chat_type", "no_text", "button_unusable"]
 
 
 def verify_secret_header(headers: Mapping[str, str], expected: str | None) -> None:
@@ -70,6 +79,8 @@ def parse_update(update: Any, *, bot: str = "default", received_at: float) -> In
         raise BadRequest("telegram update has no integer update_id")
     if any(kind in update for kind in _EDIT_KINDS):
         return Ignored("edited")
+    if "callback_query" in update:
+        return parse_button_press(update, bot=bot, received_at=received_at)
     kind = next((k for k in _MESSAGE_KINDS if k in update), None)
     if kind is None:
         return Ignored("unsupported_update")
@@ -96,6 +107,43 @@ def parse_update(update: Any, *, bot: str = "default", received_at: float) -> In
         received_at=received_at,
         reply_to_message_id=_reply_to(message),
     )
+
+
+def parse_button_press(update: dict[str, Any], *, bot: str = "default", received_at: float) -> InboundMessage | Ignored:
+    """A press on one of the gateway's inline buttons (`callback_query`) as the presser's message
+    with the button's reply as text: an approval answered by a button goes the same way as a
+    typed `/approve`, through the same authorization. Raises BadRequest when malformed."""
+    press = update.get("callback_query")
+    if not isinstance(press, dict):
+        raise BadRequest("telegram callback_query is not an object")
+    data = press.get("data")
+    message = press.get("message")
+    # Without the message (too old, or an inline-mode message) there is no chat to answer in.
+    if not isinstance(data, str) or not data.strip() or not isinstance(message, dict) or not message.get("date"):
+        return Ignored("button_unusable")
+    chat = _object(message, "chat", required=True)
+    chat_type = _CHAT_TYPES.get(str(chat.get("type")))
+    if chat_type is None or chat_type == "channel":
+        return Ignored("unsupported_chat_type")
+    if not _is_int(chat.get("id")):
+        raise BadRequest("telegram chat has no integer id")
+    presser = _object(press, "from", required=True)
+    # The presser, not the bot that wrote the message with the buttons, is the sender.
+    source = _source(
+        {"from": presser, "message_id": message.get("message_id") or 0, **_topic(message)}, chat, chat_type
+    )
+    return InboundMessage(
+        source=replace(source, message_id=None),
+        text=data,
+        event_id=f"telegram:{bot}:{update['update_id']}",
+        received_at=received_at,
+    )
+
+
+def _topic(message: dict[str, Any]) -> dict[str, Any]:
+    if message.get("is_topic_message") is True:
+        return {"is_topic_message": True, "message_thread_id": message.get("message_thread_id")}
+    return {}
 
 
 def normalize_update(update: Any, *, bot: str = "default", received_at: float) -> InboundMessage | None:
@@ -197,7 +245,7 @@ class TelegramSender:
         return f"TelegramSender({self._http.base!r})"
 
     def send(self, target: Target, text: str) -> str:
-        return self.send_text(target.chat_id, text, thread_id=target.thread_id)
+        return self.send_text(target.chat_id, text, thread_id=target.thread_id, buttons=target.buttons)
 
     def send_text(
         self,
@@ -206,6 +254,7 @@ class TelegramSender:
         *,
         thread_id: str | None = None,
         parse_mode: str | None = None,
+        buttons: tuple[Button, ...] = (),
     ) -> str:
         """Send one message (at most TELEGRAM_TEXT_LIMIT characters); returns Telegram's message id.
 
@@ -215,6 +264,9 @@ class TelegramSender:
         payload: dict[str, Any] = {"chat_id": _numeric(chat_id), "text": text}
         if thread_id is not None:
             payload["message_thread_id"] = _numeric(thread_id)
+        keyboard = inline_keyboard(buttons)
+        if keyboard:
+            payload["reply_markup"] = keyboard
         if parse_mode:
             payload["parse_mode"] = parse_mode
         try:
@@ -257,6 +309,17 @@ class TelegramSender:
         return TelegramRejected(code, description)
 
 
+def inline_keyboard(buttons: tuple[Button, ...]) -> dict[str, Any] | None:
+    """One row of inline buttons whose callback data is the reply; a press arrives as a
+    `callback_query`. Telegram caps callback data at 64 bytes: longer replies get no button."""
+    row = [
+        {"text": b.label[:64], "callback_data": b.reply}
+        for b in buttons
+        if len(b.reply.encode("utf-8")) <= CALLBACK_DATA_LIMIT
+    ]
+    return {"inline_keyboard": [row]} if row else None
+
+
 def build_sender(context: AdapterContext) -> TelegramSender | None:
     token = context.secret("TELEGRAM_BOT_TOKEN")
     return TelegramSender(context.platform.api_base_url, token) if token else None
@@ -269,7 +332,7 @@ def _numeric(value: str) -> int | str:
 
 
 # Updates the gateway acts on; others (polls, reactions, member changes) are never sent to it.
-ALLOWED_UPDATES = ["message", "channel_post", "edited_message", "edited_channel_post"]
+ALLOWED_UPDATES = ["message", "channel_post", "edited_message", "edited_channel_post", "callback_query"]
 
 
 def register_webhook(context: AdapterContext, url: str) -> str:

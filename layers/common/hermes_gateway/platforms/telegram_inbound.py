@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hermes_gateway.platforms import telegram
 from hermes_gateway.platforms.base import AdapterContext
-from hermes_gateway.services.ingress import HttpRequest, Ignored, Parsed, json_payload
+from hermes_gateway.services.ingress import Accepted, HttpRequest, HttpResponse, Ignored, Parsed, json_payload
 
 
 class TelegramInbound:
@@ -15,5 +15,12 @@ class TelegramInbound:
         telegram.verify_secret_header(request.headers, self._context.secret("TELEGRAM_WEBHOOK_SECRET"))
 
     def parse(self, request: HttpRequest, received_at: float) -> Parsed:
-        parsed = telegram.parse_update(json_payload(request), received_at=received_at)
-        return Ignored(parsed.reason) if isinstance(parsed, telegram.Ignored) else parsed
+        update = json_payload(request)
+        parsed = telegram.parse_update(update, received_at=received_at)
+        item = Ignored(parsed.reason) if isinstance(parsed, telegram.Ignored) else parsed
+        press = update.get("callback_query") if isinstance(update, dict) else None
+        if isinstance(press, dict) and isinstance(press.get("id"), str):
+            # Answered in the webhook's own response (no token needed here): the button stops spinning.
+            ack = HttpResponse(200, {"method": "answerCallbackQuery", "callback_query_id": press["id"]})
+            return Accepted(items=(item,), ack=ack)
+        return item
