@@ -48,7 +48,9 @@ def test_existing_session_is_reused_and_force_new_replaces_it_once(aws: Any) -> 
     assert again.session_id == first.session_id and not again.created
     # When one caller forces a new session, the old one ends and the route moves on by one revision
     fresh = store.get_or_create(SOURCE, "k", 1002.0, force_new=True)
-    assert fresh.created and fresh.session_id != first.session_id and fresh.revision == first.revision + 1
+    # (every route write bumps the revision: the reuse above touched the activity clock)
+    assert again.revision == first.revision + 1
+    assert fresh.created and fresh.session_id != first.session_id and fresh.revision == again.revision + 1
     old = store.models.session.get(first.session_id)
     assert old.ended_at == 1002.0 and old.end_reason == "forced"
     # When several callers force a new session concurrently, every replacement is fenced by the
