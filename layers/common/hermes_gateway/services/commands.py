@@ -1,25 +1,50 @@
 """Gateway commands (BEHAVIOUR §9), answered by the router without an agent turn.
 
-Admin and user tiers (§4): admins run every command; other users run `/help`, `/whoami` and
-the commands listed in `access.user_commands`. Plain chat is unaffected, and an unknown command
-goes to the agent as text. This module holds the two commands every user has; issue #3 adds the
-session commands (`/new`, `/undo`, ...), which take their place in `COMMANDS`.
+Tiers (§4): admins run every command. Everyone runs `/help`, `/whoami`, `/status`, `/sessions`
+and the commands that change only their own conversation (`/new`, `/reset`, `/undo`, `/retry`,
+`/title`, `/resume`), except in a shared session (a group whose members share one session), where
+those need an admin: one member must not rewrite everyone's history. `access.user_commands` opens
+any other command to every user. Plain chat is unaffected, and an unknown command goes to the
+agent as text.
+
+Another module adds commands with `register` (the busy-mode commands live beside the turn code).
+A handler answers with text, or a `CommandResult` whose `resubmit_text` the router then routes as
+a new user turn (`/retry`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Protocol
 
 from hermes_gateway.domain.access import is_admin
+from hermes_gateway.domain.events import LifecycleEvents
+from hermes_gateway.domain.receipts import ReceiptStore
+from hermes_gateway.domain.session_key import is_shared_session, key_namespace
+from hermes_gateway.domain.sessions import (
+    Fence,
+    InvalidSessionRequest,
+    SessionEntry,
+    SessionInfo,
+    SessionNotFound,
+    SessionStore,
+    sanitize_model_override,
+)
 from hermes_gateway.domain.source import SessionSource
+from hermes_gateway.errors import Conflict, TransientError
+from hermes_gateway.observability import hash_id, logger
 from hermes_gateway.settings import Settings
 
-ALWAYS_ALLOWED = ("help", "whoami")
 # "/name args" or "/name@BotName args" (Telegram addresses commands to a bot in groups)
 _COMMAND = re.compile(r"^/([A-Za-z][A-Za-z0-9_]{0,31})(?:@[A-Za-z0-9_]+)?(?:\s+(.*))?$", re.DOTALL)
+MAX_UNDO = 50
+KNOWN_PROVIDERS = ("echo", "openai", "bedrock")
+BUSY_REPLY = "A reply is being written in this session. Wait for it (or /stop it) and try again."
+CHANGED_REPLY = "The session changed just now. Try again."
 
 
 @dataclass(frozen=True)
@@ -38,16 +63,189 @@ class HomeStore(Protocol):
 
 
 @dataclass(frozen=True)
-class CommandCall:
+class CommandContext:
+    """What a command may read and change: the chat's source and key, the session store, and now.
+    Built by the router for every message; the route is read only once a command is recognised."""
+
     source: SessionSource
     settings: Settings
-    args: str
+    now: float
+    session_key: str | None = None
+    store: SessionStore | None = None
     homes: HomeStore | None = None
-    now: float = 0.0
+    events: LifecycleEvents | None = None
+    # With both, a command that changes the session runs once per inbound event: a redelivered
+    # message (the queue may hand it over again) gets the first answer back (`domain.receipts`).
+    receipts: ReceiptStore | None = None
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """The gateway's answer. `resubmit_text`: route this text as a new user turn after replying."""
+
+    reply: str
+    resubmit_text: str | None = None
+
+
+@dataclass(frozen=True)
+class CommandCall:
+    context: CommandContext
+    args: str
+    route: SessionEntry | None  # the chat's routing entry as read before the command (None: no session yet)
+
+    @property
+    def source(self) -> SessionSource:
+        return self.context.source
+
+    @property
+    def settings(self) -> Settings:
+        return self.context.settings
+
+    @property
+    def now(self) -> float:
+        return self.context.now
+
+    @property
+    def homes(self) -> HomeStore | None:
+        return self.context.homes
+
+
+Handler = Callable[[CommandCall], str | CommandResult]
+COMMANDS: dict[str, tuple[str, Handler]] = {}
+# Commands every user may run, and those among them that need an admin in a shared session.
+ALWAYS_ALLOWED: set[str] = set()
+OWN_SESSION: set[str] = set()
+ONCE_ONLY = frozenset({"model"})  # changes the session too, without being every user's to run
+
+
+def register(name: str, summary: str, handler: Handler, *, everyone: bool = False, own_session: bool = False) -> None:
+    """Add a command. `everyone`: every user may run it; `own_session`: it changes the chat's
+    session, so in a shared session it needs an admin even when `everyone`."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]{0,31}", name):
+        raise ValueError(f"a command name is 1-32 lower-case letters, digits or '_': {name!r}")
+    COMMANDS[name] = (summary, handler)
+    if everyone:
+        ALWAYS_ALLOWED.add(name)
+    if own_session:
+        OWN_SESSION.add(name)
+
+
+# Commands answered elsewhere (the running turn's: /stop, /approve, ...), listed by /help too.
+HANDLED_ELSEWHERE: dict[str, str] = {}
+
+
+def describe(name: str, summary: str) -> None:
+    """List a command another module answers (it checks its own permissions) in /help."""
+    HANDLED_ELSEWHERE[name] = summary
 
 
 def may_run(name: str, source: SessionSource, settings: Settings) -> bool:
-    return name in ALWAYS_ALLOWED or name in settings.access.user_commands or is_admin(source, settings)
+    if is_admin(source, settings) or name in settings.access.user_commands:
+        return True
+    if name not in ALWAYS_ALLOWED:
+        return False
+    return name not in OWN_SESSION or not is_shared_session(
+        source,
+        group_sessions_per_user=settings.sessions.group_sessions_per_user,
+        thread_sessions_per_user=settings.sessions.thread_sessions_per_user,
+    )
+
+
+def answer_command(text: str, context: CommandContext) -> CommandResult | None:
+    """The gateway's answer to a command, or None when the text is for the agent."""
+    command = parse_command(text)
+    if command is None or command.name not in COMMANDS:
+        return None
+    if not may_run(command.name, context.source, context.settings):
+        return CommandResult(f"/{command.name} is for admins here.")
+    claim = _claim(command, context)
+    if isinstance(claim, CommandResult):
+        return claim  # the first answer to this very message
+    receipts = context.receipts if claim is not None else None
+    _, handler = COMMANDS[command.name]
+    store, key = context.store, context.session_key
+    route = store.get_route(key) if store is not None and key is not None else None
+    try:
+        answer = handler(CommandCall(context, command.args, route))
+    except BaseException:
+        if receipts is not None and claim is not None:
+            receipts.abandon(*claim)
+        raise
+    result = answer if isinstance(answer, CommandResult) else CommandResult(answer)
+    if receipts is not None and claim is not None:
+        receipts.complete(*claim, {"reply": result.reply, "resubmit_text": result.resubmit_text}, context.now)
+    if context.events is not None:
+        context.events.emit(
+            f"command:{command.name}",
+            {
+                "platform": context.source.platform,
+                "user": hash_id(context.source.user_id),
+                "session": hash_id(route.session_id if route else None),
+                "resubmit": result.resubmit_text is not None,
+            },
+        )
+    logger.info("gateway command", extra={"command": command.name})
+    return result
+
+
+# -- once per message ------------------------------------------------------------------------
+
+
+def _claim(command: Command, context: CommandContext) -> tuple[str, str] | CommandResult | None:
+    """Claim the message for a command that changes the session: (receipt key, claim token), or
+    the stored answer of an earlier run, or None when no receipts are kept (or it only reads)."""
+    if command.name not in OWN_SESSION | ONCE_ONLY or context.receipts is None or not context.event_id:
+        return None
+    key = f"command#{context.event_id}"
+    fingerprint = hashlib.sha256(f"{command.name} {command.args}".encode()).hexdigest()
+    claim = context.receipts.claim(key, fingerprint, context.now)
+    if claim.status == "done" and claim.receipt is not None:
+        return CommandResult(str(claim.receipt["reply"]), claim.receipt.get("resubmit_text"))
+    if claim.status == "mismatch":
+        return None  # not a redelivery (an event id reused with other text): run it as it is
+    if claim.status != "claimed" or claim.token is None:
+        # Another delivery of this message is running it (or died doing so): retry the message later.
+        raise TransientError("the same command is being handled right now")
+    return key, claim.token
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _store(call: CommandCall) -> tuple[SessionStore, str]:
+    store, key = call.context.store, call.context.session_key
+    if store is None or key is None:
+        raise RuntimeError("session commands need the session store and the chat's key")
+    return store, key
+
+
+def _running(route: SessionEntry, now: float) -> bool:
+    return bool(route.lease_token) and (route.lease_expires_at or 0) > now
+
+
+def _full_fence(route: SessionEntry) -> Fence:
+    return Fence(route.revision, route.execution_generation)
+
+
+def _current_route(call: CommandCall) -> SessionEntry:
+    """The chat's route, creating its session first when it has none (`/title` before any chat)."""
+    if call.route is not None:
+        return call.route
+    store, key = _store(call)
+    return store.get_or_create(call.source, key, call.now, touch_activity=False)
+
+
+def _label(info: SessionInfo | None, session_id: str) -> str:
+    title = info.title if info is not None else None
+    return f'"{title}" ({session_id})' if title else session_id
+
+
+def _when(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+# -- commands --------------------------------------------------------------------------------
 
 
 def _help(call: CommandCall) -> str:
@@ -55,6 +253,7 @@ def _help(call: CommandCall) -> str:
     lines += [
         f"/{name} - {summary}" for name, (summary, _) in COMMANDS.items() if may_run(name, call.source, call.settings)
     ]
+    lines += [f"/{name} - {summary}" for name, summary in HANDLED_ELSEWHERE.items()]
     lines.append("Anything else goes to the agent.")
     return "\n".join(lines)
 
@@ -77,22 +276,228 @@ def _sethome(call: CommandCall) -> str:
     )
 
 
-Handler = Callable[[CommandCall], str]
-COMMANDS: dict[str, tuple[str, Handler]] = {
-    "help": ("what you can ask the gateway itself", _help),
-    "whoami": ("who the gateway thinks you are", _whoami),
-    "sethome": ("make this chat the platform's home channel (cron results, messages sent to the platform)", _sethome),
-}
+def _fresh_session(call: CommandCall) -> SessionEntry:
+    """/new and /reset: the chat's key gets a new session; the old one ends (reason `forced`)."""
+    store, key = _store(call)
+    entry = store.get_or_create(call.source, key, call.now, force_new=True)
+    events = call.context.events
+    if events is not None:
+        detail = {"session": hash_id(entry.session_id), "key": hash_id(key), "reason": "forced"}
+        if call.route is not None:
+            previous = {**detail, "session": hash_id(call.route.session_id)}
+            events.emit("session:end", previous)
+            events.emit("session:reset", {**detail, "previous": hash_id(call.route.session_id)})
+        events.emit("session:start", detail)
+    return entry
 
 
-def answer_command(
-    text: str, source: SessionSource, settings: Settings, *, homes: HomeStore | None = None, now: float = 0.0
-) -> str | None:
-    """The gateway's reply to a command, or None when the text is for the agent."""
-    command = parse_command(text)
-    if command is None or command.name not in COMMANDS:
-        return None
-    if not may_run(command.name, source, settings):
-        return f"/{command.name} is for admins here."
-    _, handler = COMMANDS[command.name]
-    return handler(CommandCall(source, settings, command.args, homes, now))
+def _new(call: CommandCall) -> str:
+    store, _ = _store(call)
+    title = call.args.strip() or None
+    entry = _fresh_session(call)
+    reply = f"New session started ({entry.session_id})."
+    if title:
+        try:
+            store.rename(entry.session_id, title, fence=Fence(entry.revision), now=call.now)
+        except InvalidSessionRequest as exc:
+            return f"{reply} Title not set: {exc}."
+        except Conflict:
+            return f"{reply} Title not set: another session is already called that."
+        reply = f'New session "{title}" started ({entry.session_id}).'
+    return reply
+
+
+def _reset(call: CommandCall) -> str:
+    entry = _fresh_session(call)
+    return f"Session reset. Starting fresh ({entry.session_id})."
+
+
+def _undo(call: CommandCall) -> str:
+    store, _ = _store(call)
+    arg = call.args.strip() or "1"
+    if not arg.isdigit() or not 1 <= int(arg) <= MAX_UNDO:
+        return f"Usage: /undo [n], n from 1 to {MAX_UNDO} (turns to take back)."
+    route = call.route
+    if route is None:
+        return "Nothing to undo."
+    if _running(route, call.now):
+        return BUSY_REPLY
+    try:
+        result = store.undo(route.session_id, int(arg), fence=_full_fence(route), now=call.now)
+    except Conflict:
+        return CHANGED_REPLY
+    if result.removed == 0:
+        return "Nothing to undo."
+    return (
+        f"Undone: {result.removed} message(s) hidden (kept, not deleted). Last message kept: #{result.rewound_to_seq}."
+    )
+
+
+def _retry(call: CommandCall) -> str | CommandResult:
+    store, _ = _store(call)
+    route = call.route
+    if route is None:
+        return "Nothing to retry."
+    if _running(route, call.now):
+        return BUSY_REPLY
+    try:
+        result = store.retry(route.session_id, fence=_full_fence(route), now=call.now)
+    except Conflict:
+        return CHANGED_REPLY
+    if result.removed == 0 or not result.user_text:
+        return "Nothing to retry."
+    return CommandResult("Retrying your last message.", resubmit_text=result.user_text)
+
+
+def _status(call: CommandCall) -> str:
+    store, _ = _store(call)
+    route = call.route
+    if route is None:
+        return "No session yet: say something to start one."
+    info = store.get_session(route.session_id)
+    provider = call.settings.provider
+    override = route.model_override
+    model = (
+        f"{override.provider or provider.name}:{override.model} (this session)"
+        if override
+        else f"{provider.name}:{provider.model or 'default'}"
+    )
+    state = "busy (a reply is being written)" if _running(route, call.now) else "idle"
+    lines = [f"Session {_label(info, route.session_id)}"]
+    if info is not None:
+        active = len(store.transcript(route.session_id))
+        hidden = info.message_count - active
+        lines.append(
+            f"Started {_when(info.started_at)}; {active} messages" + (f" ({hidden} undone)" if hidden > 0 else "")
+        )
+        lines.append(
+            f"Tokens: {info.total_tokens} (in {info.input_tokens}, out {info.output_tokens}, "
+            f"cache {info.cache_read_tokens}/{info.cache_write_tokens})"
+        )
+    lines.append(f"Model: {model}")
+    lines.append(f"State: {state}" + (", resuming an interrupted turn" if route.resume_pending else ""))
+    return "\n".join(lines)
+
+
+def _model(call: CommandCall) -> str:
+    store, key = _store(call)
+    arg = call.args.strip()
+    route = call.route
+    if not arg:
+        current = route.model_override if route else None
+        default = f"{call.settings.provider.name}:{call.settings.provider.model or 'default'}"
+        if current is None:
+            return (
+                f"Model: {default}. Change it for this session with /model provider:model (/model default undoes it)."
+            )
+        name = f"{current.provider or call.settings.provider.name}:{current.model}"
+        return f"Model: {name} (this session; default {default})."
+    route = _current_route(call)
+    if _running(route, call.now):
+        return BUSY_REPLY
+    if arg.lower() == "default":
+        override = None
+    else:
+        provider, sep, model = arg.partition(":")
+        raw = {"model": model, "provider": provider} if sep and provider in KNOWN_PROVIDERS else {"model": arg}
+        try:
+            override = sanitize_model_override(raw)
+        except InvalidSessionRequest as exc:
+            return f"Model not changed: {exc}."
+    try:
+        store.set_model_override(key, override, fence=_full_fence(route), now=call.now)
+    except Conflict:
+        return CHANGED_REPLY
+    if override is None:
+        return "This session uses the default model again."
+    return f"This session now uses {override.provider or call.settings.provider.name}:{override.model}."
+
+
+def _title(call: CommandCall) -> str:
+    store, _ = _store(call)
+    title = call.args.strip()
+    if not title:
+        if call.route is None:
+            return "No session yet. Name it with /title <name>."
+        info = store.get_session(call.route.session_id)
+        current = info.title if info else None
+        return f'This session is "{current}".' if current else "This session has no title. Set one with /title <name>."
+    route = _current_route(call)
+    taken = store.find_session_by_title(key_namespace(call.settings.profile), title)
+    if taken is not None and taken.session_id != route.session_id:
+        return f'Another session is already called "{title}". Pick another title.'
+    try:
+        store.rename(route.session_id, title, fence=Fence(route.revision), now=call.now)
+    except InvalidSessionRequest as exc:
+        return f"Title not set: {exc}."
+    except Conflict:
+        return CHANGED_REPLY
+    return f'Session titled "{title}".'
+
+
+def _chat_sessions(call: CommandCall, key: str, limit: int = 10) -> list[SessionInfo]:
+    """This chat's sessions, newest first (another chat's sessions are not shown or resumed here)."""
+    store, _ = _store(call)
+    found = store.list_sessions(key_namespace(call.settings.profile), limit=100)
+    return [info for info in found if info.session_key == key][:limit]
+
+
+def _sessions(call: CommandCall) -> str:
+    _, key = _store(call)
+    found = _chat_sessions(call, key)
+    if not found:
+        return "No sessions in this chat yet."
+    current = call.route.session_id if call.route else None
+    lines = ["Sessions in this chat (newest first):"]
+    for info in found:
+        mark = " <- current" if info.session_id == current else ""
+        ended = f", ended ({info.end_reason})" if info.ended_at else ""
+        lines.append(f"- {_label(info, info.session_id)}: {info.message_count} messages{ended}{mark}")
+    lines.append("Switch with /resume <title or id>.")
+    return "\n".join(lines)
+
+
+def _resume(call: CommandCall) -> str:
+    store, key = _store(call)
+    name = call.args.strip()
+    if not name:
+        return _sessions(call)
+    target = store.find_session_by_title(key_namespace(call.settings.profile), name)
+    if target is None:
+        target = next((info for info in _chat_sessions(call, key, limit=100) if info.session_id == name), None)
+    if target is None or target.session_key != key:
+        return f'No session called "{name}" in this chat. /sessions lists them.'
+    route = _current_route(call)
+    if route.session_id == target.session_id:
+        return f"Already in {_label(target, target.session_id)}."
+    if _running(route, call.now):
+        return BUSY_REPLY
+    try:
+        store.switch_session(key, target.session_id, fence=_full_fence(route), now=call.now)
+    except Conflict:
+        return CHANGED_REPLY
+    except (SessionNotFound, InvalidSessionRequest):
+        return f"{_label(target, target.session_id)} cannot be resumed."
+    return f"Resumed {_label(target, target.session_id)}: {target.message_count} messages."
+
+
+register("help", "what you can ask the gateway itself", _help, everyone=True)
+register("whoami", "who the gateway thinks you are", _whoami, everyone=True)
+register("status", "this session: id, title, messages, tokens, model, busy or idle", _status, everyone=True)
+register("new", "start a new session (/new [title])", _new, everyone=True, own_session=True)
+register("reset", "start this chat over with a new session", _reset, everyone=True, own_session=True)
+register("undo", "take back the last turn (/undo [n] for n turns)", _undo, everyone=True, own_session=True)
+register("retry", "answer your last message again", _retry, everyone=True, own_session=True)
+register("title", "show or set this session's title (/title [name])", _title, everyone=True, own_session=True)
+register(
+    "resume",
+    "go back to an earlier session of this chat (/resume <title or id>)",
+    _resume,
+    everyone=True,
+    own_session=True,
+)
+register("sessions", "this chat's sessions", _sessions, everyone=True)
+register("model", "show or change this session's model (/model [provider:model], /model default)", _model)
+register(
+    "sethome", "make this chat the platform's home channel (cron results, messages sent to the platform)", _sethome
+)

@@ -1,0 +1,54 @@
+"""Session API: `POST /api/sessions` (HTTP API, payload 2.0, AWS_IAM authorizer) → `services.session_api`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from hermes_gateway import wiring
+from hermes_gateway.errors import BadRequest, PayloadTooLarge
+from hermes_gateway.observability import logger, metrics
+from hermes_gateway.services.ingress import decode_body
+from hermes_gateway.services.session_api import ApiError, ApiResponse, SessionApiDeps, handle_request
+
+
+def _respond(response: ApiResponse) -> dict[str, Any]:
+    headers = {"content-type": "application/json", "cache-control": "no-store"}
+    if response.replayed:
+        headers["x-hermes-replayed"] = "true"
+    return {"statusCode": response.status, "headers": headers, "body": json.dumps(response.body)}
+
+
+def caller_of(event: dict[str, Any]) -> str | None:
+    """Who signed the request: API Gateway's IAM authorizer (or local mode's token check) put it
+    in the request context. None means the route was reached without it: refused."""
+    iam = ((event.get("requestContext") or {}).get("authorizer") or {}).get("iam") or {}
+    caller = iam.get("userArn") or iam.get("callerId")
+    return str(caller) if caller else None
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    caller = caller_of(event)
+    if caller is None:
+        return _respond(ApiResponse.error(ApiError("permission_denied", "the request is not signed")))
+    http = APIGatewayProxyEventV2(event)
+    try:
+        raw = decode_body(http.get("body"), bool(http.is_base64_encoded), wiring.settings().max_body_bytes)
+        body = json.loads(raw) if raw else None
+    except PayloadTooLarge:
+        return _respond(ApiResponse.error(ApiError("invalid", "the body is too large")))
+    except (BadRequest, ValueError, RecursionError):
+        return _respond(ApiResponse.error(ApiError("invalid", "the body must be a JSON object")))
+    deps = SessionApiDeps(
+        settings=wiring.settings(),
+        store=wiring.session_store(),
+        receipts=wiring.receipts(),
+        events=wiring.events(),
+        caller=caller,
+    )
+    return _respond(handle_request(body, deps))

@@ -1,0 +1,159 @@
+"""`hermes-gateway session-key` and `explain`: the key of a source, and why a payload lands where it does."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_gateway.cli import build_parser
+from hermes_gateway.cli import main as cli
+
+
+@pytest.fixture(autouse=True)
+def settings_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Defaults, from a file the test owns (never the runner's own gateway.yaml or environment)."""
+    for name in ("GATEWAY_PROFILE", "GATEWAY_ALLOW_ALL_USERS", "GATEWAY_ALLOWED_USERS", "TELEGRAM_ALLOWED_USERS"):
+        monkeypatch.delenv(name, raising=False)
+    path = tmp_path / "gateway.yaml"
+    path.write_text("stage: test\n")
+    monkeypatch.setenv("GATEWAY_CONFIG", str(path))
+    return path
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str], stdin: str | None = None) -> tuple[int, str, str]:
+    import sys
+
+    saved = sys.stdin
+    if stdin is not None:
+        sys.stdin = io.TextIOWrapper(io.BytesIO(stdin.encode()))
+    try:
+        code = cli(argv)
+    finally:
+        sys.stdin = saved
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def write(tmp_path: Path, name: str, data: Any) -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("source", "flags", "key"),
+    [
+        ({"platform": "telegram", "chat_id": "99"}, [], "agent:main:telegram:dm:99"),
+        (
+            {"platform": "telegram", "chat_id": 99, "chat_type": "dm"},
+            ["--profile", "coder"],
+            "agent:coder:telegram:dm:99",
+        ),
+        ({"platform": "telegram", "chat_id": "99"}, ["--profile", "main"], "agent:main~:telegram:dm:99"),
+        (
+            {"platform": "discord", "chat_type": "group", "chat_id": "guild-123", "user_id": "alice"},
+            [],
+            "agent:main:discord:group:guild-123:alice",
+        ),
+        (
+            {"platform": "discord", "chat_type": "group", "chat_id": "guild-123", "user_id": "alice"},
+            ["--group-sessions-per-user", "false"],
+            "agent:main:discord:group:guild-123",
+        ),
+        (
+            {"platform": "telegram", "chat_type": "group", "chat_id": "-1001", "thread_id": "17585", "user_id": "42"},
+            ["--thread-sessions-per-user", "true"],
+            "agent:main:telegram:group:-1001:17585:42",
+        ),
+        (
+            {"platform": "slack", "chat_type": "group", "chat_id": "C123", "scope_id": "T1", "user_id": "U1"},
+            [],
+            "agent:main:slack:group:T1:C123:U1",
+        ),
+    ],
+)
+def test_session_key_prints_only_the_key(
+    source: dict[str, Any], flags: list[str], key: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(["session-key", "--source", write(tmp_path, "s.json", source), *flags], capsys)
+    assert code == 0 and out == key + "\n"
+
+
+def test_session_key_reads_standard_input_and_refuses_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(["session-key", "--source", "-"], capsys, stdin='{"platform": "telegram", "chat_id": "7"}')[1] == (
+        "agent:main:telegram:dm:7\n"
+    )
+    code, _, err = run(["session-key", "--source", "-"], capsys, stdin="not json")
+    assert code == 2 and "JSON object" in err
+    code, _, err = run(["session-key", "--source", write(tmp_path, "b.json", {"chat_id": "1"})], capsys)
+    assert code == 2 and "platform" in err
+    code, _, err = run(
+        ["session-key", "--source", write(tmp_path, "c.json", {"platform": "x", "chat_type": "room"})], capsys
+    )
+    assert code == 2 and "chat_type" in err
+    code, _, err = run(
+        ["session-key", "--source", write(tmp_path, "d.json", {"platform": "t", "chat_id": "/../x"})], capsys
+    )
+    assert code == 2 and "unsafe session key" in err
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["session-key", "--source", "-", "--group-sessions-per-user", "maybe"])
+
+
+def telegram_update(text: str = "hello", user_id: int = 42) -> dict[str, Any]:
+    return {
+        "update_id": 7,
+        "message": {
+            "message_id": 7,
+            "date": 1,
+            "chat": {"id": 99, "type": "private", "first_name": "Al"},
+            "from": {"id": user_id, "is_bot": False, "first_name": "Al"},
+            "text": text,
+        },
+    }
+
+
+def test_explain_normalizes_keys_and_authorizes_without_a_deployment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], settings_file: Path
+) -> None:
+    payload = write(tmp_path, "u.json", telegram_update())
+    # Given default settings (no allowlist), the sender is not allowed
+    code, out, _ = run(["explain", "--platform", "telegram", "--payload", payload], capsys)
+    explained = json.loads(out)
+    assert code == 0
+    assert explained["source"]["platform"] == "telegram" and explained["source"]["user_id"] == "42"
+    assert explained["session_key"] == "agent:main:telegram:dm:99"
+    assert explained["authorized"] is False and explained["reason"]
+    assert explained["session"]["status"] == "unknown"
+    # When the user is allowlisted, the same payload is authorized, with the rule that allowed it
+    settings_file.write_text("stage: test\nplatforms:\n  telegram:\n    allowed_users: ['42']\n")
+    explained = json.loads(run(["explain", "--platform", "telegram", "--payload", payload], capsys)[1])
+    assert explained["authorized"] is True and "allow" in explained["reason"]
+
+
+def test_explain_refuses_unknown_platforms_and_malformed_payloads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(["explain", "--platform", "myspace", "--payload", write(tmp_path, "a.json", {})], capsys)
+    assert code == 2 and "unknown platform" in err
+    code, _, err = run(["explain", "--platform", "telegram", "--payload", write(tmp_path, "b.json", [1])], capsys)
+    assert code == 2 and "refused the payload" in err
+    code, out, _ = run(["explain", "--platform", "telegram", "--payload", "-"], capsys, stdin='{"update_id": 1}')
+    assert code == 0 and json.loads(out)["messages"] == []
+    code, _, err = run(["explain", "--platform", "telegram", "--payload", str(tmp_path / "missing.json")], capsys)
+    assert code == 2 and "cannot read" in err
+
+
+@pytest.mark.parametrize("command", ["sessions", "explain", "session-key"])
+def test_every_new_command_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args([command, "--help"])
+    text = capsys.readouterr().out
+    assert done.value.code == 0 and "usage:" in text
+    if command == "explain":
+        assert "NOT checked" in " ".join(text.split())
