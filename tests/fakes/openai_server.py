@@ -6,13 +6,17 @@ Use the `fake_openai` fixture (register this module with
 
 - Every request is recorded in `fake.requests` (path, lower-cased headers, JSON body).
 - `fake.reply_next(text, ...)` scripts the next successful completion; unscripted requests get
-  `DEFAULT_REPLY`.
+  `DEFAULT_REPLY`. `fake.call_tools_next(("memory", {"action": "list"}), ...)` scripts a completion
+  that asks for tool calls (ids `call_<n>_<i>`, n counting the scripted tool replies).
+- `fake.throttle_next(retry_after=..., times=n)` and `fake.fail_next(status=500, times=n)` script
+  429s and 5xx before the next answers.
 - `fake.answer_next(status, body, times=n, headers=..., delay=...)` scripts raw answers (errors,
   bodies that are not JSON, slow answers); these go first.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -32,26 +36,40 @@ class RecordedRequest:
 
 
 def completion(
-    text: str,
+    text: str | None,
     *,
     prompt_tokens: int = 11,
     completion_tokens: int = 7,
+    cached_tokens: int | None = None,
     finish_reason: str = "stop",
     model: str = "fake-model",
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """A chat-completions response body as OpenAI shapes it."""
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    if cached_tokens is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
     return {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
         "created": 1_700_000_000,
         "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": usage,
     }
+
+
+def tool_call(call_id: str, name: str, arguments: dict[str, Any] | str) -> dict[str, Any]:
+    """One entry of `message.tool_calls`; a str is sent as the raw arguments (to test bad JSON)."""
+    raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": raw}}
 
 
 @dataclass
@@ -60,11 +78,34 @@ class FakeOpenAI(LoopbackFake[RecordedRequest]):
     url_suffix: ClassVar[str] = "/v1"
 
     _replies: list[dict[str, Any]] = field(default_factory=list)
+    _tool_replies: int = 0
 
     def reply_next(self, text: str, **usage: Any) -> None:
         """Script one successful completion; keyword arguments as for `completion`."""
         with self._lock:
             self._replies.append(completion(text, **usage))
+
+    def call_tools_next(self, *calls: tuple[str, dict[str, Any] | str], text: str | None = None, **usage: Any) -> None:
+        """Script one completion that asks for tool calls, each given as (name, arguments)."""
+        with self._lock:
+            number = self._tool_replies
+            self._tool_replies += 1
+            wire = [tool_call(f"call_{number}_{i}", name, args) for i, (name, args) in enumerate(calls)]
+            self._replies.append(completion(text, tool_calls=wire, finish_reason="tool_calls", **usage))
+
+    def throttle_next(self, *, retry_after: float | None = None, times: int = 1) -> None:
+        """Script 429s, with a Retry-After header when `retry_after` is given."""
+        headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
+        body = {"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}
+        self.answer_next(429, body, times=times, headers=headers)
+
+    def fail_next(self, *, status: int = 500, times: int = 1) -> None:
+        """Script server errors."""
+        self.answer_next(status, {"error": {"message": "The server had an error", "type": "server_error"}}, times=times)
+
+    def sent_messages(self, index: int = -1) -> list[dict[str, Any]]:
+        """The `messages` of one recorded completion request (the last by default)."""
+        return list(self.requests[index].json["messages"])
 
     def _record(self, http_method: str, path: str, headers: dict[str, str], body: Any) -> RecordedRequest:
         return RecordedRequest(path, headers, body)

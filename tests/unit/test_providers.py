@@ -15,6 +15,7 @@ from hermes_gateway.providers.base import ChatMessage
 from hermes_gateway.providers.bedrock import BedrockProvider
 from hermes_gateway.providers.echo import EchoProvider
 from hermes_gateway.providers.openai_compat import OpenAICompatProvider
+from hermes_gateway.providers.retry import SINGLE_ATTEMPT
 from hermes_gateway.secrets import Secrets
 from hermes_gateway.settings import ProviderSettings
 from tests.fakes.openai_server import DEFAULT_REPLY, FakeOpenAI
@@ -52,7 +53,8 @@ def test_echo_without_a_user_message() -> None:
 
 
 def _openai(fake: FakeOpenAI, api_key: str | None = API_KEY, timeout: float = 5.0) -> OpenAICompatProvider:
-    return OpenAICompatProvider(fake.base_url, api_key, "gpt-test", timeout)
+    # one try: these tests classify a single answer (retries are tested in test_provider_tools.py)
+    return OpenAICompatProvider(fake.base_url, api_key, "gpt-test", timeout, SINGLE_ATTEMPT)
 
 
 def test_openai_sends_system_and_history_with_the_key(fake_openai: FakeOpenAI) -> None:
@@ -130,7 +132,7 @@ def test_openai_unreachable_server_is_transient(fake_openai: FakeOpenAI) -> None
     url = fake_openai.base_url
     fake_openai.stop()
     with pytest.raises(TransientError):
-        OpenAICompatProvider(url, API_KEY, "gpt-test", 1.0).complete("", HISTORY)
+        OpenAICompatProvider(url, API_KEY, "gpt-test", 1.0, SINGLE_ATTEMPT).complete("", HISTORY)
 
 
 def test_openai_rejected_key_is_permanent_and_never_echoed(fake_openai: FakeOpenAI) -> None:
@@ -269,7 +271,7 @@ def test_bedrock_reply_skips_reasoning_blocks(bedrock_client: Any, stubber: Stub
 def test_bedrock_throttling_and_outages_are_transient(bedrock_client: Any, stubber: Stubber, code: str) -> None:
     stubber.add_client_error("converse", service_error_code=code, service_message="slow down", http_status_code=429)
     with pytest.raises(TransientError, match=code):
-        BedrockProvider(MODEL, client=bedrock_client).complete("", HISTORY)
+        BedrockProvider(MODEL, client=bedrock_client, retry=SINGLE_ATTEMPT).complete("", HISTORY)
 
 
 @pytest.mark.parametrize("code", ["ValidationException", "AccessDeniedException", "ResourceNotFoundException"])

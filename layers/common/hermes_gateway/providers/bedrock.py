@@ -1,11 +1,17 @@
-"""Amazon Bedrock through the Converse API. boto3 is imported only when this provider is built."""
+"""Amazon Bedrock through the Converse API. boto3 is imported only when this provider is built.
+
+Tools go out as `toolConfig`; the model's `toolUse` blocks come back as ToolCalls, and tool
+results go in as `toolResult` blocks of a user message. Throttling, outages and timeouts are
+tried again within the retry budget (the SDK's own retries are off: the two would multiply).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from hermes_gateway.errors import PermanentError, TransientError
-from hermes_gateway.providers.base import ChatMessage, ModelReply
+from hermes_gateway.providers.base import ChatMessage, ModelReply, ToolCall, ToolSpec, repair_history
+from hermes_gateway.providers.retry import RetryPolicy, call_with_retries
 
 _TRANSIENT_CODES = frozenset(
     {
@@ -21,24 +27,41 @@ _TRANSIENT_CODES = frozenset(
 class BedrockProvider:
     name = "bedrock"
 
-    def __init__(self, model: str, region: str | None = None, client: Any = None, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        region: str | None = None,
+        client: Any = None,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
         self._model = model
+        self._retry = retry or RetryPolicy()
         if client is None:
             import boto3
             from botocore.config import Config
 
-            # Few SDK retries: the turn workflow already retries a TransientError, and the two multiply.
-            config = Config(retries={"mode": "standard", "max_attempts": 2}, read_timeout=timeout or 60)
+            config = Config(retries={"mode": "standard", "total_max_attempts": 1}, read_timeout=timeout or 60)
             client = boto3.client("bedrock-runtime", region_name=region, config=config)
         self._client = client
 
-    def complete(self, system: str, messages: list[ChatMessage]) -> ModelReply:
-        from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
-        from botocore.exceptions import ConnectionError as BotoConnectionError
-
+    def complete(self, system: str, messages: list[ChatMessage], tools: list[ToolSpec] | None = None) -> ModelReply:
         request: dict[str, Any] = {"modelId": self._model, "messages": _converse_messages(messages)}
         if system:
             request["system"] = [{"text": system}]
+        if tools:
+            request["toolConfig"] = {
+                "tools": [
+                    {"toolSpec": {"name": t.name, "description": t.description, "inputSchema": {"json": t.parameters}}}
+                    for t in tools
+                ]
+            }
+        return call_with_retries(lambda _left: self._attempt(request), self._retry, provider=self.name)
+
+    def _attempt(self, request: dict[str, Any]) -> ModelReply:
+        from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+        from botocore.exceptions import ConnectionError as BotoConnectionError
+
         try:
             response = self._client.converse(**request)
         except ClientError as exc:
@@ -57,9 +80,13 @@ class BedrockProvider:
             blocks = response["output"]["message"]["content"]
             # Reasoning models put a reasoningContent block before the answer; only text is the reply.
             texts = [block["text"] for block in blocks if "text" in block]
-        except (KeyError, TypeError):
+            calls = tuple(
+                ToolCall(str(use["toolUseId"]), str(use["name"]), dict(use.get("input") or {}))
+                for use in (block["toolUse"] for block in blocks if "toolUse" in block)
+            )
+        except (KeyError, TypeError, ValueError):
             raise PermanentError("bedrock: the response has no output.message.content") from None
-        if not texts:
+        if not texts and not calls:
             raise PermanentError(f"bedrock: the reply has no text (stopReason {response.get('stopReason')})")
         usage = response.get("usage") or {}
         return ModelReply(
@@ -68,17 +95,37 @@ class BedrockProvider:
             input_tokens=int(usage.get("inputTokens") or 0),
             output_tokens=int(usage.get("outputTokens") or 0),
             stop_reason=str(response.get("stopReason") or "end_turn"),
+            tool_calls=calls,
+            cache_read_tokens=int(usage.get("cacheReadInputTokens") or 0),
+            cache_write_tokens=int(usage.get("cacheWriteInputTokens") or 0),
         )
+
+
+def _blocks(message: ChatMessage) -> tuple[str, list[dict[str, Any]]]:
+    """The Converse role and content blocks of one message (tool results are user content)."""
+    if message.role == "tool":
+        result = {
+            "toolUseId": message.tool_call_id or "",
+            "content": [{"text": message.content or "(empty)"}],
+            "status": "error" if message.is_error else "success",
+        }
+        return "user", [{"toolResult": result}]
+    blocks: list[dict[str, Any]] = [{"text": message.content}] if message.content else []
+    blocks += [{"toolUse": {"toolUseId": c.id, "name": c.name, "input": c.arguments}} for c in message.tool_calls]
+    return message.role, blocks
 
 
 def _converse_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     """Converse wants user first, roles alternating and no empty text; a trimmed history may break all three."""
+    history = repair_history(messages)
+    first_user = next((i for i, m in enumerate(history) if m.role == "user" and m.content), len(history))
     converse: list[dict[str, Any]] = []
-    for message in messages:
-        if not message.content or (not converse and message.role != "user"):
+    for message in history[first_user:]:
+        role, blocks = _blocks(message)
+        if not blocks:
             continue
-        if converse and converse[-1]["role"] == message.role:
-            converse[-1]["content"].append({"text": message.content})
+        if converse and converse[-1]["role"] == role:
+            converse[-1]["content"].extend(blocks)
         else:
-            converse.append({"role": message.role, "content": [{"text": message.content}]})
+            converse.append({"role": role, "content": blocks})
     return converse

@@ -1,6 +1,9 @@
 """Any OpenAI-compatible chat-completions server (OpenAI, vLLM, Ollama, LiteLLM, …).
 
 Standard library only. The API key is sent in a header and never appears in an error.
+Tools go out as `tools` (type function); the model's `tool_calls` come back as ToolCalls, and
+tool results go in as role `tool` messages naming the call. A request that meets 429 (after its
+Retry-After), 5xx or a timeout is tried again within the retry budget.
 """
 
 from __future__ import annotations
@@ -11,8 +14,16 @@ import urllib.request
 from http.client import HTTPException
 from typing import Any
 
-from hermes_gateway.errors import ConfigError, PermanentError, TransientError
-from hermes_gateway.providers.base import ChatMessage, ModelReply
+from hermes_gateway.errors import ConfigError, PermanentError, RateLimited, TransientError
+from hermes_gateway.providers.base import (
+    INVALID_ARGUMENTS,
+    ChatMessage,
+    ModelReply,
+    ToolCall,
+    ToolSpec,
+    repair_history,
+)
+from hermes_gateway.providers.retry import RetryPolicy, call_with_retries, retry_after_seconds
 
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
 _MAX_ERROR_TEXT = 300
@@ -21,37 +32,54 @@ _MAX_ERROR_TEXT = 300
 class OpenAICompatProvider:
     name = "openai"
 
-    def __init__(self, base_url: str, api_key: str | None, model: str, timeout: float) -> None:
+    def __init__(
+        self, base_url: str, api_key: str | None, model: str, timeout: float, retry: RetryPolicy | None = None
+    ) -> None:
         if not base_url.startswith(("https://", "http://")):
             raise ConfigError("the OpenAI base URL must be an http(s) URL")
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._api_key = api_key or None
         self._model = model
         self._timeout = timeout
+        self._retry = retry or RetryPolicy(budget_seconds=max(timeout, RetryPolicy().budget_seconds))
         self._opener = urllib.request.build_opener()
 
     def __repr__(self) -> str:
         return f"OpenAICompatProvider({self._url!r}, model={self._model!r})"
 
-    def complete(self, system: str, messages: list[ChatMessage]) -> ModelReply:
+    def complete(self, system: str, messages: list[ChatMessage], tools: list[ToolSpec] | None = None) -> ModelReply:
         wire = [{"role": "system", "content": system}] if system else []
-        wire += [{"role": m.role, "content": m.content} for m in messages]
+        wire += [_wire_message(m) for m in repair_history(messages)]
+        body: dict[str, Any] = {"model": self._model, "messages": wire}
+        if tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                }
+                for t in tools
+            ]
+        payload = json.dumps(body).encode("utf-8")
+        return call_with_retries(lambda left: self._attempt(payload, left), self._retry, provider=self.name)
+
+    def _attempt(self, payload: bytes, seconds_left: float) -> ModelReply:
+        timeout = min(self._timeout, max(seconds_left, 0.1))
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         request = urllib.request.Request(  # noqa: S310 - the constructor admits only http(s) URLs
             self._url,
-            data=json.dumps({"model": self._model, "messages": wire}).encode("utf-8"),
+            data=payload,
             headers=headers,
             method="POST",
         )
         try:
-            with self._opener.open(request, timeout=self._timeout) as response:
+            with self._opener.open(request, timeout=timeout) as response:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
             raise self._http_failure(exc) from None
         except TimeoutError:
-            raise TransientError(f"openai: no answer within {self._timeout:g} s") from None
+            raise TransientError(f"openai: no answer within {timeout:g} s") from None
         except urllib.error.URLError as exc:
             raise TransientError(f"openai: cannot reach the server: {exc.reason}") from None
         except (HTTPException, OSError) as exc:
@@ -67,20 +95,29 @@ class OpenAICompatProvider:
             raise PermanentError("openai: the response is not JSON") from None
         try:
             choice = body["choices"][0]
-            content = choice["message"]["content"]
-        except (KeyError, IndexError, TypeError):
+            message = choice["message"]
+            content = message.get("content")
+        except (KeyError, IndexError, TypeError, AttributeError):
             raise PermanentError("openai: the response has no choices[0].message") from None
         finish_reason = choice.get("finish_reason") or "stop"
-        if not isinstance(content, str):
-            # A null content means a refusal, a filtered answer or tool calls we did not ask for.
+        tool_calls = _tool_calls(message.get("tool_calls"))
+        if not isinstance(content, str) and not tool_calls:
+            # A null content without tool calls means a refusal or a filtered answer.
             raise PermanentError(f"openai: the reply has no text (finish_reason {str(finish_reason)[:40]})")
-        usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        usage: dict[str, Any] = body["usage"] if isinstance(body.get("usage"), dict) else {}
+        details: dict[str, Any] = (
+            usage["prompt_tokens_details"] if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+        )
+        prompt, cached = _count(usage.get("prompt_tokens")), _count(details.get("cached_tokens"))
         return ModelReply(
-            text=content,
+            text=content if isinstance(content, str) else "",
             model=str(body.get("model") or self._model),
-            input_tokens=_count(usage.get("prompt_tokens")),
+            # as Bedrock counts: input excludes what was read from the prompt cache
+            input_tokens=max(0, prompt - cached),
             output_tokens=_count(usage.get("completion_tokens")),
             stop_reason=str(finish_reason),
+            tool_calls=tool_calls,
+            cache_read_tokens=cached,
         )
 
     def _http_failure(self, exc: urllib.error.HTTPError) -> Exception:
@@ -88,6 +125,9 @@ class OpenAICompatProvider:
         retry_after = exc.headers.get("Retry-After") if exc.headers else None
         if status in _RETRYABLE_STATUS or status >= 500:
             hint = f"; retry after {retry_after.strip()[:20]} s" if retry_after else ""
+            wait = retry_after_seconds(retry_after)
+            if status == 429 and wait is not None:
+                return RateLimited(wait, f"openai: HTTP {status}{hint}")
             return TransientError(f"openai: HTTP {status}{hint}")
         if status in (401, 403):
             # Servers echo part of a rejected key in the message, so it is not passed on.
@@ -109,6 +149,50 @@ class OpenAICompatProvider:
         if self._api_key:
             text = text.replace(self._api_key, "<api key>")
         return text[:_MAX_ERROR_TEXT]
+
+
+def _wire_message(message: ChatMessage) -> dict[str, Any]:
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": message.content}
+    wire: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        wire["content"] = message.content or None
+        wire["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)},
+            }
+            for call in message.tool_calls
+        ]
+    return wire
+
+
+def _tool_calls(raw: Any) -> tuple[ToolCall, ...]:
+    if not isinstance(raw, list):
+        return ()
+    calls = []
+    for index, item in enumerate(raw):
+        function = item.get("function") if isinstance(item, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise PermanentError("openai: a tool call has no function name")
+        calls.append(
+            ToolCall(str(item.get("id") or f"call_{index}"), function["name"], _arguments(function.get("arguments")))
+        )
+    return tuple(calls)
+
+
+def _arguments(raw: Any) -> dict[str, Any]:
+    """The model's JSON arguments; unreadable ones are kept for the tool loop to report back."""
+    if isinstance(raw, dict):
+        return raw
+    if raw is None or raw == "":
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except (TypeError, ValueError):
+        return {INVALID_ARGUMENTS: str(raw)[:500]}
+    return parsed if isinstance(parsed, dict) else {INVALID_ARGUMENTS: str(raw)[:500]}
 
 
 def _count(value: Any) -> int:

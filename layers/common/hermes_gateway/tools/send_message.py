@@ -1,0 +1,81 @@
+"""The `send_message` tool: a message to any delivery target (BEHAVIOUR §6).
+
+The target is resolved when the tool is called, so a bad one is the model's to fix, never a
+failure at send time. The job is a push that is mirrored into the target chat's session; its
+delivery id comes from the turn and the tool call, so a task that runs twice queues it once
+(the outbox refuses the second).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from hermes_gateway.domain.targets import UnresolvableTarget, resolve_target
+from hermes_gateway.observability import hash_id
+from hermes_gateway.providers.base import ToolSpec
+from hermes_gateway.tools.base import SpecTool, ToolContext, ToolError, result_text
+
+MAX_TEXT_CHARS = 20_000  # delivery splits long text per platform; this bounds one call
+
+SEND_MESSAGE_SPEC = ToolSpec(
+    name="send_message",
+    description=(
+        "Send a message to a chat other than (or besides) this one. target is one of: 'origin' (this chat), "
+        "a platform name for its home channel ('telegram'), 'platform:chat_id' or 'platform:chat_id:thread_id', "
+        "'#channel-name' or 'platform:#channel-name', 'telegram:@username', or 'local' (stored, not sent). "
+        "Your reply in this chat is sent anyway; use this only to reach somewhere else."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "target": {"type": "string", "minLength": 1, "maxLength": 300},
+            "text": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS},
+        },
+        "required": ["target", "text"],
+        "additionalProperties": False,
+    },
+)
+
+
+def delivery_id_for(turn_id: str, call_id: str) -> str:
+    """The same turn and tool call always give the same id: a repeated task queues nothing new."""
+    return f"{turn_id}:send:{hashlib.sha256(call_id.encode()).hexdigest()[:12]}"
+
+
+def send_message(arguments: dict[str, Any], ctx: ToolContext) -> str:
+    text = str(arguments["text"])
+    if not text.strip():
+        raise ToolError("text is empty")
+    queue = ctx.require("delivery")
+    try:
+        target = resolve_target(
+            str(arguments["target"]),
+            origin=ctx.origin,
+            home_channels=ctx.home_channels,
+            directory=ctx.require("directory"),
+        )
+    except UnresolvableTarget as exc:
+        raise ToolError(f"cannot send there: {exc}") from None
+    delivery_id = delivery_id_for(ctx.turn_id, ctx.call_id)
+    queue.send(
+        {
+            "delivery_id": delivery_id,
+            "kind": "push",
+            "mirror": True,
+            "turn_id": ctx.turn_id,
+            "target": target.to_dict(),
+            "text": text,
+            "correlation_id": ctx.correlation_id,
+            "session": hash_id(ctx.session_key),
+        },
+        group_id=f"{target.platform}:{target.chat_id}",
+        dedup_id=delivery_id,
+    )
+    where = (
+        "stored locally (not sent)" if target.platform == "local" else f"queued for {target.label or target.platform}"
+    )
+    return result_text({"status": where, "delivery_id": delivery_id})
+
+
+SEND_MESSAGE = SpecTool(SEND_MESSAGE_SPEC, send_message)

@@ -1,0 +1,418 @@
+"""The built-in tools, the registry by turn kind, and `execute` (errors become results, never raise)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from hermes_gateway.domain.cron import PAUSED, SCHEDULED
+from hermes_gateway.domain.session_key import build_session_key
+from hermes_gateway.domain.source import SessionSource
+from hermes_gateway.domain.targets import Channel, ResolvedTarget
+from hermes_gateway.memory.builtin import BuiltinMemory
+from hermes_gateway.memory.manager import MemoryManager
+from hermes_gateway.observability import hash_id
+from hermes_gateway.providers.base import INVALID_ARGUMENTS, ToolCall, ToolSpec
+from hermes_gateway.tools.base import MAX_RESULT_CHARS, SpecTool, ToolContext, ToolError, execute
+from hermes_gateway.tools.cronjob import job_id_for
+from hermes_gateway.tools.memory import NoteLimits
+from hermes_gateway.tools.registry import tools_for
+from hermes_gateway.tools.schema import SchemaError, check_arguments
+from hermes_gateway.tools.send_message import delivery_id_for
+from tests.fakes.jobs import FakeJobStore
+from tests.fakes.memory_notes import FakeNoteStore
+from tests.fakes.services import FakeDeliveryQueue, FakeDirectory, make_settings
+from tests.fakes.sessions import FakeSessionStore
+
+NOW = 1_795_000_000.0  # 2026-11-18
+ORIGIN = ResolvedTarget("telegram", "99", None, label="origin")
+
+
+def _ctx(**changes: Any) -> ToolContext:
+    notes = FakeNoteStore()
+    base = ToolContext(
+        kind="chat",
+        turn_id="turn-1",
+        profile="default",
+        now=NOW,
+        session_id="s-1",
+        session_key="agent:main:telegram:dm:99",
+        user_hash=hash_id("42"),
+        origin=ORIGIN,
+        home_channels={"slack": "C-home"},
+        correlation_id="evt-1",
+        sessions=FakeSessionStore(),
+        delivery=FakeDeliveryQueue(),
+        directory=FakeDirectory(),
+        jobs=FakeJobStore(),
+        memory=MemoryManager([BuiltinMemory(notes, NoteLimits(max_notes=3, max_note_chars=50))]),
+    )
+    return replace(base, **changes)
+
+
+def _run(ctx: ToolContext, name: str, arguments: dict[str, Any], call_id: str = "c1", kind: str = "chat") -> Any:
+    result = execute(ToolCall(call_id, name, arguments), tools_for(kind, make_settings()), ctx)  # type: ignore[arg-type]
+    assert not result.is_error, result.content
+    return json.loads(result.content)
+
+
+def _error(ctx: ToolContext, name: str, arguments: dict[str, Any], call_id: str = "c1") -> str:
+    result = execute(ToolCall(call_id, name, arguments), tools_for("chat", make_settings()), ctx)
+    assert result.is_error
+    return result.content
+
+
+# --- registry --------------------------------------------------------------------------------
+
+
+def test_each_turn_kind_gets_its_tools() -> None:
+    settings = make_settings()
+    assert [t.name for t in tools_for("chat", settings)] == ["memory", "session_search", "send_message", "cronjob"]
+    assert [t.name for t in tools_for("cron", settings)] == ["memory", "session_search", "send_message"]
+    assert [t.name for t in tools_for("flush", settings)] == ["memory"]
+
+
+def test_approval_and_enabled_tools_come_from_settings() -> None:
+    settings = make_settings(
+        {"GATEWAY_TOOLS_NEEDING_APPROVAL": "send_message,cronjob", "GATEWAY_TOOLS": "send_message"}
+    )
+    tools = {t.name: t for t in tools_for("chat", settings)}
+    assert list(tools) == ["memory", "send_message"]
+    assert tools["send_message"].needs_approval
+    assert not tools["memory"].needs_approval
+
+
+def test_an_enabled_external_memory_adds_its_tools() -> None:
+    settings = make_settings({"GATEWAY_MEMORY_PROVIDER": "honcho"})
+    assert [t.name for t in tools_for("chat", settings)][:2] == ["memory", "honcho_ask"]
+    assert [t.name for t in tools_for("flush", settings)] == ["memory"]
+
+
+def test_unknown_tool_names_in_settings_are_refused() -> None:
+    from hermes_gateway.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"tools\.needs_approval.*unknown tool"):
+        make_settings({"GATEWAY_TOOLS_NEEDING_APPROVAL": "rm_rf"})
+    with pytest.raises(ConfigError, match=r"tools\.enabled"):
+        make_settings({"GATEWAY_TOOLS": "memory"})  # memory is always on; not a switchable tool
+
+
+def test_unknown_turn_kind_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown turn kind"):
+        tools_for("batch", make_settings())  # type: ignore[arg-type]
+
+
+# --- execute ---------------------------------------------------------------------------------------
+
+
+def _tool(handler: Any) -> SpecTool:
+    spec = ToolSpec("probe", "a test tool", {"type": "object", "properties": {"n": {"type": "integer"}}})
+    return SpecTool(spec, handler)
+
+
+def test_an_unknown_tool_is_an_error_result() -> None:
+    result = execute(ToolCall("c", "launch_rockets", {}), [_tool(lambda a, c: "ok")], _ctx())
+    assert result.is_error
+    assert "no tool named 'launch_rockets'" in result.content
+    assert "probe" in result.content
+
+
+def test_bad_arguments_are_an_error_result_and_the_tool_does_not_run() -> None:
+    ran: list[Any] = []
+    result = execute(ToolCall("c", "probe", {"n": "seven"}), [_tool(lambda a, c: ran.append(a))], _ctx())
+    assert (result.is_error, ran) == (True, [])
+    assert "arguments.n must be an integer" in result.content
+
+
+def test_unreadable_json_arguments_are_an_error_result() -> None:
+    call = ToolCall("c", "probe", {INVALID_ARGUMENTS: "{n: 1"})
+    result = execute(call, [_tool(lambda a, c: "ok")], _ctx())
+    assert result.is_error
+    assert "not a JSON object" in result.content
+
+
+def test_a_tool_error_is_a_result_the_model_reads() -> None:
+    def fails(arguments: dict[str, Any], ctx: ToolContext) -> str:
+        raise ToolError("the id is wrong")
+
+    result = execute(ToolCall("c", "probe", {}), [_tool(fails)], _ctx())
+    assert result.to_dict() == {"content": "error: the id is wrong", "is_error": True}
+
+
+def test_a_crashing_tool_never_raises_and_leaks_no_detail() -> None:
+    def crashes(arguments: dict[str, Any], ctx: ToolContext) -> str:
+        raise RuntimeError("secret internals /etc/passwd")
+
+    result = execute(ToolCall("c", "probe", {}), [_tool(crashes)], _ctx())
+    assert result.is_error
+    assert "RuntimeError" in result.content
+    assert "secret internals" not in result.content
+
+
+def test_a_long_result_is_cut() -> None:
+    result = execute(ToolCall("c", "probe", {}), [_tool(lambda a, c: "x" * 20_000)], _ctx())
+    assert len(result.content) <= MAX_RESULT_CHARS
+    assert result.content.endswith("more characters]")
+
+
+def test_the_tool_sees_its_call_id() -> None:
+    seen: list[str] = []
+    execute(ToolCall("call-77", "probe", {}), [_tool(lambda a, c: seen.append(c.call_id) or "ok")], _ctx())
+    assert seen == ["call-77"]
+
+
+@pytest.mark.parametrize(
+    ("schema", "value", "message"),
+    [
+        ({"type": "object", "required": ["a"]}, {}, "arguments.a is required"),
+        ({"type": "object", "additionalProperties": False, "properties": {}}, {"x": 1}, "unknown field"),
+        ({"type": "string", "enum": ["a", "b"]}, "c", "one of a, b"),
+        ({"type": "string", "maxLength": 2}, "abc", "longer than 2"),
+        ({"type": "integer", "minimum": 1}, 0, "at least 1"),
+        ({"type": "integer"}, True, "must be an integer"),
+        ({"type": "array", "items": {"type": "string"}}, ["a", 1], r"arguments\[1\] must be a string"),
+    ],
+)
+def test_schema_errors_say_where_and_why(schema: dict[str, Any], value: Any, message: str) -> None:
+    with pytest.raises(SchemaError, match=message):
+        check_arguments(schema, value)
+
+
+# --- memory ---------------------------------------------------------------------------------------
+
+
+def test_memory_add_list_replace_remove() -> None:
+    ctx = _ctx()
+    added = _run(ctx, "memory", {"action": "add", "text": "likes green tea"})["added"]
+    assert added["text"] == "likes green tea"
+
+    listed = _run(ctx, "memory", {"action": "list"})
+    assert listed == {"notes": [added], "count": 1}
+
+    _run(ctx, "memory", {"action": "replace", "id": added["id"], "text": "likes black tea"}, call_id="c2")
+    assert _run(ctx, "memory", {"action": "list"})["notes"][0]["text"] == "likes black tea"
+
+    assert _run(ctx, "memory", {"action": "remove", "id": added["id"]}) == {"removed": added["id"]}
+    assert _run(ctx, "memory", {"action": "list"})["count"] == 0
+
+
+def test_memory_add_run_twice_for_the_same_call_adds_once() -> None:
+    ctx = _ctx()
+    first = _run(ctx, "memory", {"action": "add", "text": "a"}, call_id="same")
+    again = _run(ctx, "memory", {"action": "add", "text": "a"}, call_id="same")
+    assert first == again
+    assert _run(ctx, "memory", {"action": "list"})["count"] == 1
+
+
+def test_memory_limits_are_clear_errors() -> None:
+    ctx = _ctx()
+    for i in range(3):
+        _run(ctx, "memory", {"action": "add", "text": f"note {i}"}, call_id=f"c{i}")
+    assert "the notebook is full (3 notes)" in _error(ctx, "memory", {"action": "add", "text": "one more"}, "c9")
+    assert "at most 50 characters" in _error(ctx, "memory", {"action": "replace", "id": "x", "text": "y" * 60})
+    assert "there is no note 'nope'" in _error(ctx, "memory", {"action": "remove", "id": "nope"})
+    assert "text is required" in _error(ctx, "memory", {"action": "add"})
+    assert "id is required" in _error(ctx, "memory", {"action": "replace", "text": "t"})
+
+
+def test_memory_is_per_user_and_profile() -> None:
+    ctx = _ctx()
+    _run(ctx, "memory", {"action": "add", "text": "mine"})
+    other_user = replace(ctx, user_hash=hash_id("43"))
+    other_profile = replace(ctx, profile="coder")
+    assert _run(other_user, "memory", {"action": "list"})["count"] == 0
+    assert _run(other_profile, "memory", {"action": "list"})["count"] == 0
+
+
+def test_memory_without_a_known_user_is_an_error() -> None:
+    assert "needs a known user" in _error(_ctx(user_hash=None), "memory", {"action": "list"})
+
+
+def test_memory_without_a_manager_is_an_error() -> None:
+    assert "not available" in _error(_ctx(memory=None), "memory", {"action": "list"})
+
+
+# --- session_search ----------------------------------------------------------------------------
+
+
+def _session_with(store: FakeSessionStore, chat: str, texts: list[str], profile: str | None = None) -> str:
+    source = SessionSource("telegram", chat_id=chat, chat_type="dm", user_id="42", profile=profile)
+    entry = store.get_or_create(source, build_session_key(source), NOW)
+    for i, text in enumerate(texts):
+        store.append_message(entry.session_id, "user", text, NOW + i)
+    return entry.session_id
+
+
+def test_session_search_finds_past_transcripts_of_the_profile() -> None:
+    store = FakeSessionStore()
+    old = _session_with(store, "98", ["my cat is called Miso", "unrelated"])
+    _session_with(store, "97", ["miso soup in another profile"], profile="coder")
+
+    found = _run(_ctx(sessions=store), "session_search", {"query": "  MISO "})
+
+    assert found["query"] == "MISO"
+    assert [(h["session_id"], h["this_session"]) for h in found["hits"]] == [(old, False)]
+    assert "Miso" in found["hits"][0]["snippet"]
+    assert found["hits"][0]["date"].startswith("2026-11-")
+
+
+def test_session_search_in_a_cron_turn_searches_the_profile() -> None:
+    store = FakeSessionStore()
+    _session_with(store, "98", ["the budget is 5k"])
+    ctx = _ctx(kind="cron", sessions=store, session_key=None, session_id=None)
+    assert len(_run(ctx, "session_search", {"query": "budget"}, kind="cron")["hits"]) == 1
+
+
+def test_session_search_refuses_a_too_short_query() -> None:
+    assert "at least 2" in _error(_ctx(), "session_search", {"query": " a "})
+
+
+# --- send_message ----------------------------------------------------------------------------------
+
+
+def test_send_message_queues_a_mirrored_push_to_the_resolved_target() -> None:
+    ctx = _ctx()
+    directory: FakeDirectory = ctx.directory  # type: ignore[assignment]
+    directory.remember(Channel("slack", "C-ops", None, "ops", "group"), NOW)
+
+    result = _run(ctx, "send_message", {"target": "#ops", "text": "deploy done"}, call_id="call-5")
+
+    queue: FakeDeliveryQueue = ctx.delivery  # type: ignore[assignment]
+    assert queue.bodies == [
+        {
+            "delivery_id": delivery_id_for("turn-1", "call-5"),
+            "kind": "push",
+            "mirror": True,
+            "turn_id": "turn-1",
+            "target": {"platform": "slack", "chat_id": "C-ops", "thread_id": None},
+            "text": "deploy done",
+            "correlation_id": "evt-1",
+            "session": hash_id("agent:main:telegram:dm:99"),
+        }
+    ]
+    assert result == {"status": "queued for #ops", "delivery_id": delivery_id_for("turn-1", "call-5")}
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("origin", {"platform": "telegram", "chat_id": "99", "thread_id": None}),
+        ("slack", {"platform": "slack", "chat_id": "C-home", "thread_id": None}),
+        ("telegram:-100:17", {"platform": "telegram", "chat_id": "-100", "thread_id": "17"}),
+        ("local", {"platform": "local", "chat_id": "local", "thread_id": None}),
+    ],
+)
+def test_send_message_target_forms(target: str, expected: dict[str, Any]) -> None:
+    ctx = _ctx()
+    _run(ctx, "send_message", {"target": target, "text": "hi"})
+    assert ctx.delivery.bodies[0]["target"] == expected  # type: ignore[union-attr]
+
+
+def test_send_message_ids_are_stable_per_call_and_distinct_between_calls() -> None:
+    assert delivery_id_for("t", "a") == delivery_id_for("t", "a")
+    assert delivery_id_for("t", "a") != delivery_id_for("t", "b")
+    assert delivery_id_for("t", "a") != delivery_id_for("u", "a")
+
+
+@pytest.mark.parametrize(
+    ("target", "reason"),
+    [("discord", "no home channel"), ("myspace:1", "unknown platform"), ("#nowhere", "no chat named")],
+)
+def test_send_message_to_an_unresolvable_target_is_an_error_and_queues_nothing(target: str, reason: str) -> None:
+    ctx = _ctx()
+    message = _error(ctx, "send_message", {"target": target, "text": "hi"})
+    assert message.startswith("error: cannot send there:")
+    assert reason in message
+    assert ctx.delivery.bodies == []  # type: ignore[union-attr]
+
+
+def test_send_message_origin_in_an_unattended_turn_is_an_error() -> None:
+    assert "origin" in _error(_ctx(origin=None), "send_message", {"target": "origin", "text": "hi"})
+
+
+# --- cronjob ---------------------------------------------------------------------------------------
+
+
+def test_cronjob_create_list_pause_resume_remove() -> None:
+    ctx = _ctx()
+    created = _run(
+        ctx, "cronjob", {"action": "create", "prompt": "Remind the user to stretch", "schedule": "every 2h"}
+    )["created"]
+    assert (created["id"], created["schedule"], created["deliver"]) == (
+        job_id_for("turn-1", "c1"),
+        "every 2h",
+        ["origin"],
+    )
+    assert created["next_run_at"] == NOW + 7200
+    assert "origin" not in created  # the chat's ids are not shown to the model
+    stored = ctx.jobs.get(created["id"])  # type: ignore[union-attr]
+    assert stored.origin == ORIGIN.to_dict()
+    assert stored.profile == "default"
+
+    assert [j["id"] for j in _run(ctx, "cronjob", {"action": "list"})["jobs"]] == [created["id"]]
+    assert _run(ctx, "cronjob", {"action": "pause", "id": created["id"]})["paused"]["state"] == PAUSED
+    later = replace(ctx, now=NOW + 100_000)
+    resumed = _run(later, "cronjob", {"action": "resume", "id": created["id"]})["resumed"]
+    assert resumed["state"] == SCHEDULED
+    assert resumed["next_run_at"] > NOW + 100_000
+    assert _run(ctx, "cronjob", {"action": "remove", "id": created["id"]}) == {"removed": created["id"]}
+    assert _run(ctx, "cronjob", {"action": "list"})["count"] == 0
+
+
+def test_cronjob_a_one_shot_runs_once() -> None:
+    created = _run(_ctx(), "cronjob", {"action": "create", "prompt": "p", "schedule": "in 30m", "repeat": 5})["created"]
+    assert created["repeat"] == {"times": 1, "completed": 0}
+    assert created["next_run_at"] == NOW + 1800
+
+
+def test_cronjob_create_run_twice_for_the_same_call_creates_once() -> None:
+    ctx = _ctx()
+    arguments = {"action": "create", "prompt": "p", "schedule": "every 1d"}
+    assert _run(ctx, "cronjob", arguments) == _run(ctx, "cronjob", arguments)
+    assert len(ctx.jobs.jobs) == 1  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        ({"action": "create", "prompt": "p", "schedule": "whenever"}, "every 30m"),  # the accepted forms listed
+        ({"action": "create", "prompt": " ", "schedule": "every 1d"}, "needs a prompt"),
+        ({"action": "create", "prompt": "p", "schedule": "every 1d", "deliver": ["discord"]}, "cannot deliver to"),
+        ({"action": "create", "prompt": "p", "schedule": "2020-01-01T09:00"}, "already passed"),
+        ({"action": "pause", "id": "../../etc"}, "not a job id"),
+        ({"action": "remove", "id": "j0123456789ab"}, "there is no job"),
+    ],
+)
+def test_cronjob_bad_input_is_a_clear_error(arguments: dict[str, Any], reason: str) -> None:
+    ctx = _ctx()
+    assert reason in _error(ctx, "cronjob", arguments)
+    assert ctx.jobs.jobs == {}  # type: ignore[union-attr]
+
+
+def test_cronjob_never_touches_another_profiles_job() -> None:
+    ctx = _ctx()
+    created = _run(ctx, "cronjob", {"action": "create", "prompt": "p", "schedule": "every 1d"})["created"]
+    other = replace(ctx, profile="coder")
+    assert "there is no job" in _error(other, "cronjob", {"action": "remove", "id": created["id"]})
+    assert _run(other, "cronjob", {"action": "list"})["count"] == 0
+
+
+def test_cronjob_is_not_offered_in_a_cron_turn() -> None:
+    result = execute(
+        ToolCall("c", "cronjob", {"action": "list"}), tools_for("cron", make_settings()), _ctx(kind="cron")
+    )
+    assert result.is_error
+    assert "no tool named 'cronjob'" in result.content
+
+
+def test_the_memory_user_handle_differs_per_platform_and_hides_the_id() -> None:
+    from hermes_gateway.tools.base import user_hash
+
+    telegram, discord = user_hash("telegram", "42"), user_hash("discord", "42")
+    assert telegram and discord and telegram != discord
+    assert telegram == user_hash("telegram", "42")
+    assert len(telegram) == 12  # a short digest, not the id
+    assert user_hash("telegram", None) is None
