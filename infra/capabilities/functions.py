@@ -181,8 +181,13 @@ class GatewayFunction(Construct):
     def _grant_state_machine(self, spec: StateMachineSpec, machine: sfn.StateMachine, access: Access) -> None:
         if access is not Access.START:
             raise ValueError(f"function {self.spec.name}: state machine {spec.name} cannot be granted {access.value}")
-        machine.grant_start_execution(self.role)
-        self.function.add_environment(spec.env_var, machine.state_machine_arn)
+        from infra.capabilities.workflow import state_machine_arn
+
+        # The ARN from the machine's fixed name, not a reference to it: the agent, which the
+        # machine invokes, starts executions too, and a reference would make a cycle.
+        arn = state_machine_arn(self, spec)
+        self.role.add_to_principal_policy(iam.PolicyStatement(actions=["states:StartExecution"], resources=[arn]))
+        self.function.add_environment(spec.env_var, arn)
 
     def grant_model(self, provider: ProviderSettings) -> None:
         """Amazon Bedrock: InvokeModel on the configured model only (Converse uses that action).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import ArnFormat, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -17,8 +17,25 @@ from infra.capabilities.functions import LOG_RETENTION
 from infra.nag import acknowledge
 
 
+def state_machine_name(scope: Construct, spec: StateMachineSpec) -> str:
+    """A fixed physical name, so a function the workflow itself invokes (the agent starts
+    continuations and queued turns) can be granted it without a reference cycle."""
+    return f"{Stack.of(scope).stack_name}-{spec.name}"
+
+
+def state_machine_arn(scope: Construct, spec: StateMachineSpec) -> str:
+    return Stack.of(scope).format_arn(
+        service="states",
+        resource="stateMachine",
+        resource_name=state_machine_name(scope, spec),
+        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+    )
+
+
 class TurnWorkflow(Construct):
-    """The state machine; each `${placeholder}` in the definition becomes the named function's ARN."""
+    """The state machine; each `${placeholder}` in the definition becomes the named function's ARN.
+    `express` (the `turns.workflow_type` setting) picks Express or Standard: the definition uses
+    nothing Express lacks, so both run it."""
 
     def __init__(
         self,
@@ -29,6 +46,7 @@ class TurnWorkflow(Construct):
         definition_file: Path,
         functions: Mapping[str, lambda_.IFunction],
         log_group_name: str,
+        express: bool | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.spec = spec
@@ -51,7 +69,10 @@ class TurnWorkflow(Construct):
             definition_substitutions={
                 placeholder: functions[name].function_arn for placeholder, name in spec.substitutions.items()
             },
-            state_machine_type=sfn.StateMachineType.EXPRESS if spec.express else sfn.StateMachineType.STANDARD,
+            state_machine_name=state_machine_name(self, spec),
+            state_machine_type=sfn.StateMachineType.EXPRESS
+            if (spec.express if express is None else express)
+            else sfn.StateMachineType.STANDARD,
             logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ERROR, include_execution_data=False),
             tracing_enabled=True,
         )

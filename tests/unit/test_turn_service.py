@@ -22,6 +22,7 @@ from hermes_gateway.settings import Settings
 from tests.fakes.access import FakePairingStore
 from tests.fakes.services import FakeDeliveryQueue, FakeEvents, FakeStarter, ScriptedProvider, make_settings
 from tests.fakes.sessions import FakeSessionStore
+from tests.fakes.turns import FakeTurnControl
 
 NOW = 1_764_400_000.0
 DM = SessionSource("telegram", chat_id="99", chat_type="dm", user_id="42", user_name="Alice", message_id="5")
@@ -34,6 +35,8 @@ class World:
     def __init__(self, settings: Settings | None = None, provider: Provider | None = None) -> None:
         self.settings = settings or make_settings({"TELEGRAM_ALLOW_ALL_USERS": "true"})
         self.store = FakeSessionStore()
+        self.control = FakeTurnControl(self.store)
+        self.events = FakeEvents()
         self.starter = FakeStarter()
         self.delivery = FakeDeliveryQueue()
         self.provider = provider or EchoProvider()
@@ -53,12 +56,17 @@ class World:
             provider=self._build_provider,
             delivery=self.delivery,
             now=lambda: self.clock,
+            control=self.control,
+            starter=self.starter,
+            events=self.events,
         )
 
     def route(self, text: str, source: SessionSource = DM, event: str = "telegram:default:1") -> dict[str, Any]:
         """Route a message and return the turn the state machine was started with."""
         msg = InboundMessage(source=source, text=text, event_id=event, received_at=self.clock)
-        access = Access(pairing=FakePairingStore(), replies=FakeDeliveryQueue(), events=FakeEvents())
+        access = Access(
+            pairing=FakePairingStore(), replies=FakeDeliveryQueue(), events=FakeEvents(), control=self.control
+        )
         outcome = route_message(
             msg,
             settings=self.settings,
@@ -112,7 +120,7 @@ def test_a_turn_replies_with_the_echo_and_queues_it_to_the_fixed_target() -> Non
     assert [(r.role, r.content) for r in rows] == [("user", "hello there"), ("assistant", "Echo: hello there")]
     assert rows[1].turn_id == turn["turn_id"]
     assert world.lease_token(turn["session_key"]) is None
-    assert result == {"turn_id": turn["turn_id"], "delivery": "queued", "released": True}
+    assert result == {"turn_id": turn["turn_id"], "delivery": "queued", "released": "released", "status": "ok"}
 
 
 def test_the_target_comes_from_the_turn_not_from_the_session() -> None:
@@ -132,7 +140,8 @@ def test_prepare_adds_the_system_prompt_and_keeps_the_turn() -> None:
 
     state = world.step("prepare", turn)
 
-    assert {k: v for k, v in state.items() if k != "system"} == turn
+    assert {k: v for k, v in state.items() if k not in ("system", "loop", "next")} == turn
+    assert state["next"] == "model" and state["loop"]["iterations"] == 0
     assert "You are Hermes" in state["system"]
     assert turn["session_id"] in state["system"]
 
@@ -152,7 +161,7 @@ def test_commit_twice_appends_once_counts_tokens_once_and_releases_once() -> Non
     assert [r.role for r in rows] == ["user", "assistant"]
     session = world.store.sessions[turn["session_id"]]
     assert (session["input_tokens"], session["output_tokens"]) == (11, 4)
-    assert (first["released"], second["released"]) == (True, False)
+    assert (first["released"], second["released"]) == ("released", "lost")
     assert world.lease_token(turn["session_key"]) is None
 
 
@@ -180,7 +189,7 @@ def test_a_commit_that_runs_late_does_not_release_the_next_turns_lease() -> None
     again = world.step("commit", state)
 
     # Then the second turn keeps its lease
-    assert again["released"] is False
+    assert again["released"] == "lost"
     assert world.lease_token(second["session_key"]) == second["lease_token"]
 
 
@@ -196,7 +205,7 @@ def test_a_silent_reply_is_stored_not_sent(silent: str) -> None:
     assert state["delivery"] == "silent" and result["delivery"] == "silent"
     rows = world.store.transcript(turn["session_id"])
     assert (rows[-1].role, rows[-1].content) == ("assistant", silent)
-    assert result["released"] is True
+    assert result["released"] == "released"
 
 
 def test_a_reply_that_only_mentions_silent_is_sent() -> None:
@@ -255,7 +264,7 @@ def test_fail_queues_the_apology_and_releases_the_lease() -> None:
         }
     ]
     assert world.lease_token(turn["session_key"]) is None
-    assert result == {"turn_id": turn["turn_id"], "failed": "TransientError", "released": True}
+    assert result == {"turn_id": turn["turn_id"], "failed": "TransientError", "released": "released", "told": "apology"}
 
 
 def test_fail_without_an_error_record_still_apologises_and_releases() -> None:
@@ -281,7 +290,7 @@ def test_fail_after_lease_lost_sends_no_apology_and_leaves_the_new_holder_alone(
 
     # Then nothing is sent and the newer turn keeps the lease
     assert world.delivery.bodies == []
-    assert result == {"turn_id": stale["turn_id"], "failed": "LeaseLost", "released": False}
+    assert result == {"turn_id": stale["turn_id"], "failed": "LeaseLost", "released": "lost", "told": "none"}
     assert world.lease_token(newer["session_key"]) == newer["lease_token"]
 
 
@@ -389,8 +398,12 @@ def test_the_reply_and_its_usage_are_recorded_in_the_state() -> None:
         "model": "scripted",
         "input_tokens": 9,
         "output_tokens": 2,
+        "cache_read_tokens": 0,
+        "cache_write_tokens": 0,
+        "prompt_tokens": 9,
         "stop_reason": "stop",
     }
+    assert state["next"] == "reply" and state["loop"]["iterations"] == 1
 
 
 @pytest.mark.parametrize("step", ["plan", "", "Prepare"])

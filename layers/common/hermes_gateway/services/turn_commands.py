@@ -1,0 +1,212 @@
+"""What the router does with a message for a session that has a running (or paused) turn.
+
+`/stop`, `/approve`, `/deny`, yes/no (to a pending approval) and `/yolo` are answered here, before
+the busy check, so they work while a turn runs. A plain message that meets a running turn is
+queued on the session's routing entry (`TurnControl.enqueue`) per `busy_input_mode`, and the
+chat is told once per turn; the turn that finishes hands its lease to the queue (services/turn.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from hermes_gateway.domain.access import is_admin
+from hermes_gateway.domain.sessions import SessionStore, TurnLease
+from hermes_gateway.domain.source import InboundMessage, SessionSource
+from hermes_gateway.domain.turns import PendingApproval, QueuedInput, TurnControl
+from hermes_gateway.observability import MetricUnit, logger, metrics
+from hermes_gateway.services.commands import describe, parse_command
+from hermes_gateway.settings import LEASE_MARGIN_SECONDS, Settings
+
+TURN_COMMANDS = ("stop", "approve", "deny", "yolo", "queue")
+for _name, _summary in (
+    ("stop", "stop the running turn at its next safe point"),
+    ("approve", "let the waiting tool call run (/approve session, /approve always)"),
+    ("deny", "refuse the waiting tool call"),
+    ("yolo", "turn tool approvals off or back on for this session"),
+    ("queue", "queue a message for after the running turn (/queue <text>)"),
+):
+    describe(_name, _summary)
+_YES = frozenset({"yes", "y", "ok", "approve"})
+_NO = frozenset({"no", "n", "deny"})
+BUSY_NOTICES = {
+    "queue": "I'm still working on your previous message; this one is queued for the next turn.",
+    "interrupt": "Stopping what I was doing to answer this.",
+    "steer": "Got it; I'll take this into account in the turn that is running.",
+}
+QUEUE_FULL = "Too many messages are waiting for the running turn; this one was not queued. Please send it again later."
+
+
+class Starter(Protocol):
+    def start(self, name: str, turn: dict[str, Any]) -> bool: ...
+
+
+@dataclass(frozen=True)
+class TurnCommandContext:
+    settings: Settings
+    store: SessionStore
+    lease: TurnLease
+    control: TurnControl
+    starter: Starter
+    session_key: str
+    now: float
+
+
+def busy_mode(source: SessionSource, settings: Settings) -> str:
+    platform = settings.platforms.get(source.platform)
+    return (platform.busy_input_mode if platform is not None else "") or settings.turns.busy_input_mode
+
+
+def may_answer(source: SessionSource, approval: PendingApproval, settings: Settings) -> bool:
+    """Only the user who was asked, an admin, or a configured approver answers an approval."""
+    user = source.user_id
+    if user is not None and user == approval.asked_of:
+        return True
+    return is_admin(source, settings) or (user is not None and user in settings.turns.approvers)
+
+
+def is_turn_command(text: str) -> bool:
+    command = parse_command(text)
+    return command is not None and command.name in TURN_COMMANDS
+
+
+def _approval_reply(text: str) -> tuple[str, str] | None:
+    """(decision, scope) for /approve [session|always], /deny and a bare yes or no."""
+    command = parse_command(text)
+    if command is not None and command.name == "approve":
+        scope = command.args.lower() or "once"
+        return ("approved", scope if scope in ("session", "always") else "once")
+    if command is not None and command.name == "deny":
+        return ("denied", "once")
+    word = text.strip().lower().rstrip(".!")
+    if word in _YES:
+        return ("approved", "once")
+    if word in _NO:
+        return ("denied", "once")
+    return None
+
+
+def resume_after_answer(approval: PendingApproval, ctx: TurnCommandContext) -> bool:
+    """Start the paused turn's continuation with the answer (idempotent: named after the count).
+    False when the state is gone or another turn took the session meanwhile."""
+    state = ctx.control.paused_state(approval.session_id, approval.turn_id)
+    if state is None or approval.decision is None:
+        return False
+    ttl = ctx.settings.sessions.turn_timeout_seconds + LEASE_MARGIN_SECONDS
+    # The lease is normally still held (its expiry was the approval's); after an expiry sweep it
+    # is free again and the same token takes it back.
+    if not ctx.lease.acquire(ctx.session_key, approval.turn_id, state["lease_token"], ctx.now, ttl):
+        logger.info("approval answered too late: the session moved on", extra={"turn_id": approval.turn_id})
+        return False
+    loop = dict(state.get("loop") or {})
+    loop["decisions"] = {**(loop.get("decisions") or {}), approval.call_id: approval.decision}
+    resumed = {**state, "loop": loop, "approval": approval.decision}
+    name = f"{approval.turn_id}-a{int(loop.get('approvals', 1))}"
+    ctx.starter.start(name, resumed)
+    logger.info("paused turn resumed", extra={"turn_id": approval.turn_id, "decision": approval.decision})
+    metrics.add_metric(name="ApprovalAnswered", unit=MetricUnit.Count, value=1)
+    return True
+
+
+def expire_approval(ctx: TurnCommandContext) -> bool:
+    """A pending approval past its deadline is denied (`timeout`) and its turn resumed. Called by
+    the next message for the session and by the expiry sweep."""
+    approval = ctx.control.state(ctx.session_key).approval
+    if approval is None or ctx.now < approval.expires_at:
+        return False
+    answered = ctx.control.answer(ctx.session_key, approval.turn_id, approval.decision or "timeout")
+    return answered is not None and resume_after_answer(answered, ctx)
+
+
+def _stop(message: InboundMessage, ctx: TurnCommandContext) -> str:
+    stopped = ctx.store.request_stop(ctx.session_key, ctx.now)
+    logger.info("stop requested", extra={"turn_id": stopped})
+    return "Stopping the current turn." if stopped else "Nothing is running."
+
+
+def _yolo(message: InboundMessage, ctx: TurnCommandContext) -> str:
+    if not (is_admin(message.source, ctx.settings) or message.source.chat_type == "dm"):
+        return "/yolo is for admins in shared chats."
+    on = not ctx.control.state(ctx.session_key).yolo
+    ctx.control.set_yolo(ctx.session_key, on)
+    if on:
+        return "Tool approvals are off for this session (/yolo again to turn them back on)."
+    return "Tool approvals are back on for this session."
+
+
+_SWITCHES = {"stop": _stop, "yolo": _yolo}
+
+
+def answer_turn_command(message: InboundMessage, ctx: TurnCommandContext) -> str | None:
+    """The reply to a turn command (or to yes/no while an approval is pending); None otherwise."""
+    command = parse_command(message.text)
+    source = message.source
+    if command is not None and command.name in _SWITCHES:
+        return _SWITCHES[command.name](message, ctx)
+    answer = _approval_reply(message.text)
+    if answer is None:
+        return None
+    pending = ctx.control.state(ctx.session_key).approval
+    if pending is None and command is None:
+        return None  # plain text: a yes/no only answers a pending approval
+    if pending is None or pending.decision is not None:
+        return "Nothing is waiting for approval."
+    if not may_answer(source, pending, ctx.settings):
+        return "Only the person who was asked (or an admin) can answer this approval."
+    decision, scope = answer
+    if ctx.now >= pending.expires_at:
+        decision, scope = "timeout", "once"
+    answered = ctx.control.answer(ctx.session_key, pending.turn_id, decision, scope)
+    if answered is None:
+        return "Nothing is waiting for approval."
+    if answered.decision == "approved" and answered.scope in ("session", "always"):
+        ctx.control.approve_tool(ctx.session_key, answered.tool, answered.scope, answered.session_id)
+    resume_after_answer(answered, ctx)
+    if answered.decision == "timeout":
+        return "That approval had already timed out, so the request was denied."
+    if answered.decision == "approved":
+        suffix = {"session": " for this session", "always": " from now on"}.get(answered.scope, "")
+        return f"Approved{suffix}: `{answered.tool}`."
+    return f"Denied: `{answered.tool}`."
+
+
+def queue_busy_message(message: InboundMessage, ctx: TurnCommandContext, mode: str | None = None) -> str | None:
+    """Queue a message that met a running turn. Returns the notice to send (once per turn), or
+    None. Raises nothing when the turn ended meanwhile: the caller then takes the lease."""
+    mode = mode or busy_mode(message.source, ctx.settings)
+    item = QueuedInput(
+        event_id=message.event_id,
+        text=message.text,
+        received_at=message.received_at,
+        source=message.source.to_dict(),
+        reply_to=reply_target(message),
+        mode=mode,
+    )
+    result = ctx.control.enqueue(ctx.session_key, item, max_items=ctx.settings.turns.max_queued)
+    if result.status == "not_busy":
+        raise TurnEnded
+    metrics.add_metric(name="MessageQueued", unit=MetricUnit.Count, value=1 if result.status == "queued" else 0)
+    logger.info("message for a busy session", extra={"status": result.status, "mode": mode})
+    if result.status == "full":
+        return QUEUE_FULL
+    if result.status != "queued":
+        return None
+    if mode == "interrupt":
+        ctx.store.request_stop(ctx.session_key, ctx.now)
+    if ctx.settings.turns.busy_ack and ctx.control.mark_busy_acknowledged(ctx.session_key, result.holder_turn_id or ""):
+        return BUSY_NOTICES[mode]
+    return None
+
+
+class TurnEnded(Exception):
+    """The running turn released the lease before the message could be queued: take it now."""
+
+
+def reply_target(message: InboundMessage) -> dict[str, Any]:
+    """Where replies to this message go: its chat and thread, plus the platform's reply details."""
+    source = message.source
+    target: dict[str, Any] = {"platform": source.platform, "chat_id": source.chat_id, "thread_id": source.thread_id}
+    if message.reply_context:
+        target["context"] = dict(message.reply_context)
+    return target
