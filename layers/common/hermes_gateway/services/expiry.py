@@ -1,9 +1,24 @@
-"""Scheduled work, run every minute. For now: turn leases that outlived their turn."""
+"""Scheduled work, run every minute: turn leases that outlived their turn (with what waited on
+them: a timed-out approval, queued messages), cron jobs, and the session sweep.
+
+Each part is idempotent and independent: one that fails does not keep the others from running,
+and the tick fails afterwards (so the failure is retried and alarmed on) with the first error.
+"""
 
 from __future__ import annotations
 
-from hermes_gateway.domain.sessions import TurnLease
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from hermes_gateway.domain.sessions import ExpiredLease, SessionStore, TurnLease
 from hermes_gateway.observability import MetricUnit, hash_id, logger, metrics
+from hermes_gateway.settings import LEASE_MARGIN_SECONDS, Settings
+
+if TYPE_CHECKING:
+    from hermes_gateway.domain.turns import TurnControl
+    from hermes_gateway.services.turn_commands import Starter
 
 
 def release_expired_leases(lease: TurnLease, now: float, batch: int = 100) -> int:
@@ -19,3 +34,92 @@ def release_expired_leases(lease: TurnLease, now: float, batch: int = 100) -> in
             )
     metrics.add_metric(name="LeasesExpired", unit=MetricUnit.Count, value=released)
     return released
+
+
+@dataclass(frozen=True)
+class LeaseRecovery:
+    """What a lease that outlived its turn may have left waiting: the session store, the turn
+    control (queue, approvals) and a way to start the next turn."""
+
+    settings: Settings
+    store: SessionStore
+    lease: TurnLease
+    control: TurnControl
+    starter: Starter
+
+
+def recover_expired_leases(deps: LeaseRecovery, now: float, batch: int = 100) -> dict[str, int]:
+    """Each expired lease, with nothing left waiting on it (BEHAVIOUR §5: nothing is stranded):
+
+    - a turn paused for an approval nobody answered in time: the approval is denied (`timeout`)
+      and the turn resumed, so the model hears it and the chat gets its answer;
+    - otherwise the lease is cleared and the session marked resume_pending; if messages were
+      queued behind the lost turn, a recovery lease is taken and handed straight to the oldest,
+      so they are answered now, in order, not when the chat next writes.
+    """
+    from hermes_gateway.services.turn_commands import TurnCommandContext, expire_approval
+
+    counts = {"leases_released": 0, "approvals_timed_out": 0, "queues_recovered": 0}
+    for expired in deps.lease.expired(now, limit=batch):
+        key = expired.session_key
+        ctx = TurnCommandContext(deps.settings, deps.store, deps.lease, deps.control, deps.starter, key, now)
+        if expire_approval(ctx):
+            counts["approvals_timed_out"] += 1
+            logger.info("approval timed out: denied, turn resumed", extra={"session": hash_id(key)})
+            continue
+        if not deps.lease.expire(expired, now):
+            continue  # renewed or released meanwhile
+        counts["leases_released"] += 1
+        logger.warning(
+            "turn lease expired; session marked resume_pending",
+            extra={"session": hash_id(key), "turn_id": expired.lease_turn_id},
+        )
+        if deps.control.state(key).queue and _hand_queue_on(deps, expired, now):
+            counts["queues_recovered"] += 1
+    metrics.add_metric(name="LeasesExpired", unit=MetricUnit.Count, value=counts["leases_released"])
+    return counts
+
+
+def _hand_queue_on(deps: LeaseRecovery, expired: ExpiredLease, now: float) -> bool:
+    """Take the freed lease under a token derived from the lost one (a retried tick takes it
+    again, not a second one) and hand it to the queue's head in the same write that checks it."""
+    from hermes_gateway.services.turn import release_or_hand_off
+
+    digest = hashlib.sha256(f"recover|{expired.lease_token}".encode()).hexdigest()
+    turn_id, token = f"recover-{digest[:32]}", digest[32:64]
+    ttl = deps.settings.sessions.turn_timeout_seconds + LEASE_MARGIN_SECONDS
+    if not deps.lease.acquire(expired.session_key, turn_id, token, now, ttl):
+        return False  # a new message took the session first: its router hands the queue on
+    entry = deps.store.get_route(expired.session_key)
+    if entry is None:
+        deps.lease.release(expired.session_key, token)
+        return False
+    status = release_or_hand_off(
+        deps.control,
+        deps.store,
+        deps.starter,
+        deps.settings,
+        now,
+        session_key=expired.session_key,
+        session_id=entry.session_id,
+        token=token,
+        model_override=entry.model_override.to_dict() if entry.model_override else None,
+    )
+    logger.info("queued input recovered after an expired lease", extra={"session": hash_id(expired.session_key)})
+    return status == "handed_off"
+
+
+def run_tick(parts: dict[str, Callable[[], dict[str, Any]]]) -> dict[str, Any]:
+    """Run every part of the tick in order; raise the first failure once all have run."""
+    summary: dict[str, Any] = {}
+    first_error: Exception | None = None
+    for name, part in parts.items():
+        try:
+            summary.update(part())
+        except Exception as exc:  # noqa: BLE001 - the other parts still run; re-raised below
+            logger.exception("tick part failed", extra={"part": name})
+            summary[f"{name}_failed"] = type(exc).__name__
+            first_error = first_error or exc
+    if first_error is not None:
+        raise first_error
+    return summary
