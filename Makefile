@@ -40,7 +40,8 @@ deploy: install ## check the prerequisites (config, Node.js, AWS credentials, bo
 bench: install ## cost per message, idle cost, cold starts, ack path, hops, local throughput (bench/results/latest.json)
 	$(BIN)/python bench/run_all.py
 
-faults: install ## delivery under injected platform faults (results in bench/results/)
+faults: install ## the whole gateway under load with injected faults, then delivery under platform faults (bench/results/faults-latest.json, delivery-faults-latest.json)
+	$(BIN)/python bench/faults.py --size full
 	$(BIN)/python bench/delivery_faults.py
 
 clean:

@@ -4,8 +4,9 @@ N reply jobs (some long enough to split) are put on the delivery queue; a fake T
 answers each request with a fault drawn at random (429, 500, a permanent 400, 403 "blocked", a 200
 without a message id) or a success; a loop plays Lambda's SQS event source (retries come back at
 once instead of after their backoff, so the run is fast; the receive count and redrive policy are
-the queue's own). At the end every job must be accounted for: sent, gone, unknown or dead-lettered,
-and no chunk may reach the platform twice.
+the queue's own). The queue is FIFO, one group per chat, as deployed: 50 chats get their replies in
+the order queued. At the end every job must be accounted for: sent, gone, unknown or dead-lettered,
+no chunk may reach the platform twice, and no chat may get a reply before an earlier one.
 
 Usage: .venv/bin/python bench/delivery_faults.py [--jobs N] [--seed S]
 Writes bench/results/delivery-faults-latest.json.
@@ -65,7 +66,7 @@ def _faulty_telegram(rng: random.Random) -> Any:
     return FaultyTelegram()
 
 
-def _drain(queue_url: str) -> tuple[int, int]:
+def _drain(queue_url: str, deadline: float) -> tuple[int, int]:
     """Play Lambda's SQS event source until the queue is empty; (retried records, invocations)."""
     import boto3
 
@@ -77,11 +78,18 @@ def _drain(queue_url: str) -> tuple[int, int]:
     handler = load_handler_module(function("delivery")).lambda_handler
     arn = "arn:aws:lambda:us-east-1:1:function:delivery"
     retried = invocations = 0
-    while batch := sqs.receive_message(
-        QueueUrl=queue_url, MaxNumberOfMessages=5, AttributeNames=["All"], VisibilityTimeout=30
-    ).get("Messages", []):
+    while time.time() < deadline:
+        batch = sqs.receive_message(
+            QueueUrl=queue_url, MaxNumberOfMessages=5, AttributeNames=["All"], VisibilityTimeout=30
+        ).get("Messages", [])
+        if not batch:
+            counts = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])["Attributes"]
+            if not int(counts["ApproximateNumberOfMessages"]) + int(counts["ApproximateNumberOfMessagesNotVisible"]):
+                break
+            time.sleep(0.05)  # a chat's jobs are in flight: its group is held until they come back
+            continue
         event = pollers.sqs_event(batch, "arn:aws:sqs:us-east-1:1:delivery", "us-east-1")
-        result = handler(event, LambdaContext("delivery", 256, arn, time.time() + 30))
+        result = handler(event, LambdaContext("delivery", 256, arn, deadline=time.time() + 30))
         invocations += 1
         failed = {f["itemIdentifier"] for f in result["batchItemFailures"]}
         retried += len(failed)
@@ -99,7 +107,7 @@ def run(jobs: int = 200, seed: int = 7) -> dict[str, Any]:
     from hermes_gateway import wiring
     from hermes_gateway.adapters import aws as aws_adapters
     from hermes_gateway.resources import DELIVERY_QUEUE
-    from hermes_local.aws import configure_moto, create_resources
+    from hermes_local.aws import configure_moto, create_resources, honour_fifo_groups
 
     rng = random.Random(seed)
     saved = dict(os.environ)
@@ -111,8 +119,9 @@ def run(jobs: int = 200, seed: int = 7) -> dict[str, Any]:
         os.environ.pop(name, None)
     # Retries come back at once: the schedule is tested elsewhere; here only the outcome counts.
     original_delay = aws_adapters.SqsQueue.delay_retry
-    aws_adapters.SqsQueue.delay_retry = lambda self, receipt, seconds: original_delay(self, receipt, 0)  # type: ignore[method-assign]
+    aws_adapters.SqsQueue.delay_retry = lambda self, receipt_handle, seconds: original_delay(self, receipt_handle, 0)  # type: ignore[method-assign]
     configure_moto()
+    honour_fifo_groups()
     started = time.perf_counter()
     try:
         with mock_aws(), _faulty_telegram(rng) as fake:
@@ -121,17 +130,15 @@ def run(jobs: int = 200, seed: int = 7) -> dict[str, Any]:
             wiring.reset()
             sqs = boto3.client("sqs")
             queue_url, dlq_url = env[DELIVERY_QUEUE.env_var], env[DELIVERY_QUEUE.dead_letter_env_var]
+            queue = aws_adapters.SqsQueue(queue_url)
             job_ids = []
             for n in range(jobs):
                 # Every word names its job, so a chunk sent twice shows as a repeated text.
                 text = " ".join(f"j{n}w{i}" for i in range(rng.choice((3, 3, 3, 900))))
                 target = {"platform": "telegram", "chat_id": str(1000 + n % 50)}
-                sqs.send_message(
-                    QueueUrl=queue_url,
-                    MessageBody=json.dumps({"delivery_id": f"job-{n}", "target": target, "text": text}),
-                )
+                queue.send({"delivery_id": f"job-{n}", "target": target, "text": text})
                 job_ids.append(f"job-{n}")
-            retried, invocations = _drain(queue_url)
+            retried, invocations = _drain(queue_url, time.time() + 300)
             dead = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["ApproximateNumberOfMessages"])
             report = _report(wiring.outbox().recent(limit=1_000_000), fake, job_ids)
             report.update(
@@ -163,8 +170,22 @@ def _report(rows: list[Any], fake: Any, job_ids: list[str]) -> dict[str, Any]:
         "unknown": outcome["unknown"],
         "duplicated": sum(count - 1 for count in delivered_texts.values() if count > 1),
         "lost": outcome["lost"],
+        "order_violations": _order_violations(fake.sent),
         "faults_injected": dict(fake.injected),
     }
+
+
+def _order_violations(sent: list[dict[str, Any]]) -> int:
+    """Messages a chat got after a message of a later job (job n is queued before job n + 50)."""
+    highest: dict[str, int] = {}
+    violations = 0
+    for message in sent:
+        job = int(message["text"].split("w", 1)[0].removeprefix("j").split(" ")[0])
+        chat = str(message["chat_id"])
+        if job < highest.get(chat, -1):
+            violations += 1
+        highest[chat] = max(highest.get(chat, -1), job)
+    return violations
 
 
 def _job_outcome(statuses: set[str]) -> str:

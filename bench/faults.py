@@ -18,24 +18,27 @@ message it answers. Faults are injected at the adapters:
   function that timed out after its write: the workflow's Fail state runs);
 - duplicate webhooks: an update sent twice at once, a later duplicate of an earlier message, an
   inbound envelope put on the queue again with a new de-duplication id (past the idempotency
-  record, reaching the router out of order), a delivery job queued twice and run by concurrent
-  delivery workers (three pollers, each with its own copy of the handler module, as Lambda runs
-  concurrent instances).
+  record, reaching the router out of order), a delivery job queued twice (under a de-duplication
+  id of its own, as after SQS's 5-minute window); three delivery workers poll the delivery FIFO
+  queue, each with its own copy of the handler module, as Lambda runs concurrent instances.
 
 Time is compressed by the profile's `time_scale` (10 at full size, 20 in CI): each retry delay the
 functions ask for (`SqsQueue.delay_retry`: busy sessions, rate limits, backoff), the queues'
 visibility timeouts (at least 3 s) and the outbox's stale-claim age are divided by it, so their
 ratios stay as deployed; Step Functions' retry intervals and the model and platform timeouts are
 real. Outcomes are counted from the platform's side (the fake Telegram's accepted messages, in
-order), the outbox, the transcript's markers (turn -> message), the dead-letter queues and the
-executions:
+order), the outbox, the executions' input (the turn and the messages it answers), and the
+dead-letter queues; nothing depends on how the turn engine works inside:
 
-- received: messages acknowledged 200 by the webhook; turns: executions started (their outcomes and,
-  for failed ones, the error the Fail state got); replies: messages the platform accepted;
-- duplicate_replies: a reply (the answer, or the apology) posted more than once for one message;
+- received: messages acknowledged 200 by the webhook; turns: the turns run (their executions'
+  outcomes and, for failed ones, the error the Fail state got); replies: messages the platform
+  accepted: answers (the model echoes what it answers, so an answer names its messages; messages
+  queued behind a running turn are answered together), apologies (an outbox row of a turn) and
+  notices (the router's own replies, such as "still working on your previous message");
+- duplicate_replies: a reply (answer, apology or notice) posted more than once for one message;
   answered_and_apologized: messages that got both;
 - lost: acknowledged, never answered (no answer, no apology) and in no dead-letter queue;
-- order_violations: replies that reached a chat after the reply to a later message of that chat;
+- order_violations: answers that reached a chat after the answer to a later message of that chat;
 - dead_lettered: entries in both DLQs. The delivery DLQ's entries carry a `reason` attribute (the
   delivery function dead-letters a refused job at once); the inbound DLQ's carry none: SQS moves a
   message there after `maxReceiveCount` failed receives, so the reason is only in the router's logs;
@@ -220,30 +223,32 @@ class Faults:
                 return None
             self._crashed.add((turn_id, step))
             self.injected[f"crash_after_work:{kind}:{step}"] += 1
-        return type(kind, (Exception,), {})(f"injected: the {step} task failed after doing its work")
+        crash: Exception = type(kind, (Exception,), {})(f"injected: the {step} task failed after doing its work")
+        return crash
 
 
 def _what(params: dict[str, Any]) -> str:
-    """The table a DynamoDB call is for, and for the outbox whether it claims or marks a chunk."""
+    """The table a DynamoDB call is for, and for the outbox's status writes which one it is."""
     tables = [params.get("TableName")] + [
         op.get("TableName") for item in params.get("TransactItems") or [] for op in item.values()
     ]
     names = sorted({str(t).removeprefix("hermes-local-") for t in tables if t})
-    values = {v.get("S") for v in (params.get("ExpressionAttributeValues") or {}).values() if isinstance(v, dict)}
-    if names == ["outbox"] and values & OUTBOX_STATUSES:
-        return (
-            "outbox(claim)"
-            if "sending" in values
-            else "outbox(mark " + "/".join(sorted(values & OUTBOX_STATUSES)) + ")"
-        )
-    return "+".join(names)
+    values = {str(v.get("S")) for v in (params.get("ExpressionAttributeValues") or {}).values() if isinstance(v, dict)}
+    if names != ["outbox"] or not values & OUTBOX_STATUSES:
+        return "+".join(names)
+    if "pending" in values:
+        return "outbox(claim)"
+    if "sending" in values:
+        return "outbox(settle stale claim)"
+    return "outbox(mark " + "/".join(sorted(values & OUTBOX_STATUSES)) + ")"
 
 
 def _client_error(operation: str, code: str, message: str, **extra: Any) -> Exception:
     from botocore.exceptions import ClientError
 
     response = {"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": 400}, **extra}
-    return ClientError(response, operation)  # type: ignore[arg-type]
+    error: Exception = ClientError(response, operation)  # type: ignore[arg-type]
+    return error
 
 
 def _dynamodb_throttle(operation: str, params: dict[str, Any]) -> Exception:
@@ -321,7 +326,7 @@ def patched(faults: Faults, queues: dict[str, str]) -> Iterator[None]:
     original_delay = aws_adapters.SqsQueue.delay_retry
     original_send = aws_adapters.SqsQueue.send
     original_sender = telegram.build_sender
-    original_claim = DynamoOutbox.claim
+    original_settle = DynamoOutbox.settle_stale
 
     def make_api_call(client: Any, operation: str, params: dict[str, Any]) -> Any:
         fault = faults.aws_fault(client.meta.service_model.service_name, operation, params)
@@ -332,34 +337,38 @@ def patched(faults: Faults, queues: dict[str, str]) -> Iterator[None]:
     def delay_retry(queue: Any, receipt_handle: str, seconds: int) -> None:
         original_delay(queue, receipt_handle, math.ceil(seconds / faults.profile.time_scale))
 
-    def claim(outbox: Any, delivery_id: str, now: float, stale_after_seconds: float = SEND_CLAIM_SECONDS) -> bool:
-        return bool(original_claim(outbox, delivery_id, now, stale_after_seconds / faults.profile.time_scale))
+    def settle_stale(
+        outbox: Any, delivery_id: str, now: float, stale_after_seconds: float = SEND_CLAIM_SECONDS
+    ) -> bool:
+        return bool(original_settle(outbox, delivery_id, now, stale_after_seconds / faults.profile.time_scale))
 
     def send(queue: Any, body: dict[str, Any], **kwargs: Any) -> str:
         message_id = original_send(queue, body, **kwargs)
         if queue.url == queues.get("delivery") and faults.roll(faults.profile.delivery_job_duplicate):
             faults.count("delivery_job_queued_twice")
+            # A de-duplication id of its own, as a job queued again after SQS's 5-minute window would
+            again = {**kwargs, "dedup_id": f"again|{body.get('delivery_id')}"}
             with faults.inside(None):
-                original_send(queue, body, **kwargs)
+                original_send(queue, body, **again)
         return message_id
 
     def build_sender(context: Any) -> Any:
         token = context.secret("TELEGRAM_BOT_TOKEN")
         return telegram.TelegramSender(context.platform.api_base_url, token, timeout=PLATFORM_TIMEOUT_SECONDS)
 
-    BaseClient._make_api_call = make_api_call  # type: ignore[method-assign]
-    aws_adapters.SqsQueue.delay_retry = delay_retry  # type: ignore[method-assign]
-    aws_adapters.SqsQueue.send = send  # type: ignore[method-assign]
+    BaseClient._make_api_call = make_api_call  # type: ignore[method-assign,assignment]
+    aws_adapters.SqsQueue.delay_retry = delay_retry  # type: ignore[method-assign,assignment]
+    aws_adapters.SqsQueue.send = send  # type: ignore[method-assign,assignment]
     telegram.build_sender = build_sender  # type: ignore[assignment]
-    DynamoOutbox.claim = claim  # type: ignore[method-assign]
+    DynamoOutbox.settle_stale = settle_stale  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
-        BaseClient._make_api_call = original_call  # type: ignore[method-assign]
-        aws_adapters.SqsQueue.delay_retry = original_delay  # type: ignore[method-assign]
-        aws_adapters.SqsQueue.send = original_send  # type: ignore[method-assign]
+        BaseClient._make_api_call = original_call  # type: ignore[method-assign,assignment]
+        aws_adapters.SqsQueue.delay_retry = original_delay  # type: ignore[method-assign,assignment]
+        aws_adapters.SqsQueue.send = original_send  # type: ignore[method-assign,assignment]
         telegram.build_sender = original_sender
-        DynamoOutbox.claim = original_claim  # type: ignore[method-assign]
+        DynamoOutbox.settle_stale = original_settle  # type: ignore[method-assign,assignment]
 
 
 def instrument(gateway: Any, faults: Faults) -> None:
@@ -436,6 +445,11 @@ class Message:
     @property
     def key(self) -> str:
         return f"s{self.session}m{self.n}"
+
+    @property
+    def event_id(self) -> str | None:
+        """The platform event id the ingress gave it (seen on its way to the inbound queue)."""
+        return str(self.envelope["event_id"]) if self.envelope else None
 
     def update(self) -> dict[str, Any]:
         return {
@@ -599,25 +613,33 @@ def _queue_urls() -> dict[str, str]:
     }
 
 
-def _quiet(sqs: Any, sfn: Any, queues: dict[str, str]) -> bool:
-    """Nothing queued, in flight or delayed, and no turn running."""
+def _busy(sqs: Any, sfn: Any, queues: dict[str, str]) -> list[str]:
+    """What is still going on: a queue with messages queued, in flight or delayed; running turns."""
+    busy = []
     for name in ("inbound", "delivery"):
         attributes = sqs.get_queue_attributes(QueueUrl=queues[name], AttributeNames=["All"])["Attributes"]
         counts = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible")
         if any(int(attributes.get(c, 0)) for c in (*counts, "ApproximateNumberOfMessagesDelayed")):
-            return False
+            busy.append(name)
     machine = os.environ["HERMES_TURN_STATE_MACHINE_ARN"]
-    return not sfn.list_executions(stateMachineArn=machine, statusFilter="RUNNING")["executions"]
+    if sfn.list_executions(stateMachineArn=machine, statusFilter="RUNNING")["executions"]:
+        busy.append("turns")
+    return busy
 
 
-def _wait_quiet(sqs: Any, sfn: Any, queues: dict[str, str], deadline: float) -> bool:
-    calm = 0
+def _wait_quiet(sqs: Any, sfn: Any, queues: dict[str, str], deadline: float) -> dict[str, float]:
+    """Until nothing has been going on for three looks in a row; for how long after the last
+    message each thing was still busy (`quiescent` false if the deadline came first)."""
+    started, calm, last = time.time(), 0, {}
     while time.time() < deadline:
-        calm = calm + 1 if _quiet(sqs, sfn, queues) else 0
+        busy = _busy(sqs, sfn, queues)
+        for name in busy:
+            last[name] = round(time.time() - started, 1)
+        calm = 0 if busy else calm + 1
         if calm >= 3:
-            return True
+            return {"quiescent": True, **last}
         time.sleep(0.5)
-    return False
+    return {"quiescent": False, **last}
 
 
 def _drain(sqs: Any, url: str) -> list[dict[str, Any]]:
@@ -670,16 +692,17 @@ def _capture_envelopes(traffic: Traffic, queues: dict[str, str]) -> Callable[[],
                 found.envelope = body
         return str(message_id)
 
-    aws_adapters.SqsQueue.send = send  # type: ignore[method-assign]
+    aws_adapters.SqsQueue.send = send  # type: ignore[method-assign,assignment]
 
     def undo() -> None:
-        aws_adapters.SqsQueue.send = current  # type: ignore[method-assign]
+        aws_adapters.SqsQueue.send = current  # type: ignore[method-assign,assignment]
 
     return undo
 
 
-def run(profile: Profile, seed: int = 7) -> dict[str, Any]:
-    """One run; returns the report (see `account`)."""
+def run(profile: Profile, seed: int = 7, logs: Path | None = None) -> dict[str, Any]:
+    """One run; returns the report (see `account`). `logs`: where to write the functions' log lines
+    (they hold hashed ids only, as deployed) to look into a run."""
     import boto3
 
     from hermes_gateway.resources import QUEUES
@@ -688,8 +711,6 @@ def run(profile: Profile, seed: int = 7) -> dict[str, Any]:
     faults = Faults(profile, seed)
     queues: dict[str, str] = {}
     capture = LogCapture()
-    global LAST_CAPTURE
-    LAST_CAPTURE = capture
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         telegram = stack.enter_context(FaultyTelegram(token=BOT_TOKEN, faults=faults))
@@ -719,17 +740,20 @@ def run(profile: Profile, seed: int = 7) -> dict[str, Any]:
         redeliver = _redeliverer(sqs, queues, faults)
         _send_all(traffic, profile, seed, send_deadline, redeliver)
         sent_seconds = time.perf_counter() - started
-        quiet = _wait_quiet(sqs, sfn, queues, time.time() + profile.deadline_seconds)
+        settled = _wait_quiet(sqs, sfn, queues, time.time() + profile.deadline_seconds)
         report = account(traffic, telegram, sqs, sfn, queues)
         report["log_scan"] = capture.scan(
             {"TELEGRAM_BOT_TOKEN": BOT_TOKEN, "TELEGRAM_WEBHOOK_SECRET": WEBHOOK_SECRET, "OPENAI_API_KEY": API_KEY},
             [m.text for m in traffic.messages],
         )
+        if logs is not None:
+            logs.write_text("\n".join(capture.lines) + "\n" + capture.stderr.getvalue(), encoding="utf-8")
         report.update(
             seed=seed,
             sessions=profile.sessions,
             messages_per_session=profile.messages,
-            quiescent=quiet,
+            quiescent=settled.pop("quiescent"),
+            busy_after_sending=settled,
             seconds_sending=round(sent_seconds, 1),
             seconds=round(time.perf_counter() - started, 1),
             faults_injected=dict(sorted(faults.injected.items())),
@@ -752,28 +776,39 @@ def _send_all(
 # --- accounting -------------------------------------------------------------------------------
 
 
-def _markers() -> dict[str, str]:
-    """turn id -> the event id it answers, from the transcript's de-duplication markers."""
-    import boto3
-
-    from hermes_gateway.resources import MESSAGES
-
-    dynamodb = boto3.client("dynamodb")
-    found: dict[str, str] = {}
-    kwargs: dict[str, Any] = {"TableName": os.environ[MESSAGES.env_var]}
-    while True:
-        page = dynamodb.scan(**kwargs)
-        for item in page.get("Items", []):
-            if item.get("role", {}).get("S") == "marker" and "turn_id" in item:
-                found[item["turn_id"]["S"]] = item["dedupe_key"]["S"]
-        if "LastEvaluatedKey" not in page:
-            return found
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-
-
 def _update_id(event_id: str | None) -> int | None:
     tail = str(event_id or "").rsplit(":", 1)[-1]
     return int(tail) if tail.isdigit() else None
+
+
+@dataclass
+class Turns:
+    """The turns Step Functions ran, read from the executions' input (the documented turn input:
+    `turn_id`, `event_id`, and the `queued` inputs a turn answers together)."""
+
+    outcomes: Counter[str] = field(default_factory=Counter)  # execution status -> count
+    failures: Counter[str] = field(default_factory=Counter)  # the error each failed execution's Fail state got
+    answers: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))  # turn id -> update ids
+    times: dict[str, tuple[float, float]] = field(default_factory=dict)  # turn id -> started, stopped
+
+    @classmethod
+    def read(cls, sfn: Any) -> Turns:
+        turns = cls()
+        machine = os.environ["HERMES_TURN_STATE_MACHINE_ARN"]
+        for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=machine):
+            for execution in page["executions"]:
+                described = sfn.describe_execution(executionArn=execution["executionArn"])
+                turn = json.loads(described.get("input") or "{}")
+                turn_id = str(turn.get("turn_id") or execution["name"])
+                events = [turn.get("event_id")] + [q.get("event_id") for q in turn.get("queued") or []]
+                turns.answers[turn_id].update(u for u in map(_update_id, events) if u is not None)
+                turns.outcomes[execution["status"]] += 1
+                stop = execution.get("stopDate")
+                started = turns.times.get(turn_id, (execution["startDate"].timestamp(), 0.0))[0]
+                turns.times[turn_id] = (started, stop.timestamp() if stop else 0.0)
+                if execution["status"] == "FAILED":
+                    turns.failures[_failure(sfn, execution["executionArn"])] += 1
+        return turns
 
 
 def account(traffic: Traffic, telegram: FakeTelegram, sqs: Any, sfn: Any, queues: dict[str, str]) -> dict[str, Any]:
@@ -782,25 +817,26 @@ def account(traffic: Traffic, telegram: FakeTelegram, sqs: Any, sfn: Any, queues
     from hermes_gateway import wiring
 
     by_update = {m.update_id: m for m in traffic.messages}
-    turn_of = {_update_id(event): turn for turn, event in _markers().items()}
+    turns = Turns.read(sfn)
     rows = wiring.outbox().recent(limit=10**9)
     with telegram._lock:
         sent = list(telegram.sent)
-    ledger = Ledger.read(sent, traffic.messages, rows, turn_of)
+    ledger = Ledger.read(sent, traffic.messages, rows, turns)
     dead = _dead_letters(sqs, queues, by_update)
     accepted = [m for m in traffic.messages if m.accepted]
-    lost = [m.key for m in accepted if not ledger.replies[m.key] and m.key not in dead["messages"]]
-    executions, failures, ledger.turn_times = _executions(sfn)
+    lost = [m.key for m in accepted if not ledger.answered(m.key) and m.key not in dead["messages"]]
     kinds = [kind for replies in ledger.replies.values() for kind in replies]
     return {
         "received": len(accepted),
         "not_acknowledged": len(traffic.messages) - len(accepted),
-        "turns": sum(executions.values()),
-        "turn_outcomes": executions,
-        "turn_failures": failures,
+        "turns": len(turns.answers),
+        "turn_outcomes": dict(turns.outcomes),
+        "turn_failures": dict(sorted(turns.failures.items())),
         "replies": len(sent),
-        "answers": kinds.count("answer"),
+        "answers": len([p for p in ledger.posted if p == "answer"]),
+        "messages_answered_together": sum(1 for n in ledger.covered if n > 1),
         "apologies": kinds.count("apology"),
+        "busy_notices": kinds.count("notice"),
         "unexpected_replies": ledger.unexpected,
         "duplicate_replies": sum(n - 1 for n in ledger.counts().values() if n > 1),
         "duplicated": ledger.evidence([k for k, n in ledger.counts().items() if n > 1]),
@@ -820,68 +856,103 @@ def account(traffic: Traffic, telegram: FakeTelegram, sqs: Any, sfn: Any, queues
 
 @dataclass
 class Ledger:
-    """The replies each message got, in the order the platform accepted them."""
+    """The replies each message got, in the order the platform accepted them. An answer names the
+    messages it answers (the model echoes them; queued messages are answered together); an apology
+    answers its turn's messages (found through its outbox row); any other reply with an outbox row
+    of no turn is a notice from the router (busy, commands) about the message whose event id its
+    delivery id is derived from."""
 
     messages: dict[str, Message]
-    rows_of: dict[str, list[Any]]  # message key -> its turn's outbox rows
-    replies: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # key -> "answer"/"apology"
+    rows_of: dict[str, list[Any]]  # message key -> its turns' outbox rows
+    replies: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # "answer"/"apology"/"notice"
+    by_turn: dict[str, set[tuple[str, str]]] = field(default_factory=lambda: defaultdict(set))  # key -> (kind, turn)
     per_chat: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))  # message numbers, first replies
+    posted: list[str] = field(default_factory=list)  # the kind of each reply the platform accepted
+    covered: list[int] = field(default_factory=list)  # how many messages each answer or apology answered
     unexpected: list[dict[str, Any]] = field(default_factory=list)
     first_reply_at: dict[str, float] = field(default_factory=dict)
     turn_of: dict[str, str] = field(default_factory=dict)  # message key -> turn id
     turn_times: dict[str, tuple[float, float]] = field(default_factory=dict)  # turn id -> started, stopped
 
     @classmethod
-    def read(
-        cls, sent: list[dict[str, Any]], messages: list[Message], rows: list[Any], turn_of: dict[int | None, str]
-    ) -> Ledger:
+    def read(cls, sent: list[dict[str, Any]], messages: list[Message], rows: list[Any], turns: Turns) -> Ledger:
         from hermes_gateway.services.turn import APOLOGY
 
-        by_turn = {turn: m for m in messages if (turn := turn_of.get(m.update_id))}
+        by_update = {m.update_id: m for m in messages}
+        of_turn = {t: [by_update[u] for u in sorted(us) if u in by_update] for t, us in turns.answers.items()}
         rows_of: dict[str, list[Any]] = defaultdict(list)
         for row in rows:
-            if row.turn_id in by_turn:
-                rows_of[by_turn[row.turn_id].key].append(row)
-        ledger = cls({m.key: m for m in messages}, rows_of)
-        ledger.turn_of = {m.key: turn for turn, m in by_turn.items()}
-        by_answer = {f"Echo: {m.text}": m for m in messages}
+            for message in of_turn.get(row.turn_id or "", []):
+                rows_of[message.key].append(row)
+        ledger = cls({m.key: m for m in messages}, rows_of, turn_times=turns.times)
+        ledger.turn_of = {m.key: turn for turn, ms in of_turn.items() for m in ms}
         by_platform_id = {(r.chat_id, r.platform_message_id): r for r in rows if r.platform_message_id}
-        # An apology posted but never marked with its id (the mark failed; the row was sent again and
-        # marked with the second post's id): the chat's latest apology row recorded before the post.
+        by_event_hash = {hashlib.sha256(m.event_id.encode()).hexdigest()[:32]: m for m in messages if m.event_id}
+        # An apology posted but never marked with its id (the mark failed; the row was settled
+        # unknown): the chat's latest apology row recorded before the post.
         apologies = sorted((r for r in rows if r.text == APOLOGY), key=lambda r: r.created_at, reverse=True)
         for posted in sent:
-            message, kind = by_answer.get(posted["text"]), "answer"
-            if message is None and posted["text"] == APOLOGY:
-                row = by_platform_id.get((str(posted["chat_id"]), str(posted["message_id"])))
-                row = row or next(
-                    (r for r in apologies if r.chat_id == str(posted["chat_id"]) and r.created_at <= posted["at"]), None
-                )
-                message, kind = (by_turn.get(row.turn_id) if row else None), "apology"
-            if message is None:
+            chat = str(posted["chat_id"])
+            row = by_platform_id.get((chat, str(posted["message_id"])))
+            if posted["text"].startswith("Echo: "):
+                kind = "answer"
+                answered = [m for m in messages if str(m.chat_id) == chat and m.text in posted["text"]]
+            elif posted["text"] == APOLOGY:
+                kind = "apology"
+                row = row or next((r for r in apologies if r.chat_id == chat and r.created_at <= posted["at"]), None)
+                answered = of_turn.get(row.turn_id or "", []) if row else []
+            elif row is not None and row.turn_id is None:
+                kind = "notice"
+                found = by_event_hash.get(row.delivery_id.split("#")[0].rsplit("-", 1)[-1])
+                answered = [found] if found else []
+            else:
+                answered = []
+            if not answered:
                 ledger.unexpected.append({"chat": posted["chat_id"], "text": posted["text"][:80]})
                 continue
-            if not ledger.replies[message.key]:
-                ledger.per_chat[message.chat_id].append(message.n)
-                ledger.first_reply_at[message.key] = float(posted.get("at") or 0.0)
-            ledger.replies[message.key].append(kind)
+            ledger.record(kind, answered, float(posted.get("at") or 0.0), row.turn_id if row else None)
         return ledger
 
+    def record(self, kind: str, answered: list[Message], at: float, turn: str | None) -> None:
+        self.posted.append(kind)
+        if kind != "notice":
+            self.covered.append(len(answered))
+        for message in sorted(answered, key=lambda m: m.n):
+            if kind != "notice" and not self.answered(message.key):
+                self.per_chat[message.chat_id].append(message.n)
+                self.first_reply_at[message.key] = at
+            self.replies[message.key].append(kind)
+            if turn:
+                self.by_turn[message.key].add((kind, turn))
+
+    def answered(self, key: str) -> bool:
+        return any(kind != "notice" for kind in self.replies.get(key, []))
+
     def latency(self) -> dict[str, Any]:
-        """Seconds from the webhook's acknowledgement to the first reply the chat got."""
+        """Seconds from the webhook's acknowledgement to the first answer (or apology) the chat got."""
         waits = sorted((at - self.messages[key].accepted_at, key) for key, at in self.first_reply_at.items() if at)
         if not waits:
             return {}
-        pick = lambda q: round(waits[min(len(waits) - 1, int(q * len(waits)))][0], 1)  # noqa: E731
+
+        def pick(q: float) -> float:
+            return round(waits[min(len(waits) - 1, int(q * len(waits)))][0], 1)
+
         return {"p50": pick(0.5), "p95": pick(0.95), "max": round(waits[-1][0], 1), "slowest": waits[-1][1]}
 
     def counts(self) -> Counter[tuple[str, str]]:
         return Counter((key, kind) for key, kinds in self.replies.items() for kind in kinds)
 
     def answered_and_apologized(self) -> list[str]:
-        return sorted(k for k, kinds in self.replies.items() if {"answer", "apology"} <= set(kinds))
+        """Messages one turn both answered and apologized for. (A turn that failed leaves its message
+        unanswered in the transcript, so the next turn may answer it along with its own: not this.)"""
+        return sorted(
+            key
+            for key, replies in self.by_turn.items()
+            if any(("answer", turn) in replies for kind, turn in replies if kind == "apology")
+        )
 
     def late(self) -> list[str]:
-        """Messages whose first reply reached the chat after the reply to a later message."""
+        """Messages whose first answer reached the chat after the answer to a later message."""
         found = []
         for chat, numbers in self.per_chat.items():
             highest = 0
@@ -923,30 +994,13 @@ def traffic_session(chat_id: int) -> int:
 
 
 def _violations(numbers: list[int]) -> int:
-    """Replies that reached the chat after the reply to a later message."""
+    """Answers that reached the chat after the answer to a later message."""
     highest, count = 0, 0
     for n in numbers:
         if n < highest:
             count += 1
         highest = max(highest, n)
     return count
-
-
-def _executions(sfn: Any) -> tuple[dict[str, int], dict[str, int], dict[str, tuple[float, float]]]:
-    """How many turns ended which way, for the failed ones the error their Fail state got, and when
-    each turn (by name) started and stopped."""
-    machine = os.environ["HERMES_TURN_STATE_MACHINE_ARN"]
-    statuses: Counter[str] = Counter()
-    causes: Counter[str] = Counter()
-    times: dict[str, tuple[float, float]] = {}
-    for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=machine):
-        for execution in page["executions"]:
-            statuses[execution["status"]] += 1
-            stop = execution.get("stopDate")
-            times[execution["name"]] = (execution["startDate"].timestamp(), stop.timestamp() if stop else 0.0)
-            if execution["status"] == "FAILED":
-                causes[_failure(sfn, execution["executionArn"])] += 1
-    return dict(statuses), dict(sorted(causes.items())), times
 
 
 def _failure(sfn: Any, arn: str) -> str:
@@ -995,15 +1049,24 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=None)
     parser.add_argument("--messages", type=int, default=None)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "faults-latest.json")
+    parser.add_argument("--logs", type=Path, default=None, help="write the functions' log lines here")
     args = parser.parse_args()
     profile = SIZES[args.size]
     if args.sessions:
         profile = replace(profile, sessions=args.sessions)
     if args.messages:
         profile = replace(profile, messages=args.messages)
-    report = {"size": args.size, **run(profile, args.seed)}
+    report = {"size": args.size, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    report.update(run(profile, args.seed, args.logs))
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps(report, indent=2))
+    print(json.dumps({key: report[key] for key in SUMMARY}, indent=2))
+    print(f"full report: {args.out}")
+
+
+SUMMARY = (
+    "received", "turns", "replies", "duplicate_replies", "lost", "order_violations", "dead_lettered",
+    "dlq_reasons", "turn_outcomes", "quiescent", "seconds",
+)  # fmt: skip
 
 
 if __name__ == "__main__":

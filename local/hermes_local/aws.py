@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -45,7 +46,7 @@ def configure_moto() -> None:
     default_user_config.setdefault("lambda", {})["use_docker"] = False
     make_dynamodb_atomic()
     make_dynamodb_rollback_item_level()
-    make_sqs_fifo_ordered()
+    honour_fifo_groups()
 
 
 _DYNAMODB_LOCK = threading.RLock()
@@ -94,10 +95,11 @@ def make_dynamodb_rollback_item_level() -> None:
     mode got slower the longer it ran, and every function's calls waited on the copy. The outcome
     is the same with a copy of only the named items: a transaction changes nothing else.
     """
-    import moto.dynamodb.models as models
+    import moto.dynamodb.models as backend_module
     from moto.dynamodb.models.dynamo_type import DynamoType
     from moto.dynamodb.models.table import Table
 
+    models: Any = backend_module  # its `copy` is the standard module, imported there, not exported
     original = models.DynamoDBBackend.transact_write_items
     if getattr(original, "_hermes_item_level", False):
         return
@@ -133,8 +135,8 @@ def make_dynamodb_rollback_item_level() -> None:
                 raise
 
     transact_write_items._hermes_item_level = True  # type: ignore[attr-defined]
-    models.copy = TablesUncopied()  # type: ignore[assignment]
-    models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
+    models.copy = TablesUncopied()
+    models.DynamoDBBackend.transact_write_items = transact_write_items
 
 
 def _put_back(table: Any, hash_key: Any, range_key: Any, item: Any) -> None:
@@ -150,27 +152,84 @@ def _put_back(table: Any, hash_key: Any, range_key: Any, item: Any) -> None:
         table.items[hash_key][range_key] = item
 
 
-def make_sqs_fifo_ordered() -> None:
-    """Keep a FIFO group in order when its messages come back from a visibility timeout.
+_FIFO_LOCK = threading.Lock()
 
-    moto decides which groups are in flight from a snapshot that still counts messages whose
-    visibility has run out, so it can hand out a later message of a group before an earlier one
-    that is already visible again. SQS never does; local mode and the tests rely on that order.
+
+def honour_fifo_groups() -> None:
+    """Receive from a FIFO queue of the embedded AWS as SQS does: a message is handed out only when
+    no earlier message of its group is in flight or waiting.
+
+    moto decides which groups are in flight from a snapshot taken when a long poll starts, so a
+    later message of a group that turns visible during the poll can go out before an earlier one
+    that is already visible again (a delivery retried after a 429 would be overtaken by the next
+    reply; the router would find the lease held by the starved message's turn). Idempotent; pinned
+    to moto 5.2.x like local mode's other shims. Standard queues keep moto's own receive.
     """
     from moto.sqs.models import SQSBackend
 
     original = SQSBackend.receive_message
-    if getattr(original, "_hermes_ordered", False):
+    if getattr(original, "_hermes_fifo_groups", False):
         return
 
-    def receive_message(self: SQSBackend, queue_name: str, *args: Any, **kwargs: Any) -> Any:
-        queue = self.get_queue(queue_name)
-        for message in [m for m in queue.pending_messages if m.visible]:
-            queue.pending_messages.discard(message)  # visible again means no longer in flight
-        return original(self, queue_name, *args, **kwargs)
+    def receive_message(
+        backend: Any,
+        queue_name: str,
+        count: int,
+        wait_seconds_timeout: int,
+        visibility_timeout: int,
+        message_attribute_names: list[str] | None = None,
+    ) -> list[Any]:
+        queue = backend.get_queue(queue_name)
+        if not queue.fifo_queue:
+            return list(
+                original(backend, queue_name, count, wait_seconds_timeout, visibility_timeout, message_attribute_names)
+            )
+        deadline = time.time() + (wait_seconds_timeout or 0)
+        while True:
+            with _FIFO_LOCK:
+                found = _take_in_group_order(backend, queue, count, visibility_timeout, message_attribute_names or [])
+            if found or time.time() >= deadline:
+                return found
+            time.sleep(0.05)
 
-    receive_message._hermes_ordered = True  # type: ignore[attr-defined]
-    SQSBackend.receive_message = receive_message  # type: ignore[method-assign]
+    receive_message._hermes_fifo_groups = True  # type: ignore[attr-defined]
+    SQSBackend.receive_message = receive_message  # type: ignore[method-assign,assignment]
+
+
+def _take_in_group_order(backend: Any, queue: Any, count: int, visibility: int, names: list[str]) -> list[Any]:
+    from copy import deepcopy
+
+    from moto.sqs.models import _filter_message_attributes
+
+    found: list[Any] = []
+    messages = list(queue._messages)
+    blocked = {m.group_id for m in messages if not m.visible}  # in flight (or delayed): holds its group
+    for message in messages:
+        if message.group_id in blocked:
+            continue
+        if message.delayed:  # not yet due: the messages after it in its group wait
+            blocked.add(message.group_id)
+            continue
+        queue.pending_messages.discard(message)  # visible again: no longer in flight
+        policy = queue.redrive_policy
+        if (
+            queue.dead_letter_queue is not None
+            and policy
+            and message.approximate_receive_count >= int(policy["maxReceiveCount"])
+        ):
+            queue._messages.remove(message)
+            queue.dead_letter_queue.add_message(message)
+            continue
+        if not backend.is_message_valid_based_on_retention_period(queue.name, message):
+            break
+        queue.pending_messages.add(message)
+        message.mark_received(visibility_timeout=visibility)
+        handed = deepcopy(message)  # the copy is filtered; the queue's message keeps every attribute
+        _filter_message_attributes(handed, names)
+        found.append(handed)
+        if len(found) >= count:
+            break
+    return found
 
 
 def install_lambda_dispatch(resolve: Callable[[str], Handler | None], context_for: Callable[[str], Any]) -> None:

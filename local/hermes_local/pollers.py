@@ -4,6 +4,10 @@ moto's own mapping runs the consumer inside SendMessage and never re-polls a fai
 local mode polls instead: a batch goes to the handler as an SQS event, the records it reports as
 failed (`batchItemFailures`) stay in the queue and come back after their visibility timeout, and
 moto moves a message to the DLQ after the queue's maxReceiveCount, as SQS does.
+
+FIFO queues (inbound, delivery) are received by SQS's rule (`honour_fifo_groups`): while a message
+of a group is in flight, nothing else of that group is handed out; the replies to a chat and the
+messages of a session stay in order when one of them is retried.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any, Protocol
 import boto3
 
 from hermes_gateway.resources import FunctionSpec
+from hermes_local.aws import honour_fifo_groups
 
 
 class Invoker(Protocol):
@@ -67,6 +72,8 @@ def process_batch(
 def poll_queue(
     functions: Invoker, spec: FunctionSpec, queue_url: str, stop: threading.Event, wait_seconds: int = 1
 ) -> None:
+    if queue_url.endswith(".fifo"):
+        honour_fifo_groups()
     sqs = boto3.client("sqs", region_name=functions.region)
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     while not stop.is_set():

@@ -67,3 +67,14 @@ def test_a_sent_chunk_cannot_be_claimed_and_a_stale_claim_is_settled_unknown(aws
     assert outbox.claim("b#1", 100.0)
     outbox.mark("b#1", "sent", 101.0, platform_message_id="1")
     assert not outbox.claim("b#1", 10_000.0) and not outbox.settle_stale("b#1", 10_000.0)
+
+
+def test_a_chunks_buttons_are_stored_with_it(aws: Any) -> None:
+    outbox = DynamoOutbox(aws.bindings)
+    buttons = [{"label": "Approve", "reply": "/approve"}]
+    stored = outbox.record(
+        "ask#1", platform="webchat", chat_id="c", thread_id=None, text="ok?", turn_id="t", chunk=1, chunks=1,
+        now=1.0, buttons=buttons,
+    )  # fmt: skip
+    assert stored.buttons == buttons
+    assert record(outbox, "plain#1", 1.0).buttons is None

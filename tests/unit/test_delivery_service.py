@@ -286,3 +286,36 @@ def test_a_pairing_code_is_sent_but_kept_masked_in_the_outbox() -> None:
     local = FakeOutbox()
     deliver(pairing, DeliveryDeps(outbox=local, sender_for=lambda p, v: sender, now=lambda: NOW, store_sensitive=True))
     assert "ABCD2345" in local.entries["pairing-1#1"].text
+
+
+def test_buttons_go_under_the_last_chunk_only_and_are_kept_with_it() -> None:
+    from hermes_gateway.platforms.base import Button, Target
+
+    class Recording(FakeSender):
+        def __init__(self) -> None:
+            super().__init__()
+            self.buttons: list[tuple[Button, ...]] = []
+
+        def send(self, target: Target, text: str) -> str:
+            self.buttons.append(target.buttons)
+            return super().send(target, text)
+
+    outbox, sender = FakeOutbox(), Recording()
+    approval = [{"label": "Approve", "reply": "/approve"}, {"label": "Deny", "reply": "/deny"}, {"label": ""}]
+    with_buttons = DeliveryJob.from_dict(
+        {
+            "delivery_id": "ask-1",
+            "target": {"platform": "telegram", "chat_id": "99"},
+            "text": long_text(),
+            "buttons": approval,
+        }
+    )
+
+    deliver(with_buttons, deps(outbox, sender))
+
+    *earlier, last = sender.buttons
+    assert earlier and all(b == () for b in earlier)
+    assert last == (Button("Approve", "/approve"), Button("Deny", "/deny"))
+    rows = sorted(outbox.entries.values(), key=lambda e: e.chunk)
+    assert [r.buttons for r in rows[:-1]] == [None] * (len(rows) - 1)
+    assert rows[-1].buttons == [{"label": "Approve", "reply": "/approve"}, {"label": "Deny", "reply": "/deny"}]

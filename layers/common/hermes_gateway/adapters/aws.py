@@ -24,8 +24,20 @@ def group_id_for(session_key: str) -> str:
     return hashlib.sha256(session_key.encode("utf-8")).hexdigest()[:40]
 
 
+def delivery_group_id(body: dict[str, Any]) -> str | None:
+    """FIFO group of a delivery job: its target chat (platform, chat, thread), so one chat's replies
+    go out in the order they were queued while other chats' go in parallel; no raw ids."""
+    target = body.get("target")
+    if not isinstance(target, dict) or not target.get("platform"):
+        return None
+    chat = [str(target.get(name) or "") for name in ("platform", "chat_id", "thread_id")]
+    return group_id_for("delivery|" + json.dumps(chat))
+
+
 class SqsQueue:
-    """Sends JSON bodies to one queue. FIFO queues get a group id and a de-duplication id."""
+    """Sends JSON bodies to one queue. FIFO queues get a group id and a de-duplication id; for a
+    delivery job they default to its target chat's group and its delivery id, so every producer
+    (replies, apologies, commands, pushes) is ordered per chat without saying so."""
 
     def __init__(self, queue_url: str, region: str | None = None) -> None:
         self.url = queue_url
@@ -41,6 +53,8 @@ class SqsQueue:
     def send(self, body: dict[str, Any], *, group_id: str | None = None, dedup_id: str | None = None) -> str:
         kwargs: dict[str, Any] = {"QueueUrl": self.url, "MessageBody": json.dumps(body, separators=(",", ":"))}
         if self.fifo:
+            group_id = group_id or delivery_group_id(body)
+            dedup_id = dedup_id or (str(body["delivery_id"]) if body.get("delivery_id") else None)
             if not group_id or not dedup_id:
                 raise ValueError("a FIFO queue needs a group id and a de-duplication id")
             kwargs["MessageGroupId"] = group_id
@@ -53,15 +67,17 @@ class SqsQueue:
             raise
         return str(response["MessageId"])
 
-    def send_raw(self, body: str, *, reason: str | None = None) -> str:
+    def send_raw(self, body: str, *, reason: str | None = None, dedup_id: str | None = None) -> str:
         """Send a body as it is (a dead letter keeps the original job byte for byte), with the
-        reason it failed as a message attribute."""
+        reason it failed as a message attribute. On a FIFO queue `dedup_id` (the failed message's
+        id) keeps a redriven job that fails again from being dropped as a duplicate of its first."""
         kwargs: dict[str, Any] = {"QueueUrl": self.url, "MessageBody": body}
         if reason:
             kwargs["MessageAttributes"] = {"reason": {"DataType": "String", "StringValue": reason[:1000]}}
         if self.fifo:
             digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
-            kwargs.update(MessageGroupId=digest[:40], MessageDeduplicationId=digest)
+            dedup = hashlib.sha256(dedup_id.encode("utf-8")).hexdigest() if dedup_id else digest
+            kwargs.update(MessageGroupId=digest[:40], MessageDeduplicationId=dedup)
         return str(self._client.send_message(**kwargs)["MessageId"])
 
     def receive(

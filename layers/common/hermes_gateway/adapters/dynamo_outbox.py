@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from pynamodb.exceptions import DoesNotExist, PutError, UpdateError
@@ -31,6 +32,8 @@ class OutboxEntry:
     error: str | None
     created_at: float
     updated_at: float
+    # quick replies shown under the chunk ([{"label", "reply"}], the message's last chunk only)
+    buttons: list[dict[str, str]] | None = None
 
     def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -52,6 +55,7 @@ def _entry(item: OutboxModelBase) -> OutboxEntry:
         error=item.error,
         created_at=float(item.created_at),
         updated_at=float(item.updated_at),
+        buttons=json.loads(item.buttons) if item.buttons else None,
     )
 
 
@@ -72,6 +76,7 @@ class DynamoOutbox:
         chunk: int,
         chunks: int,
         now: float,
+        buttons: list[dict[str, str]] | None = None,
     ) -> OutboxEntry:
         """Write the chunk as pending unless it exists; either way return what is stored."""
         Outbox = self.model
@@ -89,6 +94,7 @@ class DynamoOutbox:
             created_at=now,
             updated_at=now,
             expires_at=int(now + RETENTION_SECONDS),
+            buttons=json.dumps(buttons) if buttons else None,
         )
         try:
             item.save(condition=Outbox.delivery_id.does_not_exist())
@@ -125,6 +131,21 @@ class DynamoOutbox:
                     Outbox.error.set("the worker sending it stopped; the platform may have it"),
                 ],
                 condition=(Outbox.status == "sending") & (Outbox.updated_at < now - stale_after_seconds),
+            )
+        except UpdateError as exc:
+            if condition_failed(exc):
+                return False
+            raise
+        return True
+
+    def reclaim(self, delivery_id: str, claimed_at: float, now: float) -> bool:
+        """Take back a claim made at `claimed_at` by the caller, whose send failed for certain but
+        could not be recorded: only while the chunk is exactly as that claim left it."""
+        Outbox = self.model
+        try:
+            Outbox(delivery_id).update(
+                actions=[Outbox.updated_at.set(now)],
+                condition=(Outbox.status == "sending") & (Outbox.updated_at == claimed_at),
             )
         except UpdateError as exc:
             if condition_failed(exc):

@@ -71,7 +71,8 @@ def redrive(live: Any, dead: Any, limit: int) -> int:
             break
         for message in batch:
             # Sent before deleted: a failure in between leaves a duplicate job, which the outbox absorbs.
-            live.send(json.loads(message["Body"]))
+            # A de-duplication id of its own: the job's first one may be within SQS's 5-minute window.
+            live.send(json.loads(message["Body"]), dedup_id=f"redrive|{message['MessageId']}")
             dead.delete(message["ReceiptHandle"])
             moved += 1
     return moved

@@ -140,6 +140,9 @@ def parse_event(event: Any, *, bot_user_id: str, received_at: float) -> InboundM
     content = event.get("content")
     if event_id is None or room_id is None or sender is None or not isinstance(content, dict):
         return Ignored("malformed_event")
+    if not _key_safe(room_id) or "\x00" in sender:
+        # A 400 would block the homeserver's queue: the transaction is resent unchanged forever.
+        return Ignored("unsafe_id")
     if bot_user_id and sender == bot_user_id:
         return Ignored("own_message")
     relation = content.get("m.relates_to")
@@ -156,6 +159,8 @@ def parse_event(event: Any, *, bot_user_id: str, received_at: float) -> InboundM
     if not isinstance(body, str):
         return Ignored("malformed_event")
     thread_id = _string(relation.get("event_id")) if relation.get("rel_type") == "m.thread" else None
+    if thread_id is not None and not _key_safe(thread_id):
+        return Ignored("unsafe_id")
     reply_to = _reply_to(relation)
     text = _REPLY_FALLBACK.sub("", body, count=1) if reply_to else body
     if not text.strip():
@@ -167,6 +172,7 @@ def parse_event(event: Any, *, bot_user_id: str, received_at: float) -> InboundM
         # account data): every room is keyed as a group.
         chat_type="group",
         user_id=sender,
+        user_id_alt=None if _key_safe(sender) and "%" not in sender else key_safe_user_id(sender),
         user_name=_localpart(sender),
         thread_id=thread_id,
         scope_id=_server_name(room_id),
@@ -182,6 +188,22 @@ def parse_event(event: Any, *, bot_user_id: str, received_at: float) -> InboundM
         # A threaded answer also points at the latest event it answers (the thread fallback).
         reply_context={"in_reply_to": event_id} if thread_id else {},
     )
+
+
+def _key_safe(value: str) -> bool:
+    """Whether an id may appear in a session key as it is (domain/session_key.py refuses `..` and NUL)."""
+    return ".." not in value and "\x00" not in value
+
+
+def key_safe_user_id(user_id: str) -> str:
+    """A user id the session key accepts, for a valid Matrix id holding `..` (`@john..doe:example.org`).
+
+    Used for every id holding `..` or `%`: `%` and `.` are percent-encoded, so the form is reversible
+    and always holds `%`, which no id keyed as it is holds: two users never share a session. The id
+    itself (allowlists, pairing) stays as the homeserver sent it; the form only keys the session,
+    as the participant (`user_id_alt`).
+    """
+    return user_id.replace("%", "%25").replace(".", "%2E")
 
 
 def _string(value: Any) -> str | None:

@@ -14,6 +14,9 @@ sends nothing twice. What happens on failure is decided here and carried out by 
 - An answer that may or may not have posted the message (a success without a message id, or a
   claim left by a worker that stopped mid-send) is recorded `unknown` and never sent again: a
   duplicate is worse than a gap the outbox shows.
+- A send the platform refused for certain whose outcome the outbox could not record (the write was
+  throttled after its retries) is not left to be settled `unknown`: the job is retried, and the
+  instance that knows the send failed takes its own claim back and sends again.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from hermes_gateway.adapters.dynamo_outbox import OutboxEntry
@@ -32,7 +35,7 @@ from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.domain.split import split_message
 from hermes_gateway.errors import BadRequest, OutcomeUnknown, PermanentError, TargetGone, TransientError
 from hermes_gateway.observability import MetricUnit, hash_id, logger, metrics
-from hermes_gateway.platforms.base import Sender, Target
+from hermes_gateway.platforms.base import Button, Sender, Target
 from hermes_gateway.platforms.catalog import text_limit
 
 KINDS = ("reply", "push")  # a reply answers the chat's own message; a push is sent unasked
@@ -41,6 +44,10 @@ BACKOFF_BASE_SECONDS = 5
 BACKOFF_CAP_SECONDS = 300
 MARK_ATTEMPTS = 4
 MARK_BACKOFF_SECONDS = 0.2
+# Claims this instance holds on chunks whose send failed for certain but whose outcome could not be
+# recorded: delivery id -> the claim's time. Lambda keeps it between invocations of a warm instance.
+_UNSENT_CLAIMS: dict[str, float] = {}
+_UNSENT_CLAIMS_KEPT = 1000
 
 
 class Undeliverable(PermanentError):
@@ -60,6 +67,7 @@ class Outbox(Protocol):
         chunk: int,
         chunks: int,
         now: float,
+        buttons: list[dict[str, str]] | None = None,
     ) -> OutboxEntry: ...
 
     def claim(self, delivery_id: str, now: float) -> bool:
@@ -68,6 +76,11 @@ class Outbox(Protocol):
 
     def settle_stale(self, delivery_id: str, now: float) -> bool:
         """Record a claim abandoned mid-send as `unknown`; True when it was stale."""
+        ...
+
+    def reclaim(self, delivery_id: str, claimed_at: float, now: float) -> bool:
+        """Take back this worker's own claim made at `claimed_at` (its send failed for certain);
+        False once anything else has happened to the chunk."""
         ...
 
     def mark(
@@ -112,7 +125,10 @@ class DeliveryDeps:
     # Local mode keeps redacted values in its in-memory outbox: it is the only place a newcomer
     # without a bot token can read the pairing code the bot would have sent.
     store_sensitive: bool = False
+    jobs: CronDeliveries | None = None  # records a cron run's delivery status on its job
     sleep: Callable[[float], None] = time.sleep
+    # This instance's claims on chunks whose send failed for certain, unrecorded (see _UNSENT_CLAIMS).
+    unsent_claims: dict[str, float] = field(default_factory=lambda: _UNSENT_CLAIMS)
 
 
 def masked(text: str, secrets: tuple[str, ...]) -> str:
@@ -136,6 +152,8 @@ class DeliveryJob:
     mirror: bool = False  # append what was sent to the target chat's session transcript
     correlation_id: str | None = None  # the inbound event id, when the job answers one
     session: str | None = None  # the hashed session key, for logs
+    cron: tuple[str, str] | None = None  # (job id, run id) of a cron run's result
+    buttons: tuple[Button, ...] = ()  # quick replies under the message's last chunk (an approval's)
 
     @classmethod
     def from_dict(cls, data: Any) -> DeliveryJob:
@@ -166,6 +184,8 @@ class DeliveryJob:
             mirror=bool(data.get("mirror", False)),
             correlation_id=_optional_id(data.get("correlation_id")),
             session=_optional_id(data.get("session")),
+            cron=_cron_run(data.get("cron")),
+            buttons=Button.parse_all(data.get("buttons")),
         )
 
 
@@ -190,7 +210,33 @@ class DeliveryResult:
     sent_chunks: int = 0
 
 
+class CronDeliveries(Protocol):
+    def record_delivery(self, job_id: str, run_id: str, status: str, now: float) -> bool: ...
+
+
+def _cron_run(value: Any) -> tuple[str, str] | None:
+    if not isinstance(value, dict):
+        return None
+    job_id, run_id = _optional_id(value.get("job_id")), _optional_id(value.get("run_id"))
+    return (job_id, run_id) if job_id and run_id else None
+
+
 def deliver(job: DeliveryJob, deps: DeliveryDeps) -> DeliveryResult:
+    """Deliver; for a cron run's result also record the outcome on the job (`sent` only with the
+    platform's acknowledgement). A transient failure records nothing: the job is retried."""
+    if job.cron is None or deps.jobs is None:
+        return _deliver(job, deps)
+    try:
+        result = _deliver(job, deps)
+    except Undeliverable:
+        deps.jobs.record_delivery(*job.cron, "failed", deps.now())
+        raise
+    status = result.status if result.status in ("sent", "recorded", "unknown") else "failed"
+    deps.jobs.record_delivery(*job.cron, status, deps.now())
+    return result
+
+
+def _deliver(job: DeliveryJob, deps: DeliveryDeps) -> DeliveryResult:
     """Send every chunk not yet sent. Raises TransientError (retry) or Undeliverable (dead-letter)."""
     via = job.context.get("via", "")
     sender = deps.sender_for(job.platform, via)
@@ -219,15 +265,19 @@ def deliver(job: DeliveryJob, deps: DeliveryDeps) -> DeliveryResult:
             chunk=index,
             chunks=len(chunks),
             now=deps.now(),
+            buttons=[{"label": b.label, "reply": b.reply} for b in job.buttons] if index == len(chunks) else None,
         )
         entries.append(entry)
         if entry.status in ("sent", "recorded"):
             continue  # a repeated job: this chunk already went out
         if entry.status in ("unknown", "gone"):
             return _stop(deps, detail, entries, entry.status)
-        if not _claim(deps, delivery_id, detail):
+        claimed_at = _claim(deps, delivery_id, detail)
+        if claimed_at is None:
             return _stop(deps, detail, entries, "unknown")
-        status = _send_chunk(sender, target, chunk, delivery_id, deps, detail)
+        # the buttons go under the last chunk, after everything they refer to
+        chunk_target = replace(target, buttons=job.buttons) if index == len(chunks) else target
+        status = _send_chunk(sender, chunk_target, chunk, delivery_id, claimed_at, deps, detail)
         if status in ("unknown", "gone"):
             return _stop(deps, detail, entries, status)
         sent += 1
@@ -254,20 +304,34 @@ def _skipped_as_gone(job: DeliveryJob, chat_id: str, deps: DeliveryDeps, detail:
     return True
 
 
-def _claim(deps: DeliveryDeps, delivery_id: str, detail: dict[str, Any]) -> bool:
-    """True when this worker may send the chunk; False when a stale claim settled it `unknown`.
-    Raises TransientError while another worker holds a fresh claim (it retries after it)."""
-    if deps.outbox.claim(delivery_id, deps.now()):
-        return True
+def _claim(deps: DeliveryDeps, delivery_id: str, detail: dict[str, Any]) -> float | None:
+    """The claim's time when this worker may send the chunk; None when a stale claim settled it
+    `unknown`. Raises TransientError while another worker holds a fresh claim (it retries after it)."""
+    now = deps.now()
+    if deps.outbox.claim(delivery_id, now):
+        return now
+    unsent = deps.unsent_claims.get(delivery_id)
+    if unsent is not None:
+        reclaimed = deps.outbox.reclaim(delivery_id, unsent, now)  # a throttled one is asked again next time
+        deps.unsent_claims.pop(delivery_id, None)
+        if reclaimed:
+            logger.info("a send that failed unrecorded is retried", extra=detail)
+            return now
     if deps.outbox.settle_stale(delivery_id, deps.now()):
         logger.warning("a send was abandoned mid-way; its outcome is unknown", extra=detail)
         metrics.add_metric(name="DeliveryUnknown", unit=MetricUnit.Count, value=1)
-        return False
+        return None
     raise TransientError("another worker is sending this message; retrying after it")
 
 
 def _send_chunk(
-    sender: Sender, target: Target, chunk: str, delivery_id: str, deps: DeliveryDeps, detail: dict[str, Any]
+    sender: Sender,
+    target: Target,
+    chunk: str,
+    delivery_id: str,
+    claimed_at: float,
+    deps: DeliveryDeps,
+    detail: dict[str, Any],
 ) -> str:
     try:
         message_id = sender.send(target, chunk)
@@ -275,19 +339,19 @@ def _send_chunk(
         message_id = ""
         logger.warning("delivery outcome unknown", extra={**detail, "error": str(exc)[:200]})
     except TargetGone as exc:
-        deps.outbox.mark(delivery_id, "gone", deps.now(), error=f"{type(exc).__name__}: {exc}")
+        _mark_unsent(deps, delivery_id, claimed_at, "gone", exc)
         if deps.targets is not None:
             deps.targets.mark_gone(target.platform, target.chat_id, target.thread_id, str(exc), deps.now())
         logger.warning("delivery target is gone", extra={**detail, "error": type(exc).__name__})
         metrics.add_metric(name="DeliveryTargetGone", unit=MetricUnit.Count, value=1)
         return "gone"
     except TransientError as exc:
-        deps.outbox.mark(delivery_id, "failed", deps.now(), error=f"{type(exc).__name__}: {exc}")
+        _mark_unsent(deps, delivery_id, claimed_at, "failed", exc)
         logger.warning("delivery failed; will retry", extra={**detail, "error": type(exc).__name__})
         metrics.add_metric(name="DeliveryRetried", unit=MetricUnit.Count, value=1)
         raise
     except Exception as exc:
-        deps.outbox.mark(delivery_id, "failed", deps.now(), error=f"{type(exc).__name__}: {exc}")
+        _mark_unsent(deps, delivery_id, claimed_at, "failed", exc)
         logger.warning("delivery refused", extra={**detail, "error": type(exc).__name__})
         raise Undeliverable(f"{type(exc).__name__}: {exc}") from exc
     if not message_id and getattr(sender, "status", "sent") == "sent":
@@ -302,9 +366,26 @@ def _send_chunk(
 def _mark_sent(deps: DeliveryDeps, delivery_id: str, status: str, message_id: str | None) -> None:
     """The platform has the chunk: record it, retrying a throttled write a few times. If it still
     fails, the claim goes stale and the chunk is settled `unknown`: never sent twice."""
+    _mark(deps, delivery_id, status, platform_message_id=message_id)
+
+
+def _mark_unsent(deps: DeliveryDeps, delivery_id: str, claimed_at: float, status: str, exc: Exception) -> None:
+    """The platform refused the chunk for certain: record it, retrying a throttled write a few
+    times. If it still fails, the job is retried (TransientError) and this instance remembers that
+    its claim may be taken back and the chunk sent again; elsewhere the claim goes stale."""
+    try:
+        _mark(deps, delivery_id, status, error=f"{type(exc).__name__}: {exc}")
+    except TransientError as throttled:
+        if len(deps.unsent_claims) >= _UNSENT_CLAIMS_KEPT:
+            deps.unsent_claims.pop(next(iter(deps.unsent_claims)))
+        deps.unsent_claims[delivery_id] = claimed_at
+        raise TransientError("the send failed and the outbox could not record it; retrying") from throttled
+
+
+def _mark(deps: DeliveryDeps, delivery_id: str, status: str, **details: Any) -> None:
     for attempt in range(MARK_ATTEMPTS):
         try:
-            deps.outbox.mark(delivery_id, status, deps.now(), platform_message_id=message_id)
+            deps.outbox.mark(delivery_id, status, deps.now(), **details)
             return
         except TransientError:
             if attempt == MARK_ATTEMPTS - 1:

@@ -1,0 +1,253 @@
+"""The fault run of bench/faults.py at its reduced size, in the suite: local mode under concurrent
+chats with faults injected at every adapter (DynamoDB and SQS throttling, Step Functions throttling,
+model and platform 429/500/timeouts, turn tasks crashing after their work, duplicate webhooks and
+duplicates reaching the router and the delivery workers out of order). No reply is duplicated, none
+is lost, none overtakes an earlier one in its chat; what is dead-lettered says why; no log line
+carries a secret or a message's text. Below it, one minimal reproduction per bug the run found.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import boto3
+import pytest
+
+from bench.faults import SIZES, run
+from hermes_gateway.services.delivery import MARK_ATTEMPTS
+from hermes_gateway.services.turn import APOLOGY
+from tests.e2e.conftest import Client, telegram_update
+from tests.fakes.telegram_server import FakeTelegram, too_many_requests
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def report() -> dict[str, Any]:
+    return run(SIZES["ci"], seed=11)
+
+
+def test_every_accepted_message_is_answered_or_dead_lettered(report: dict[str, Any]) -> None:
+    profile = SIZES["ci"]
+    assert report["quiescent"], "the run did not settle"
+    assert report["received"] == profile.sessions * profile.messages and report["not_acknowledged"] == 0
+    # Duplicates started no second turn (queued messages may share one)
+    assert 0 < report["turns"] <= report["received"]
+    assert report["lost"] == 0, report["lost_messages"]
+    assert report["unexpected_replies"] == []
+
+
+def test_dead_letters_are_the_refused_sends_with_their_reason(report: dict[str, Any]) -> None:
+    # Nothing else reaches a dead-letter queue: no message exhausts its retries under these faults
+    for entry in report["dlq"]:
+        assert entry["queue"] == "delivery-dlq" and entry["reason"].startswith("TelegramRejected"), entry
+
+
+def test_every_kind_of_fault_was_injected(report: dict[str, Any]) -> None:
+    kinds = {name.split(":")[0] for name in report["faults_injected"]}
+    assert {"dynamodb_throttled", "sqs_throttled", "provider", "platform", "crash_after_work"} <= kinds
+    assert {"webhook_sent_twice_at_once", "delivery_job_queued_twice"} <= kinds
+
+
+def test_no_secret_or_message_text_reaches_a_log_line(report: dict[str, Any]) -> None:
+    scan = report["log_scan"]
+    assert scan["log_lines"] > 0  # DEBUG and up, every function
+    assert scan["secrets_found"] == []
+    assert scan["message_texts_found"] == 0
+
+
+def test_no_reply_is_duplicated_reordered_or_contradicted(report: dict[str, Any]) -> None:
+    assert report["duplicate_replies"] == 0, report["duplicated"]
+    assert report["order_violations"] == 0, report["out_of_order"]
+    assert report["answered_and_apologized"] == []
+
+
+# --- the bugs the run found, one minimal reproduction each ---------------------------------
+
+
+@contextlib.contextmanager
+def throttled(should: Callable[[str, str, dict[str, Any]], bool], times: int = 1) -> Iterator[list[str]]:
+    """The first `times` AWS calls for which `should(service, operation, params)` holds raise
+    DynamoDB's throttling error, as a call whose SDK retries ran out would; yields what was throttled."""
+    from botocore.client import BaseClient
+    from botocore.exceptions import ClientError
+
+    original = BaseClient._make_api_call
+    done: list[str] = []
+    lock = threading.Lock()
+
+    def make_api_call(client: Any, operation: str, params: dict[str, Any]) -> Any:
+        with lock:
+            hit = len(done) < times and should(client.meta.service_model.service_name, operation, params)
+            if hit:
+                done.append(operation)
+        if hit:
+            error = {"Code": "ProvisionedThroughputExceededException", "Message": "Rate of requests exceeds"}
+            raise ClientError({"Error": error}, operation)  # type: ignore[typeddict-item]
+        return original(client, operation, params)
+
+    BaseClient._make_api_call = make_api_call  # type: ignore[method-assign]
+    try:
+        yield done
+    finally:
+        BaseClient._make_api_call = original  # type: ignore[method-assign]
+
+
+def _values(params: dict[str, Any]) -> set[str]:
+    return {v.get("S", "") for v in (params.get("ExpressionAttributeValues") or {}).values() if isinstance(v, dict)}
+
+
+def _wait(condition: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.time() + timeout
+    while not condition():
+        if time.time() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _delivery_idle() -> bool:
+    sqs = boto3.client("sqs")
+    attributes = sqs.get_queue_attributes(QueueUrl=os.environ["HERMES_DELIVERY_QUEUE_URL"], AttributeNames=["All"])
+    counts = attributes["Attributes"]
+    return int(counts["ApproximateNumberOfMessages"]) + int(counts["ApproximateNumberOfMessagesNotVisible"]) == 0
+
+
+def _marks_sent(service: str, operation: str, params: dict[str, Any]) -> bool:
+    """The outbox write that records a chunk as sent."""
+    outbox = os.environ["HERMES_OUTBOX_TABLE"]
+    return operation == "UpdateItem" and params.get("TableName") == outbox and "sent" in _values(params)
+
+
+def _telegram_gateway(start_gateway: Callable[..., Client], fake: FakeTelegram) -> Client:
+    return start_gateway(TELEGRAM_BOT_TOKEN=fake.token, TELEGRAM_API_BASE_URL=fake.base_url)
+
+
+def test_a_throttled_sent_mark_is_retried_and_the_reply_sent_once(
+    start_gateway: Callable[..., Client], fake_telegram: FakeTelegram
+) -> None:
+    # Was a bug: the failed mark left the row 'sending', and once the claim went stale it was resent
+    client = _telegram_gateway(start_gateway, fake_telegram)
+    with throttled(_marks_sent) as hits:
+        assert client.telegram(telegram_update(1, "hello"))[0] == 200
+        assert _wait(lambda: bool(client.outbox()) and client.outbox()[0]["status"] == "sent", 15)
+    assert hits == ["UpdateItem"]
+    assert [m["text"] for m in fake_telegram.sent] == ["Echo: hello"]
+
+
+def test_a_send_whose_mark_never_lands_is_settled_unknown_not_resent(
+    start_gateway: Callable[..., Client], fake_telegram: FakeTelegram
+) -> None:
+    client = _telegram_gateway(start_gateway, fake_telegram)
+    boto3.client("sqs").set_queue_attributes(  # the job comes back after 2 s instead of 180 s
+        QueueUrl=os.environ["HERMES_DELIVERY_QUEUE_URL"], Attributes={"VisibilityTimeout": "2"}
+    )
+    with throttled(_marks_sent, times=MARK_ATTEMPTS) as hits:  # every in-process try of the mark
+        assert client.telegram(telegram_update(1, "hello"))[0] == 200
+        assert _wait(lambda: len(hits) == MARK_ATTEMPTS, 15)
+        assert len(fake_telegram.sent) == 1 and client.outbox()[0]["status"] == "sending"
+    # A minute passes (in AWS the job comes back after its visibility timeout): the claim is stale
+    [row] = client.outbox()
+    boto3.client("dynamodb").update_item(
+        TableName=os.environ["HERMES_OUTBOX_TABLE"],
+        Key={"delivery_id": {"S": row["delivery_id"]}},
+        UpdateExpression="SET updated_at = :then",
+        ExpressionAttributeValues={":then": {"N": str(time.time() - 120)}},
+    )
+    assert _wait(lambda: client.outbox()[0]["status"] != "sending" and _delivery_idle(), 30)
+    assert client.outbox()[0]["status"] == "unknown"
+    assert [m["text"] for m in fake_telegram.sent] == ["Echo: hello"]  # a gap the outbox shows, not a duplicate
+
+
+def test_a_failed_send_whose_failed_mark_was_throttled_is_sent_later(
+    start_gateway: Callable[..., Client], fake_telegram: FakeTelegram
+) -> None:
+    # Was a bug: the row stayed 'sending', was settled 'unknown' once stale, and the reply was lost
+    client = _telegram_gateway(start_gateway, fake_telegram)
+    fake_telegram.answer_next(500, {"ok": False, "error_code": 500, "description": "Internal Server Error"})
+    outbox = os.environ["HERMES_OUTBOX_TABLE"]
+
+    def marks_failed(service: str, operation: str, params: dict[str, Any]) -> bool:
+        values = _values(params)  # the mark, not the claim (whose condition names 'failed' too)
+        marks = "failed" in values and "sending" not in values
+        return operation == "UpdateItem" and params.get("TableName") == outbox and marks
+
+    with throttled(marks_failed, times=MARK_ATTEMPTS) as hits:  # every in-process try of the mark
+        assert client.telegram(telegram_update(1, "hello"))[0] == 200
+        assert _wait(lambda: len(hits) == MARK_ATTEMPTS, 15)
+        assert client.outbox()[0]["status"] == "sending"
+    # The job comes back (after its backoff) to an instance that knows the send failed: sent once
+    assert _wait(lambda: client.outbox()[0]["status"] == "sent" and _delivery_idle(), 30), client.outbox()[0]
+    assert [m["text"] for m in fake_telegram.sent] == ["Echo: hello"]
+
+
+def test_a_reply_retried_after_a_rate_limit_is_not_overtaken(
+    start_gateway: Callable[..., Client], fake_telegram: FakeTelegram
+) -> None:
+    # Was a bug: the delivery queue was not ordered per chat, and the next turn's reply went first
+    client = _telegram_gateway(start_gateway, fake_telegram)
+    fake_telegram.answer_next(429, too_many_requests(3))  # the first reply waits 4 s for its next try
+    assert client.telegram(telegram_update(1, "one"))[0] == 200
+    assert _wait(lambda: bool(client.outbox()) and client.outbox()[0]["status"] == "failed", 15)
+    assert client.telegram(telegram_update(2, "two"))[0] == 200  # its turn ends while "one" waits
+    assert _wait(lambda: len(fake_telegram.sent) == 2, 30)
+    assert [m["text"] for m in fake_telegram.sent] == ["Echo: one", "Echo: two"]
+
+
+def _crash_once(client: Client, step: str, error: str) -> None:
+    """The agent's `step` task fails once after doing its work, with an error named `error`."""
+    functions = client.gateway.functions
+    handler, crashed = functions.handlers["agent"], list[str]()
+
+    def agent(event: dict[str, Any], context: Any) -> Any:
+        result = handler(event, context)
+        if event.get("step") == step and not crashed:
+            crashed.append(step)
+            raise type(error, (Exception,), {})("the task failed after its work")
+        return result
+
+    functions.handlers["agent"] = agent
+
+
+def test_a_crash_after_the_deliver_task_adds_no_apology(client: Client) -> None:
+    # Was a bug: the Fail state found no 'delivery' in the turn state and queued the apology too
+    _crash_once(client, "deliver", "Sandbox.Timedout")
+    assert client.telegram(telegram_update(1, "hello"))[0] == 200
+    assert _wait(lambda: len(client.outbox()) >= 1 and _delivery_idle(), 15)
+    time.sleep(1.0)  # the Fail state's apology, if any, is queued within this
+    assert [r["text"] for r in client.outbox()] == ["Echo: hello"]
+
+
+def test_a_retried_task_that_crashed_after_its_work_answers_once(client: Client) -> None:
+    # Step Functions retries Lambda.ServiceException: Deliver runs twice, the reply goes out once
+    _crash_once(client, "deliver", "Lambda.ServiceException")
+    assert client.telegram(telegram_update(1, "hello"))[0] == 200
+    assert _wait(lambda: len(client.outbox()) >= 1 and _delivery_idle(), 15)
+    time.sleep(1.0)
+    assert [r["text"] for r in client.outbox()] == ["Echo: hello"]
+
+
+def test_a_throttled_read_in_a_turn_is_retried_not_apologized_for(client: Client) -> None:
+    # Was a bug: the throttled route read in Prepare failed the turn, and the user got the apology
+    functions = client.gateway.functions
+    handler, preparing = functions.handlers["agent"], threading.local()
+
+    def agent(event: dict[str, Any], context: Any) -> Any:
+        preparing.on = event.get("step") == "prepare"
+        try:
+            return handler(event, context)
+        finally:
+            preparing.on = False
+
+    functions.handlers["agent"] = agent
+    with throttled(lambda service, operation, _: getattr(preparing, "on", False) and operation == "GetItem") as hits:
+        assert client.telegram(telegram_update(1, "hello"))[0] == 200
+        rows = client.wait_outbox(1)
+    assert hits == ["GetItem"]
+    assert [r["text"] for r in rows] == ["Echo: hello"]
+    assert rows[0]["text"] != APOLOGY
