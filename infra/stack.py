@@ -8,7 +8,13 @@ from aws_cdk import CfnOutput, Stack, Tags
 from aws_cdk import aws_events as events
 from constructs import Construct
 
-from hermes_gateway.cli.target import log_group_output_key, queue_output_key, table_output_key, webhook_output_key
+from hermes_gateway.cli.target import (
+    SESSION_API_OUTPUT,
+    log_group_output_key,
+    queue_output_key,
+    table_output_key,
+    webhook_output_key,
+)
 from hermes_gateway.platforms.catalog import CATALOG
 from hermes_gateway.resources import (
     EVENT_BUS,
@@ -33,6 +39,7 @@ from infra.capabilities.workflow import TurnWorkflow
 
 PROJECT = "hermes-gateway"
 WEBHOOK_FUNCTION = "ingress"
+SESSION_API_FUNCTION = "session_api"
 MODEL_FUNCTION = "agent"  # the function that calls the model provider
 
 
@@ -89,6 +96,7 @@ class HermesGatewayStack(Stack):
             definition_file=root / TURN_STATE_MACHINE.definition_file,
             functions=lambdas,
             log_group_name=f"/aws/vendedlogs/states/{PROJECT}-{stage}-{TURN_STATE_MACHINE.name}",
+            express=settings.turns.workflow_type == "express",
         )
         functions.connect(
             GrantTargets(
@@ -102,6 +110,12 @@ class HermesGatewayStack(Stack):
         for name, function in lambdas.items():
             alarms.on_errors(name, function)
         alarms.on_failed_executions(TURN_STATE_MACHINE.name, workflow.state_machine)
+        CfnOutput(
+            self,
+            "TurnStateMachineArn",
+            value=workflow.state_machine.state_machine_arn,
+            description="The agent turn workflow (`hermes-gateway cron run` starts a job's turn here)",
+        )
 
         enabled = [spec for spec in CATALOG if not spec.local_only and settings.platform(spec.name) is not None]
         if settings.operations.dashboard:
@@ -131,6 +145,12 @@ class HermesGatewayStack(Stack):
         Schedules(self, "Schedules", specs=SCHEDULES, functions=lambdas, alarms=alarms)
 
         CfnOutput(self, "WebhookUrl", value=f"{api.url}webhooks/", description="Append the platform name")
+        CfnOutput(
+            self,
+            SESSION_API_OUTPUT,
+            value=api.add_session_api(lambdas[SESSION_API_FUNCTION]),
+            description="The session API (IAM-signed POST; `hermes-gateway sessions` uses it)",
+        )
         for spec in enabled:
             # The CLI's `webhooks` command reads these (hermes_gateway.cli.target.webhook_output_key).
             CfnOutput(

@@ -13,6 +13,7 @@ from aws_cdk import aws_apigateway as apigateway
 from aws_cdk import aws_apigatewayv2 as apigatewayv2
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk.aws_apigatewayv2_authorizers import HttpIamAuthorizer
 from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
 from constructs import Construct
 
@@ -20,6 +21,7 @@ from hermes_gateway.platforms.catalog import PlatformSpec
 from infra.capabilities.functions import LOG_RETENTION
 from infra.nag import acknowledge
 
+SESSION_API_PATH = "/api/sessions"
 # Stage-wide limits: far above one gateway's traffic, low enough to cap the bill of a flood.
 THROTTLE_RATE_PER_SECOND = 50
 THROTTLE_BURST = 100
@@ -97,6 +99,19 @@ class WebhookApi(Construct):
     def url(self) -> str:
         """The API's base URL, ending with '/'."""
         return self.stage.url
+
+    def add_session_api(self, handler: lambda_.IFunction) -> str:
+        """`POST /api/sessions`, IAM-signed (SigV4, service `execute-api`): only principals granted
+        `execute-api:Invoke` on this route reach the session API function. Returns its URL."""
+        self.http_api.add_routes(
+            path=SESSION_API_PATH,
+            methods=[apigatewayv2.HttpMethod.POST],
+            integration=HttpLambdaIntegration(
+                "SessionApi", handler, payload_format_version=apigatewayv2.PayloadFormatVersion.VERSION_2_0
+            ),
+            authorizer=HttpIamAuthorizer(),
+        )
+        return f"{self.url}{SESSION_API_PATH.lstrip('/')}"
 
 
 @jsii.implements(apigatewayv2.IAccessLogSettings)

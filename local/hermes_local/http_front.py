@@ -5,6 +5,8 @@ plus the web chat page and local-only endpoints:
 - `GET /local/events`: the lifecycle events published to the (embedded) event bus, newest last.
 - `GET /local/session?chat_id=<id>`: which session a web chat chat id is in (`session_key`, and
   `session_id`, `created_at`, `updated_at` once the first message made one, else null).
+- `POST /api/sessions`: the session API, with `Authorization: Bearer <SESSION_API_TOKEN>` (generated
+  at start-up, in the state file) in place of the deployed route's IAM signing.
 - `GET /local/info`: the agent (provider name and model), the enabled platforms, the version and
   the gateway commands (`name`, `summary`, `everyone`); the page builds its command buttons from it.
 
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
 API_GATEWAY_MAX_BODY = 10 * 1024 * 1024  # HTTP API payload quota
 STATIC = Path(__file__).resolve().parent / "static"
 TOKEN_HEADER = "x-hermes-local-token"  # noqa: S105 - a header name, not a secret
+SESSION_API_PATH = "/api/sessions"  # as deployed (infra/capabilities/api.py)
+SESSION_API_TOKEN = "SESSION_API_TOKEN"  # noqa: S105 - the name of the local bearer token
 _CHAT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what the web chat adapter accepts
 
 
@@ -71,8 +75,9 @@ def webchat_session(chat_id: str, settings: Settings, store: SessionStoreReader)
 
 def gateway_info(settings: Settings, platforms: list[str]) -> dict[str, Any]:
     """What the page shows about the running gateway; nothing secret (no keys, no endpoint URLs)."""
+    import hermes_gateway.services.turn_commands  # noqa: F401 - lists its commands in HANDLED_ELSEWHERE
     from hermes_gateway import __version__
-    from hermes_gateway.services.commands import ALWAYS_ALLOWED, COMMANDS
+    from hermes_gateway.services.commands import ALWAYS_ALLOWED, COMMANDS, HANDLED_ELSEWHERE
 
     return {
         "provider": settings.provider.name,
@@ -88,7 +93,9 @@ def gateway_info(settings: Settings, platforms: list[str]) -> dict[str, Any]:
                 "everyone": name in ALWAYS_ALLOWED or name in settings.access.user_commands,
             }
             for name, (summary, _) in COMMANDS.items()
-        ],
+        ]
+        # the running turn's (/stop, /approve, ...): each checks who may use it when it is used
+        + [{"name": name, "summary": summary, "everyone": True} for name, summary in HANDLED_ELSEWHERE.items()],
     }
 
 
@@ -209,8 +216,35 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         if urlsplit(self.path).path.startswith("/webhooks/"):
             self._webhook("POST")
+        elif urlsplit(self.path).path == SESSION_API_PATH:
+            self._session_api()
         else:
             self._json(404, {"ok": False, "error": "not found"})
+
+    def _session_api(self) -> None:
+        """The session API as deployed, with local mode's bearer token in place of IAM signing."""
+        expected = self.server.gateway.local_secrets.get(SESSION_API_TOKEN, "")
+        given = self.headers.get("authorization") or ""
+        scheme, _, token = given.partition(" ")
+        if not expected or scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), expected.encode()):
+            refused = {"reason": "permission_denied", "message": "wrong or missing token"}
+            self._json(403, {"ok": False, "error": refused})
+            return
+        length = int(self.headers.get("content-length") or 0)
+        if length > API_GATEWAY_MAX_BODY:
+            self._json(413, {"message": "Request Entity Too Large"})
+            return
+        body = self.rfile.read(length) if length else b""
+        event = api_gateway_v2_event("POST", self.path, list(self.headers.items()), body, self.client_address[0])
+        event["routeKey"] = event["requestContext"]["routeKey"] = f"POST {SESSION_API_PATH}"
+        # What API Gateway's IAM authorizer adds; the function refuses a request without it.
+        event["requestContext"]["authorizer"] = {"iam": {"userArn": "local-token", "callerId": "local"}}
+        try:
+            result = self.server.gateway.functions.invoke("session_api", event)
+        except Exception:
+            self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"message": "Internal Server Error"})
+            raise
+        self._send(int(result.get("statusCode", 200)), str(result.get("body", "")).encode(), "application/json")
 
     def do_PUT(self) -> None:  # Matrix application-service transactions
         if urlsplit(self.path).path.startswith("/webhooks/"):

@@ -186,7 +186,7 @@ class LocalGateway:
         self.started_at = time.time()
         self._saved_environ = dict(os.environ)
         settings_env, self.notices = local_settings_env(self.config_path, self.base_environ)
-        for name in ("TELEGRAM_WEBHOOK_SECRET", "WEBCHAT_TOKEN"):
+        for name in ("TELEGRAM_WEBHOOK_SECRET", "WEBCHAT_TOKEN", "SESSION_API_TOKEN"):
             self.local_secrets[name] = self.base_environ.get(name) or secrets.token_urlsafe(24)
         self.moto_port = free_port()
         env = {
@@ -234,6 +234,8 @@ class LocalGateway:
                 "platforms": self.enabled_platforms(),
                 "aws_environment": local_aws_environment(self.moto_port, REGION),
                 "resources": resource_env,
+                # `hermes-gateway sessions --local` (the state file is the user's own, under ~/.cache)
+                "session_api": {"url": f"{self.url}/api/sessions", "token": self.local_secrets["SESSION_API_TOKEN"]},
             }
         )
         return self

@@ -18,7 +18,7 @@ from hermes_gateway.adapters.dynamo_outbox import OutboxEntry
 from hermes_gateway.domain.targets import Channel, channel_key
 from hermes_gateway.errors import TransientError
 from hermes_gateway.platforms.base import Target
-from hermes_gateway.providers.base import ChatMessage, ModelReply
+from hermes_gateway.providers.base import ChatMessage, ModelReply, ToolSpec
 from hermes_gateway.settings import Settings, load_settings
 
 
@@ -115,6 +115,7 @@ class FakeOutbox:
         chunk: int,
         chunks: int,
         now: float,
+        buttons: list[dict[str, str]] | None = None,
     ) -> OutboxEntry:
         if delivery_id not in self.entries:
             self.entries[delivery_id] = OutboxEntry(
@@ -132,6 +133,7 @@ class FakeOutbox:
                 error=None,
                 created_at=now,
                 updated_at=now,
+                buttons=buttons,
             )
         return self.entries[delivery_id]
 
@@ -147,6 +149,13 @@ class FakeOutbox:
         if entry.status != "sending" or entry.updated_at >= now - stale_after_seconds:
             return False
         self.entries[delivery_id] = replace(entry, status="unknown", updated_at=now)
+        return True
+
+    def reclaim(self, delivery_id: str, claimed_at: float, now: float) -> bool:
+        entry = self.entries[delivery_id]
+        if entry.status != "sending" or entry.updated_at != claimed_at:
+            return False
+        self.entries[delivery_id] = replace(entry, updated_at=now)
         return True
 
     def mark(
@@ -203,7 +212,7 @@ class ScriptedProvider:
         self.output_tokens = output_tokens
         self.requests: list[tuple[str, list[ChatMessage]]] = []
 
-    def complete(self, system: str, messages: list[ChatMessage]) -> ModelReply:
+    def complete(self, system: str, messages: list[ChatMessage], tools: list[ToolSpec] | None = None) -> ModelReply:
         self.requests.append((system, list(messages)))
         text = self.reply(messages) if callable(self.reply) else self.reply
         return ModelReply(text=text, model="scripted", input_tokens=self.input_tokens, output_tokens=self.output_tokens)

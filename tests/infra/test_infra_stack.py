@@ -338,7 +338,8 @@ def test_state_machine_may_invoke_only_the_agent_function(synthesized: Synthesiz
 def test_each_enabled_platform_has_its_routes_and_url_output(synthesized: Synthesized) -> None:
     deployed = [spec for spec in CATALOG if not spec.local_only]
     routes = {r["Properties"]["RouteKey"] for r in synthesized.of_type("AWS::ApiGatewayV2::Route").values()}
-    assert routes == {f"{m} {path}" for spec in deployed for path in spec.webhook_paths() for m in spec.methods}
+    webhooks = {f"{m} {path}" for spec in deployed for path in spec.webhook_paths() for m in spec.methods}
+    assert routes == webhooks | {"POST /api/sessions"}  # + the IAM-signed session API
     assert "POST /webhooks/webchat" not in routes  # the local page is never deployed
     for spec in deployed:
         assert webhook_output_key(spec.name) in synthesized.outputs
@@ -351,13 +352,16 @@ def test_a_disabled_platform_has_no_route() -> None:
 
     _app, stack = build_app(load_settings(env={}, config={}), context=SKIP_BUNDLING)
     routes = Template.from_stack(stack).find_resources("AWS::ApiGatewayV2::Route")
-    assert {r["Properties"]["RouteKey"] for r in routes.values()} == {"POST /webhooks/telegram"}
+    assert {r["Properties"]["RouteKey"] for r in routes.values()} == {"POST /webhooks/telegram", "POST /api/sessions"}
 
 
 def test_webhook_routes_invoke_the_ingress_function(synthesized: Synthesized) -> None:
-    (integration,) = synthesized.of_type("AWS::ApiGatewayV2::Integration").values()
-    assert integration["Properties"]["PayloadFormatVersion"] == "2.0"
-    assert ref(integration["Properties"]["IntegrationUri"]) == functions_by_name(synthesized)["ingress"][0]
+    integrations = synthesized.of_type("AWS::ApiGatewayV2::Integration").values()
+    functions = functions_by_name(synthesized)
+    # the webhooks' integration, and the session API's (tests/infra/test_infra_session_api.py)
+    targets = {ref(i["Properties"]["IntegrationUri"]) for i in integrations}
+    assert targets == {functions["ingress"][0], functions["session_api"][0]}
+    assert all(i["Properties"]["PayloadFormatVersion"] == "2.0" for i in integrations)
     (stage,) = synthesized.of_type("AWS::ApiGatewayV2::Stage").values()
     assert stage["Properties"]["StageName"] == "$default"
     assert "$context.requestId" in stage["Properties"]["AccessLogSettings"]["Format"]

@@ -10,6 +10,7 @@ from typing import Any
 import boto3
 import pytest
 
+from hermes_gateway.adapters.aws import SqsQueue
 from hermes_gateway.resources import function
 from hermes_local import pollers
 from hermes_local.http_front import api_gateway_v2_event
@@ -124,7 +125,7 @@ def test_router_starts_one_turn_per_message_even_when_redelivered(env: Any) -> N
     assert len(executions) == 1 and executions[0]["name"].startswith("turn-")
 
 
-def test_router_reports_a_busy_session_as_a_batch_failure(env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_router_queues_a_message_for_a_busy_session_behind_its_turn(env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given two messages of one session, with no workflow running to release the first lease
     monkeypatch.setattr("hermes_gateway.adapters.aws.StepFunctionsStarter.start", lambda self, name, turn: True)
     for update_id in (1, 2):
@@ -133,8 +134,12 @@ def test_router_reports_a_busy_session_as_a_batch_failure(env: Any, monkeypatch:
     assert [json.loads(m["Body"])["event_id"] for m in batch] == ["telegram:default:1", "telegram:default:2"]
     # When both arrive in one batch (FIFO hands a group's messages over in order)
     result = handler("router")(sqs_event(batch), context("router"))
-    # Then the first starts a turn and the second is reported failed, to come back after that turn
-    assert result == {"batchItemFailures": [{"itemIdentifier": batch[1]["MessageId"]}]}
+    # Then the first starts a turn and the second waits on the session's queue (no retry needed)
+    from hermes_gateway import wiring
+
+    assert result == {"batchItemFailures": []}
+    waiting = wiring.turn_control().state("agent:main:telegram:dm:99").queue
+    assert [q.event_id for q in waiting] == ["telegram:default:2"]
 
 
 def test_router_drops_an_unauthorized_sender_silently(env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -151,8 +156,7 @@ def test_router_drops_an_unauthorized_sender_silently(env: Any, monkeypatch: pyt
 
 
 def send_delivery(env: Any, job: dict[str, Any]) -> list[dict[str, Any]]:
-    sqs = boto3.client("sqs")
-    sqs.send_message(QueueUrl=env.bindings.queue("delivery"), MessageBody=json.dumps(job))
+    SqsQueue(env.bindings.queue("delivery")).send(job)  # FIFO: grouped by the target chat
     return queued(env.bindings.queue("delivery"))
 
 
@@ -212,10 +216,10 @@ def test_expiry_releases_expired_leases(env: Any) -> None:
     store = wiring.session_store()
     store.get_or_create(SessionSource("telegram", chat_id="1", user_id="1"), "k", time.time())
     assert store.acquire("k", "turn", "tok", time.time() - 1000, 60)
-    assert handler("expiry")({"source": "aws.scheduler"}, context("expiry")) == {"leases_released": 1}
+    assert handler("expiry")({"source": "aws.scheduler"}, context("expiry"))["leases_released"] == 1
     route = store.get_route("k")
     assert route is not None and route.resume_pending and route.lease_token is None
-    assert handler("expiry")({"source": "aws.scheduler"}, context("expiry")) == {"leases_released": 0}
+    assert handler("expiry")({"source": "aws.scheduler"}, context("expiry"))["leases_released"] == 0
 
 
 def test_expiry_needs_only_the_routes_table_it_is_granted(env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -228,4 +232,4 @@ def test_expiry_needs_only_the_routes_table_it_is_granted(env: Any, monkeypatch:
         if table.name not in granted:
             monkeypatch.delenv(table.env_var, raising=False)
     wiring.reset()
-    assert handler("expiry")({"source": "aws.scheduler"}, context("expiry")) == {"leases_released": 0}
+    assert handler("expiry")({"source": "aws.scheduler"}, context("expiry"))["leases_released"] == 0

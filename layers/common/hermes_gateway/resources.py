@@ -125,13 +125,23 @@ ROUTES = TableSpec(
     partition=Key("session_key"),
     # Sparse index: only routes holding a turn lease carry `lease_shard`, so the expiry sweep
     # finds expired leases with a Query on `lease_expires_at`, never a Scan.
-    indexes=(IndexSpec("by_lease_expiry", Key("lease_shard"), Key("lease_expires_at", "N")),),
+    # `by_policy_deadline` is sparse the same way (routes whose reset policy can expire them: the
+    # session sweep); `by_activity` holds every route (idle routes are pruned). Both are sharded.
+    indexes=(
+        IndexSpec("by_lease_expiry", Key("lease_shard"), Key("lease_expires_at", "N")),
+        IndexSpec("by_policy_deadline", Key("policy_shard"), Key("policy_deadline", "N")),
+        IndexSpec("by_activity", Key("activity_shard"), Key("last_activity_at", "N")),
+    ),
 )
 SESSIONS = TableSpec(
     name="sessions",
     env_var="HERMES_SESSIONS_TABLE",
     partition=Key("session_id"),
-    indexes=(IndexSpec("by_key", Key("session_key"), Key("started_at", "N")),),
+    indexes=(
+        IndexSpec("by_key", Key("session_key"), Key("started_at", "N")),
+        # list and search are scoped by profile (the key namespace), newest first
+        IndexSpec("by_profile", Key("profile"), Key("started_at", "N")),
+    ),
 )
 MESSAGES = TableSpec(
     name="messages",
@@ -169,7 +179,24 @@ DIRECTORY = TableSpec(
     sort=Key("sk"),
     ttl_attribute="expires_at",
 )
-TABLES: tuple[TableSpec, ...] = (ROUTES, SESSIONS, MESSAGES, OUTBOX, IDEMPOTENCY, ACCESS, DIRECTORY)
+# Cron jobs (hermes_gateway.adapters.dynamo_jobs). Sparse index: only a job that can fire carries
+# `due_shard`, so the tick finds due jobs with a Query on `next_run_at`, never a Scan, and a
+# paused or finished job is not in the index at all.
+JOBS = TableSpec(
+    name="jobs",
+    env_var="HERMES_JOBS_TABLE",
+    partition=Key("job_id"),
+    indexes=(IndexSpec("by_next_run", Key("due_shard"), Key("next_run_at", "N")),),
+)
+# Durable memory notes (hermes_gateway.adapters.dynamo_memory): per scope (`profile#user-hash`)
+# one counter item and one item per note, so the note limit holds under concurrent turns.
+MEMORY = TableSpec(
+    name="memory",
+    env_var="HERMES_MEMORY_TABLE",
+    partition=Key("scope"),
+    sort=Key("entry"),
+)
+TABLES: tuple[TableSpec, ...] = (ROUTES, SESSIONS, MESSAGES, OUTBOX, IDEMPOTENCY, ACCESS, DIRECTORY, JOBS, MEMORY)
 
 INBOUND_QUEUE = QueueSpec(
     name="inbound",
@@ -183,10 +210,14 @@ INBOUND_QUEUE = QueueSpec(
 DELIVERY_QUEUE = QueueSpec(
     name="delivery",
     env_var="HERMES_DELIVERY_QUEUE_URL",
-    fifo=False,
+    # FIFO, one group per target chat (adapters.aws.delivery_group_id): a reply retried after a 429
+    # holds back the chat's later replies instead of being overtaken by them. De-duplicated on the
+    # delivery id.
+    fifo=True,
     visibility_timeout_seconds=180,
     # Transient failures back off exponentially (services.delivery.retry_delay_seconds): eight
-    # receives ride out about ten minutes of a platform outage before the job is dead-lettered.
+    # receives ride out about ten minutes of a platform outage before the job is dead-lettered
+    # (the chat's later jobs received in the same batches, held back behind it, count theirs too).
     max_receive_count=8,
 )
 QUEUES: tuple[QueueSpec, ...] = (INBOUND_QUEUE, DELIVERY_QUEUE)
@@ -206,7 +237,9 @@ EVENT_BUS = EventBusSpec(name="events", env_var="HERMES_EVENT_BUS_NAME", source=
 INBOUND_SECRETS = tuple(dict.fromkeys(s for p in CATALOG if not p.local_only for s in p.inbound_secrets))
 SEND_SECRETS = tuple(dict.fromkeys(s for p in CATALOG if not p.local_only for s in p.send_secrets))
 SECRET_NAMES = tuple(
-    dict.fromkeys((*INBOUND_SECRETS, *SEND_SECRETS, "OPENAI_API_KEY", *(s for p in CATALOG for s in p.secrets)))
+    dict.fromkeys(
+        (*INBOUND_SECRETS, *SEND_SECRETS, "OPENAI_API_KEY", "HONCHO_API_KEY", *(s for p in CATALOG for s in p.secrets))
+    )
 )
 
 FUNCTIONS: tuple[FunctionSpec, ...] = (
@@ -233,6 +266,7 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
             "messages": Access.READ_WRITE,
             "access": Access.READ_WRITE,
             "directory": Access.READ_WRITE,
+            "idempotency": Access.READ_WRITE,  # receipts: a redelivered /undo or /new runs once
             "events": Access.PUT_EVENTS,
             "inbound": Access.CONSUME,
             "delivery": Access.SEND,
@@ -253,8 +287,15 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
             "sessions": Access.READ_WRITE,
             "messages": Access.READ_WRITE,
             "delivery": Access.SEND,
+            # the agent's tools: memory notes, send_message's targets, cronjob
+            "memory": Access.READ_WRITE,
+            "directory": Access.READ,
+            "jobs": Access.READ_WRITE,
+            # continuations of long turns and the turns of queued messages; agent:* events
+            "turn": Access.START,
+            "events": Access.PUT_EVENTS,
         },
-        secrets=("OPENAI_API_KEY",),
+        secrets=("OPENAI_API_KEY", "HONCHO_API_KEY"),
     ),
     FunctionSpec(
         name="delivery",
@@ -272,6 +313,8 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
             "routes": Access.READ,
             "sessions": Access.READ_WRITE,
             "messages": Access.READ_WRITE,
+            # a cron run's delivery status (services.delivery records it on the job)
+            "jobs": Access.READ_WRITE,
         },
         consumes="delivery",
         batch_size=5,
@@ -282,10 +325,35 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         name="expiry",
         code_dir="functions/expiry",
         handler="handler.lambda_handler",
-        description="Scheduled: release expired turn leases and mark their sessions resume_pending",
+        description="Scheduled: expired leases, due cron jobs, expired sessions (flush, end), idle routes",
         memory_mb=256,
         timeout_seconds=60,
-        grants={"routes": Access.READ_WRITE},
+        grants={
+            "routes": Access.READ_WRITE,
+            "sessions": Access.READ_WRITE,  # the session sweep ends expired sessions
+            # a lease lost with messages queued behind it: they join the transcript, their turn starts
+            "messages": Access.READ_WRITE,
+            # cron: claim due jobs (the due index), start their turns, publish cron:ran
+            "jobs": Access.READ_WRITE,
+            "turn": Access.START,
+            "events": Access.PUT_EVENTS,
+        },
+    ),
+    FunctionSpec(
+        name="session_api",
+        code_dir="functions/session_api",
+        handler="handler.lambda_handler",
+        description="Session API (IAM-signed): create, resume, mutate, detach, list and search sessions",
+        memory_mb=256,
+        timeout_seconds=10,
+        grants={
+            "routes": Access.READ_WRITE,
+            "sessions": Access.READ_WRITE,
+            "messages": Access.READ_WRITE,
+            # request receipts (`session-api#…` items) beside the ingress's idempotency records
+            "idempotency": Access.READ_WRITE,
+            "events": Access.PUT_EVENTS,
+        },
     ),
 )
 
@@ -294,7 +362,7 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         name="tick",
         function="expiry",
         rate_minutes=1,
-        description="Every minute: expired leases (later: cron ticks, expiry sweep, maintenance)",
+        description="Every minute: expired leases, cron jobs, the session expiry sweep, idle route pruning",
     ),
 )
 

@@ -23,6 +23,7 @@ from hermes_gateway.platforms import catalog
 from hermes_gateway.resources import INBOUND_QUEUE, SECRET_NAMES
 
 PROVIDERS = ("echo", "openai", "bedrock")
+WORKFLOW_TYPES = ("express", "standard")
 MODEL_CALL_LIMIT_SECONDS = 80  # the CallModel task may run 90 s (infra/statemachines/turn.asl.json)
 TURN_LIMIT_SECONDS = 300  # an Express execution's longest run
 LEASE_MARGIN_SECONDS = 60  # a turn's lease outlives its time limit by this much
@@ -136,6 +137,21 @@ _GATEWAY_FIELDS: tuple[Field, ...] = (
           "one model request's time limit"),
     Field("provider.max_history_messages", "GATEWAY_MAX_HISTORY_MESSAGES", _parse_int, 40,
           "transcript rows sent to the model"),
+    Field("provider.max_attempts", "GATEWAY_PROVIDER_MAX_ATTEMPTS", _parse_int, 3,
+          "tries of one model request on 429, 5xx and timeouts (with backoff)"),
+    Field("provider.retry_budget_seconds", "GATEWAY_PROVIDER_RETRY_BUDGET_SECONDS", _parse_int, 80,
+          "one model request's tries and waits together stay within this"),
+    Field("tools.enabled", "GATEWAY_TOOLS", _parse_list, ("session_search", "send_message", "cronjob"),
+          "built-in tools besides memory: session_search, send_message, cronjob"),
+    Field("tools.needs_approval", "GATEWAY_TOOLS_NEEDING_APPROVAL", _parse_list, (),
+          "tools whose calls wait for the user's /approve"),
+    Field("memory.max_notes", "GATEWAY_MEMORY_MAX_NOTES", _parse_int, 100, "memory notes kept per user and profile"),
+    Field("memory.max_note_chars", "GATEWAY_MEMORY_MAX_NOTE_CHARS", _parse_int, 1000, "characters in one memory note"),
+    Field("memory.external", "GATEWAY_MEMORY_PROVIDER", _parse_str, "",
+          "a memory provider beside the built-in notes: honcho (empty: none)"),
+    Field("memory.honcho_base_url", "HONCHO_BASE_URL", _parse_str, "https://api.honcho.dev",
+          "the Honcho API (secret HONCHO_API_KEY)"),
+    Field("memory.honcho_workspace", "HONCHO_WORKSPACE", _parse_str, "hermes", "the Honcho workspace id"),
     Field("access.allowed_users", "GATEWAY_ALLOWED_USERS", _parse_list, (), "user ids allowed on every platform"),
     Field("access.allow_all_users", "GATEWAY_ALLOW_ALL_USERS", _parse_bool, False, "allow everyone on every platform"),
     Field("access.admins", "GATEWAY_ADMINS", _parse_list, (), "user ids that are admins on every platform"),
@@ -149,6 +165,43 @@ _GATEWAY_FIELDS: tuple[Field, ...] = (
           "a turn lease expires this long after it starts"),
     Field("sessions.busy_retry_seconds", "GATEWAY_BUSY_RETRY_SECONDS", _parse_int, 1,
           "a message for a busy session is retried after this long"),
+    Field("sessions.reset_mode", "GATEWAY_RESET_MODE", _parse_str, "none",
+          "when a session is replaced by a new one: none | idle | daily | both (dm, group, channel)"),
+    Field("sessions.reset_idle_minutes", "GATEWAY_RESET_IDLE_MINUTES", _parse_int, 1440,
+          "idle/both: a session idle this long is replaced"),
+    Field("sessions.reset_at_hour", "GATEWAY_RESET_AT_HOUR", _parse_int, 4,
+          "daily/both: sessions last active before this hour (time_zone) are replaced"),
+    Field("sessions.reset_policy", "GATEWAY_RESET_POLICY", _parse_str, "",
+          "per chat type: <dm|group|channel|thread|*>=<mode>[:<idle minutes>][@<hour>];... (threads only if named)"),
+    Field("sessions.resume_window_seconds", "GATEWAY_RESUME_WINDOW_SECONDS", _parse_int, 3600,
+          "a turn cut short is continued by the next message within this long (0: always)"),
+    Field("sessions.route_max_idle_days", "GATEWAY_ROUTE_MAX_IDLE_DAYS", _parse_int, 90,
+          "routing entries idle this long are pruned (transcripts kept; 0: never)"),
+    Field("cron.grace_seconds", "GATEWAY_CRON_GRACE_SECONDS", _parse_int, 300,
+          "a one-shot job found this late still runs; later it is retired with a reason"),
+    Field("cron.max_jobs_per_tick", "GATEWAY_CRON_MAX_JOBS_PER_TICK", _parse_int, 50,
+          "due jobs one tick claims (the rest wait for the next minute)"),
+    Field("hooks.enabled", "GATEWAY_HOOKS", _parse_list, (),
+          "in-process hooks to run (folders of hermes_gateway/hooks/) besides those their manifest enables"),
+    Field("turns.busy_input_mode", "GATEWAY_BUSY_INPUT_MODE", _parse_str, "queue",
+          "a message during a turn: queue (after it) | interrupt (stop it) | steer (into it after a tool call)"),
+    Field("turns.busy_followup", "GATEWAY_BUSY_FOLLOWUP", _parse_str, "each",
+          "queued messages: each (one turn per message, in order) | one (one follow-up turn for all)"),
+    Field("turns.busy_ack", "GATEWAY_BUSY_ACK", _parse_bool, True,
+          "tell the chat once per turn that its message waits for the running turn"),
+    Field("turns.max_queued", "GATEWAY_MAX_QUEUED", _parse_int, 20, "messages one session may queue behind its turn"),
+    Field("turns.max_tool_iterations", "GATEWAY_MAX_TOOL_ITERATIONS", _parse_int, 8,
+          "model calls with tools in one turn; then the model must answer"),
+    Field("turns.max_turn_seconds", "GATEWAY_MAX_TURN_SECONDS", _parse_int, 900,
+          "a turn's tool loop stops offering tools after this long"),
+    Field("turns.continue_after_seconds", "GATEWAY_CONTINUE_AFTER_SECONDS", _parse_int, 120,
+          "a tool loop this long into one execution continues in a new one"),
+    Field("turns.approval_timeout_seconds", "GATEWAY_APPROVAL_TIMEOUT_SECONDS", _parse_int, 300,
+          "an unanswered tool approval is denied after this long"),
+    Field("turns.approvers", "GATEWAY_APPROVERS", _parse_list, (),
+          "user ids that may answer any approval (besides admins and the user asked)"),
+    Field("turns.workflow_type", "GATEWAY_WORKFLOW_TYPE", _parse_str, "express",
+          "the turn state machine: express (billed per request) | standard (visual history)"),
     Field("ingress.max_body_bytes", "GATEWAY_MAX_BODY_BYTES", _parse_int, 65536, "larger webhook bodies get 413"),
     Field("operations.alarm_email", "GATEWAY_ALARM_EMAIL", _parse_str, "",
           "e-mail address subscribed to the alarm topic (it must confirm the subscription)"),
@@ -169,11 +222,14 @@ _PLATFORM_SETTINGS = (
     ("unauthorized_dm", "UNAUTHORIZED_DM", _parse_str, "an unknown user's DM: pair | ignore (empty: by rule)"),
     ("admins", "ADMINS", _parse_list, "user ids that are admins on this platform"),
     ("home_channel", "HOME_CHANNEL", _parse_str, "chat_id[:thread_id] a bare platform target sends to, until /sethome"),
+    ("reset_policy", "RESET_POLICY", _parse_str, "this platform's session reset policy (as sessions.reset_policy)"),
+    ("reset_notice", "RESET_NOTICE", _parse_bool, "tell the chat when its session was reset automatically"),
+    ("busy_input_mode", "BUSY_INPUT_MODE", _parse_str, "this platform's turns.busy_input_mode (empty: the gateway's)"),
 )
 _COMMON_DEFAULTS: dict[str, Any] = {
     "enabled": False, "api_base_url": "", "allowed_users": (), "allow_all_users": False,
     "allowed_chats": (), "group_users": {}, "bot_policy": "none", "unauthorized_dm": "", "admins": (),
-    "home_channel": "",
+    "home_channel": "", "reset_policy": "", "reset_notice": True, "busy_input_mode": "",
 }
 # The local web chat page has no users to allowlist.
 _PLATFORM_OVERRIDES: dict[str, dict[str, Any]] = {"webchat": {"allow_all_users": True}}
@@ -219,6 +275,23 @@ class ProviderSettings:
     openai_base_url: str
     timeout_seconds: int
     max_history_messages: int
+    max_attempts: int = 3
+    retry_budget_seconds: int = 80
+
+
+@dataclass(frozen=True)
+class ToolSettings:
+    enabled: tuple[str, ...] = ("session_search", "send_message", "cronjob")
+    needs_approval: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    max_notes: int = 100
+    max_note_chars: int = 1000
+    external: str = ""
+    honcho_base_url: str = "https://api.honcho.dev"
+    honcho_workspace: str = "hermes"
 
 
 @dataclass(frozen=True)
@@ -235,6 +308,37 @@ class SessionSettings:
     thread_sessions_per_user: bool
     turn_timeout_seconds: int
     busy_retry_seconds: int
+    reset_mode: str = "none"
+    reset_idle_minutes: int = 1440
+    reset_at_hour: int = 4
+    reset_policy: str = ""
+    resume_window_seconds: int = 3600
+    route_max_idle_days: int = 90
+
+
+@dataclass(frozen=True)
+class CronSettings:
+    grace_seconds: int = 300
+    max_jobs_per_tick: int = 50
+
+
+@dataclass(frozen=True)
+class HooksSettings:
+    enabled: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TurnSettings:
+    busy_input_mode: str = "queue"
+    busy_followup: str = "each"
+    busy_ack: bool = True
+    max_queued: int = 20
+    max_tool_iterations: int = 8
+    max_turn_seconds: int = 900
+    continue_after_seconds: int = 120
+    approval_timeout_seconds: int = 300
+    approvers: tuple[str, ...] = ()
+    workflow_type: str = "express"
 
 
 @dataclass(frozen=True)
@@ -256,6 +360,9 @@ class PlatformSettings:
     unauthorized_dm: str
     admins: tuple[str, ...]
     home_channel: str = ""
+    reset_policy: str = ""
+    reset_notice: bool = True
+    busy_input_mode: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)  # the platform's own (catalog `Option`s)
 
 
@@ -270,6 +377,11 @@ class Settings:
     max_body_bytes: int
     platforms: Mapping[str, PlatformSettings]
     operations: OperationsSettings = OperationsSettings("", True)
+    cron: CronSettings = CronSettings()
+    hooks: HooksSettings = HooksSettings()
+    turns: TurnSettings = TurnSettings()
+    tools: ToolSettings = ToolSettings()
+    memory: MemorySettings = MemorySettings()
 
     def platform(self, name: str) -> PlatformSettings | None:
         found = self.platforms.get(name)
@@ -450,11 +562,104 @@ def _check_limits(v: dict[str, Any]) -> None:
             "sessions.busy_retry_seconds",
             f"its retries wait {patience:.0f} s, less than a turn's lease ({lease} s): messages would go to the DLQ",
         )
+    _check_reset_policies(v)
+    _check_agent_tools(v)
     email = v["operations.alarm_email"]
     if email and not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", email):
         raise _Invalid("operations.alarm_email", "must be an e-mail address")
     if not 1024 <= v["ingress.max_body_bytes"] <= 200_000:
         raise _Invalid("ingress.max_body_bytes", "must be between 1024 and 200000 (the queue message limit)")
+
+
+TOOL_NAMES = ("memory", "session_search", "send_message", "cronjob")
+MEMORY_PROVIDERS = ("", "honcho")
+
+
+def _check_agent_tools(v: dict[str, Any]) -> None:
+    for path, known in (("tools.enabled", TOOL_NAMES[1:]), ("tools.needs_approval", TOOL_NAMES)):
+        unknown = [name for name in v[path] if name not in known]
+        if unknown:
+            raise _Invalid(path, f"unknown tool(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    if not 1 <= v["provider.max_attempts"] <= 10:
+        raise _Invalid("provider.max_attempts", "must be between 1 and 10")
+    if not v["provider.timeout_seconds"] <= v["provider.retry_budget_seconds"] <= MODEL_CALL_LIMIT_SECONDS:
+        raise _Invalid(
+            "provider.retry_budget_seconds",
+            f"must be at least provider.timeout_seconds and at most {MODEL_CALL_LIMIT_SECONDS} (the task's limit)",
+        )
+    if not 1 <= v["memory.max_notes"] <= 1000:
+        raise _Invalid("memory.max_notes", "must be between 1 and 1000")
+    if not 50 <= v["memory.max_note_chars"] <= 4000:
+        raise _Invalid("memory.max_note_chars", "must be between 50 and 4000")
+    if v["memory.external"] not in MEMORY_PROVIDERS:
+        raise _Invalid("memory.external", "must be honcho or empty")
+    if v["memory.external"] == "honcho" and not _is_http_url(v["memory.honcho_base_url"]):
+        raise _Invalid("memory.honcho_base_url", "must be an http(s) URL with a host and no white space")
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,100}", v["memory.honcho_workspace"]):
+        raise _Invalid("memory.honcho_workspace", "use 1-100 letters, digits, '_' or '-'")
+
+
+def _check_cron(v: dict[str, Any]) -> None:
+    if not 0 <= v["cron.grace_seconds"] <= 86400:
+        raise _Invalid("cron.grace_seconds", "must be between 0 and 86400")
+    if not 1 <= v["cron.max_jobs_per_tick"] <= 500:
+        raise _Invalid("cron.max_jobs_per_tick", "must be between 1 and 500")
+    for name in v["hooks.enabled"]:
+        if not re.fullmatch(r"[a-z0-9_]{1,40}", name):
+            raise _Invalid("hooks.enabled", f"{name!r} is not a hook folder name (a-z, 0-9, _)")
+
+
+def _check_reset_policies(v: dict[str, Any]) -> None:
+    from hermes_gateway.domain.reset_policy import ResetPolicy, parse_policy_map
+
+    parts = ("sessions.reset_mode", "sessions.reset_idle_minutes", "sessions.reset_at_hour")
+    for path in parts:  # one at a time, so the error names the setting at fault
+        try:
+            ResetPolicy(**{path.removeprefix("sessions.reset_"): v[path]})
+        except ValueError as exc:
+            raise _Invalid(path, str(exc)) from None
+    base = ResetPolicy(*(v[path] for path in parts))
+    if v["sessions.route_max_idle_days"] < 0:
+        raise _Invalid("sessions.route_max_idle_days", "must be 0 (never prune) or more")
+    for path in ["sessions.reset_policy"] + [f"platforms.{p}.reset_policy" for p in PLATFORMS]:
+        try:
+            parse_policy_map(v[path], base)
+        except ValueError as exc:
+            raise _Invalid(path, str(exc)) from None
+
+
+def _turn_settings(v: dict[str, Any]) -> TurnSettings:
+    from hermes_gateway.domain.turns import BUSY_MODES, FOLLOWUP_MODES
+
+    for path in ["turns.busy_input_mode"] + [f"platforms.{p}.busy_input_mode" for p in PLATFORMS]:
+        if v[path] not in BUSY_MODES and not (path.startswith("platforms.") and v[path] == ""):
+            raise _Invalid(path, f"must be one of {', '.join(BUSY_MODES)}")
+    if v["turns.busy_followup"] not in FOLLOWUP_MODES:
+        raise _Invalid("turns.busy_followup", f"must be one of {', '.join(FOLLOWUP_MODES)}")
+    if v["turns.workflow_type"] not in WORKFLOW_TYPES:
+        raise _Invalid("turns.workflow_type", f"must be one of {', '.join(WORKFLOW_TYPES)}")
+    bounds = (
+        ("turns.max_queued", 1, 100),
+        ("turns.max_tool_iterations", 1, 50),
+        ("turns.max_turn_seconds", 30, 3600),
+        ("turns.continue_after_seconds", 10, TURN_LIMIT_SECONDS - MODEL_CALL_LIMIT_SECONDS - 60),
+        ("turns.approval_timeout_seconds", 30, 86400),
+    )
+    for path, low, high in bounds:
+        if not low <= v[path] <= high:
+            raise _Invalid(path, f"must be between {low} and {high}")
+    return TurnSettings(
+        v["turns.busy_input_mode"],
+        v["turns.busy_followup"],
+        v["turns.busy_ack"],
+        v["turns.max_queued"],
+        v["turns.max_tool_iterations"],
+        v["turns.max_turn_seconds"],
+        v["turns.continue_after_seconds"],
+        v["turns.approval_timeout_seconds"],
+        v["turns.approvers"],
+        v["turns.workflow_type"],
+    )
 
 
 def _platform_settings(platform: str, v: dict[str, Any]) -> PlatformSettings:
@@ -468,6 +673,8 @@ def _build(v: dict[str, Any], source: str) -> Settings:
     try:
         _check_names(v)
         _check_limits(v)
+        _check_cron(v)
+        turns = _turn_settings(v)
     except _Invalid as exc:
         raise ConfigError(f"{source}: {exc.path} ({_BY_PATH[exc.path].env}): {exc.reason}") from None
     return Settings(
@@ -480,6 +687,8 @@ def _build(v: dict[str, Any], source: str) -> Settings:
             openai_base_url=v["provider.openai_base_url"].rstrip("/"),
             timeout_seconds=v["provider.timeout_seconds"],
             max_history_messages=v["provider.max_history_messages"],
+            max_attempts=v["provider.max_attempts"],
+            retry_budget_seconds=v["provider.retry_budget_seconds"],
         ),
         access=AccessSettings(
             v["access.allowed_users"], v["access.allow_all_users"], v["access.admins"], v["access.user_commands"]
@@ -489,9 +698,26 @@ def _build(v: dict[str, Any], source: str) -> Settings:
             v["sessions.thread_sessions_per_user"],
             v["sessions.turn_timeout_seconds"],
             v["sessions.busy_retry_seconds"],
+            v["sessions.reset_mode"],
+            v["sessions.reset_idle_minutes"],
+            v["sessions.reset_at_hour"],
+            v["sessions.reset_policy"],
+            v["sessions.resume_window_seconds"],
+            v["sessions.route_max_idle_days"],
         ),
         max_body_bytes=v["ingress.max_body_bytes"],
         operations=OperationsSettings(v["operations.alarm_email"], v["operations.dashboard"]),
+        cron=CronSettings(v["cron.grace_seconds"], v["cron.max_jobs_per_tick"]),
+        hooks=HooksSettings(v["hooks.enabled"]),
+        turns=turns,
+        tools=ToolSettings(v["tools.enabled"], v["tools.needs_approval"]),
+        memory=MemorySettings(
+            v["memory.max_notes"],
+            v["memory.max_note_chars"],
+            v["memory.external"],
+            v["memory.honcho_base_url"].rstrip("/"),
+            v["memory.honcho_workspace"],
+        ),
         platforms={platform: _platform_settings(platform, v) for platform in PLATFORMS},
     )
 

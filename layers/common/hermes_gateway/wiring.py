@@ -20,10 +20,17 @@ if TYPE_CHECKING:
     from hermes_gateway.adapters.aws import IdempotentEnqueue, SqsQueue, StepFunctionsStarter
     from hermes_gateway.adapters.dynamo_access import DynamoAccessStore
     from hermes_gateway.adapters.dynamo_directory import DynamoDirectory
+    from hermes_gateway.adapters.dynamo_jobs import DynamoJobStore
+    from hermes_gateway.adapters.dynamo_memory import DynamoNoteStore
     from hermes_gateway.adapters.dynamo_outbox import DynamoOutbox
+    from hermes_gateway.adapters.dynamo_receipts import DynamoReceipts
     from hermes_gateway.adapters.dynamo_sessions import DynamoSessionStore
+    from hermes_gateway.adapters.dynamo_turns import DynamoTurnControl
     from hermes_gateway.domain.events import LifecycleEvents
+    from hermes_gateway.memory.manager import MemoryManager
     from hermes_gateway.platforms.base import AdapterContext, Sender
+    from hermes_gateway.providers.base import Provider
+    from hermes_gateway.services.cron import CronDeps
     from hermes_gateway.services.delivery import DeliveryDeps
     from hermes_gateway.services.ingress import InboundAdapter
     from hermes_gateway.services.router import Access
@@ -56,8 +63,9 @@ def secrets() -> Secrets:
 @cache
 def session_store() -> DynamoSessionStore:
     from hermes_gateway.adapters.dynamo_sessions import DynamoSessionStore
+    from hermes_gateway.domain.reset_policy import rules_from_settings
 
-    return DynamoSessionStore(bindings(), region())
+    return DynamoSessionStore(bindings(), region(), rules=rules_from_settings(settings()))
 
 
 @cache
@@ -71,7 +79,29 @@ def pairing_store() -> DynamoAccessStore:
 def access() -> Access:
     from hermes_gateway.services.router import Access
 
-    return Access(pairing=pairing_store(), replies=queue("delivery"), events=events(), directory=directory())
+    return Access(
+        pairing=pairing_store(),
+        replies=queue("delivery"),
+        events=events(),
+        directory=directory(),
+        control=turn_control(),
+        receipts=receipts(),
+    )
+
+
+@cache
+def receipts() -> DynamoReceipts:
+    """Once-per-request records: session API receipts, and session commands once per event."""
+    from hermes_gateway.adapters.dynamo_receipts import DynamoReceipts
+
+    return DynamoReceipts(bindings(), region())
+
+
+@cache
+def turn_control() -> DynamoTurnControl:
+    from hermes_gateway.adapters.dynamo_turns import DynamoTurnControl
+
+    return DynamoTurnControl(bindings(), region())
 
 
 @cache
@@ -130,18 +160,62 @@ def enqueue_once() -> IdempotentEnqueue:
 
 @cache
 def turn_deps() -> TurnDeps:
-    from hermes_gateway.providers import make_provider
     from hermes_gateway.services.turn import TurnDeps
+    from hermes_gateway.tools.registry import tools_for
 
     store = session_store()
+    ports: dict[str, object] = {"directory": directory()}
+    if "jobs" in bindings().tables:
+        ports["jobs"] = job_store()
     return TurnDeps(
         settings=settings(),
         store=store,
         lease=store,
-        provider=cache(lambda: make_provider(settings().provider, secrets())),
+        provider=cache(lambda: _provider(None)),
         delivery=queue("delivery"),
         now=time.time,
+        control=turn_control(),
+        starter=turn_starter(),
+        events=events(),
+        tools=lambda kind: tools_for(kind, settings()),  # type: ignore[arg-type]
+        provider_for=_provider,
+        tool_ports=ports,
+        jobs=job_store() if "jobs" in bindings().tables else None,
+        home_channels=_home_channels,
+        memory=memory_manager if "memory" in bindings().tables else None,
     )
+
+
+def _provider(override: dict[str, str] | None) -> Provider:
+    """The configured provider, or the session's override of model, provider and base URL (the
+    key always comes from the deployment's secrets, never from the session)."""
+    from dataclasses import replace
+
+    from hermes_gateway.providers import make_provider
+
+    chosen = settings().provider
+    if override:
+        chosen = replace(
+            chosen,
+            name=override.get("provider") or chosen.name,
+            model=override.get("model") or chosen.model,
+            openai_base_url=override.get("base_url") or chosen.openai_base_url,
+        )
+    return make_provider(chosen, secrets())
+
+
+def _home_channels() -> dict[str, str]:
+    """Each enabled platform's home channel: `/sethome` first, else the configured one."""
+    homes: dict[str, str] = {}
+    for name, platform in settings().platforms.items():
+        if not platform.enabled:
+            continue
+        found = directory().home(name)
+        if found is not None:
+            homes[name] = found[0] + (f":{found[1]}" if found[1] else "")
+        elif platform.home_channel:
+            homes[name] = platform.home_channel
+    return homes
 
 
 def sender_for(platform: str, via: str = "") -> Sender | None:
@@ -188,11 +262,64 @@ def events() -> LifecycleEvents:
     from hermes_gateway.resources import EVENT_BUS
 
     bus = bindings().event_bus
-    if not bus:
-        return LoggedEvents()
-    from hermes_gateway.adapters.aws import EventBridgeEvents
+    published: LifecycleEvents = LoggedEvents()
+    if bus:
+        from hermes_gateway.adapters.aws import EventBridgeEvents
 
-    return EventBridgeEvents(bus, EVENT_BUS.source, region(), keep=200 if local_mode() else 0)
+        published = EventBridgeEvents(bus, EVENT_BUS.source, region(), keep=200 if local_mode() else 0)
+    return _with_hooks(published)
+
+
+def _with_hooks(published: LifecycleEvents) -> LifecycleEvents:
+    """The deployment's in-process hooks observe every event too (none enabled: no wrapper)."""
+    from hermes_gateway.domain.events import HookedEvents
+    from hermes_gateway.hooks import load_hooks
+
+    hooks = load_hooks(settings().hooks.enabled)
+    if not hooks:
+        return published
+    context = {
+        "stage": settings().stage,
+        "profile": settings().profile,
+        "function": os.environ.get("AWS_LAMBDA_FUNCTION_NAME", ""),
+    }
+    return HookedEvents(published, hooks, context)
+
+
+@cache
+def job_store() -> DynamoJobStore:
+    from hermes_gateway.adapters.dynamo_jobs import DynamoJobStore
+
+    return DynamoJobStore(bindings(), region())
+
+
+@cache
+def cron_deps() -> CronDeps:
+    from hermes_gateway.services.cron import CronDeps
+
+    return CronDeps(
+        jobs=job_store(),
+        starter=turn_starter(),
+        events=events(),
+        time_zone=settings().time_zone,
+        grace_seconds=settings().cron.grace_seconds,
+        max_jobs_per_tick=settings().cron.max_jobs_per_tick,
+    )
+
+
+@cache
+def note_store() -> DynamoNoteStore:
+    from hermes_gateway.adapters.dynamo_memory import DynamoNoteStore
+
+    return DynamoNoteStore(bindings(), region())
+
+
+def memory_manager() -> MemoryManager:
+    """A new manager for each turn step (it holds the turn's session); the note store is shared."""
+    from hermes_gateway.memory.registry import build_memory_manager
+
+    honcho_key = secrets().get("HONCHO_API_KEY") if settings().memory.external == "honcho" else None
+    return build_memory_manager(settings(), note_store(), honcho_key)
 
 
 @cache
@@ -215,6 +342,7 @@ def delivery_deps() -> DeliveryDeps:
         sessions=session_store(),
         profile=settings().profile,
         store_sensitive=local_mode(),
+        jobs=job_store() if "jobs" in bindings().tables else None,
     )
 
 
@@ -238,5 +366,10 @@ def reset() -> None:
         delivery_deps,
         events,
         directory,
+        job_store,
+        note_store,
+        cron_deps,
+        turn_control,
+        receipts,
     ):
         built.cache_clear()

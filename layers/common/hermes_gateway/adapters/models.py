@@ -21,6 +21,7 @@ from pynamodb.models import Model
 from hermes_gateway.resources import Bindings
 
 LEASE_SHARD = "lease"
+ROUTE_SHARDS = 4  # `policy_shard` and `activity_shard` spread their index over this many partitions
 
 
 class RouteModelBase(Model):
@@ -46,6 +47,22 @@ class RouteModelBase(Model):
     lease_started_at = NumberAttribute(null=True)
     lease_expires_at = NumberAttribute(null=True)
     lease_shard = UnicodeAttribute(null=True)
+    # The rest of BEHAVIOUR §3's entry (see domain.sessions.SessionEntry).
+    origin = UnicodeAttribute(null=True)  # JSON of the SessionSource that created the session
+    last_activity_at = NumberAttribute(null=True)  # the reset policy's clock
+    activity_shard = UnicodeAttribute(null=True)  # `by_activity`: idle routes are pruned
+    failed_recoveries = NumberAttribute(default=0)
+    expiry_finalized = BooleanAttribute(default=False)
+    is_fresh_reset = BooleanAttribute(default=False)
+    was_auto_reset = BooleanAttribute(default=False)
+    auto_reset_reason = UnicodeAttribute(null=True)
+    reset_had_activity = BooleanAttribute(default=False)
+    prev_session_id = UnicodeAttribute(null=True)
+    model_override = UnicodeAttribute(null=True)  # JSON: model, provider, base_url (never a key)
+    stop_turn_id = UnicodeAttribute(null=True)
+    # Set only while the reset policy can expire the session: the sparse `by_policy_deadline` index.
+    policy_shard = UnicodeAttribute(null=True)
+    policy_deadline = NumberAttribute(null=True)
 
 
 class SessionModelBase(Model):
@@ -61,6 +78,17 @@ class SessionModelBase(Model):
     message_count = NumberAttribute(default=0)
     input_tokens = NumberAttribute(default=0)
     output_tokens = NumberAttribute(default=0)
+    profile = UnicodeAttribute(null=True)  # the key namespace: `by_profile` (list, search)
+    continued_in = UnicodeAttribute(null=True)  # compression's child
+    cache_read_tokens = NumberAttribute(default=0)
+    cache_write_tokens = NumberAttribute(default=0)
+    last_prompt_tokens = NumberAttribute(default=0)
+    cost_usd = NumberAttribute(default=0)
+    # Turns by cost status; the session's status is derived (domain.cost.session_cost_status).
+    estimated_turns = NumberAttribute(default=0)
+    unknown_turns = NumberAttribute(default=0)
+    included_turns = NumberAttribute(default=0)
+    hidden_ranges = UnicodeAttribute(null=True)  # JSON [[lo, hi], ...]: seqs soft-deleted by undo/rewind
 
 
 class MessageModelBase(Model):
@@ -79,6 +107,12 @@ class MessageModelBase(Model):
     dedupe_key = UnicodeAttribute(null=True)
     input_tokens = NumberAttribute(null=True)
     output_tokens = NumberAttribute(null=True)
+    # Usage markers (one per turn, at a negative seq) also carry these.
+    cache_read_tokens = NumberAttribute(null=True)
+    cache_write_tokens = NumberAttribute(null=True)
+    prompt_tokens = NumberAttribute(null=True)
+    cost_usd = NumberAttribute(null=True)
+    cost_status = UnicodeAttribute(null=True)
 
 
 def dynamodb_endpoint() -> str | None:
@@ -106,16 +140,50 @@ def bind_route(table: str, region: str | None, host: str | None = None) -> type[
         lease_shard = UnicodeAttribute(hash_key=True)
         lease_expires_at = NumberAttribute(range_key=True)
 
+    class ByPolicyDeadline(GlobalSecondaryIndex[RouteModelBase]):  # type: ignore[no-untyped-call]
+        class Meta:
+            index_name = "by_policy_deadline"
+            projection = AllProjection()
+
+        policy_shard = UnicodeAttribute(hash_key=True)
+        policy_deadline = NumberAttribute(range_key=True)
+
+    class ByActivity(GlobalSecondaryIndex[RouteModelBase]):  # type: ignore[no-untyped-call]
+        class Meta:
+            index_name = "by_activity"
+            projection = AllProjection()
+
+        activity_shard = UnicodeAttribute(hash_key=True)
+        last_activity_at = NumberAttribute(range_key=True)
+
     return type(
         "Route",
         (RouteModelBase,),
-        {"Meta": table_meta(table, region, host), "by_lease_expiry": ByLeaseExpiry(), "__module__": __name__},
+        {
+            "Meta": table_meta(table, region, host),
+            "by_lease_expiry": ByLeaseExpiry(),
+            "by_policy_deadline": ByPolicyDeadline(),
+            "by_activity": ByActivity(),
+            "__module__": __name__,
+        },
     )
 
 
 @lru_cache(maxsize=8)
 def bind_session(table: str, region: str | None, host: str | None = None) -> type[SessionModelBase]:
-    return type("Session", (SessionModelBase,), {"Meta": table_meta(table, region, host), "__module__": __name__})
+    class ByProfile(GlobalSecondaryIndex[SessionModelBase]):  # type: ignore[no-untyped-call]
+        class Meta:
+            index_name = "by_profile"
+            projection = AllProjection()
+
+        profile = UnicodeAttribute(hash_key=True)
+        started_at = NumberAttribute(range_key=True)
+
+    return type(
+        "Session",
+        (SessionModelBase,),
+        {"Meta": table_meta(table, region, host), "by_profile": ByProfile(), "__module__": __name__},
+    )
 
 
 @lru_cache(maxsize=8)
@@ -161,6 +229,7 @@ class OutboxModelBase(Model):
     created_at = NumberAttribute()
     updated_at = NumberAttribute()
     expires_at = NumberAttribute(null=True)  # TTL
+    buttons = UnicodeAttribute(null=True)  # JSON: [{"label", "reply"}], on a message's last chunk
 
 
 @lru_cache(maxsize=8)

@@ -16,7 +16,19 @@ import threading
 import time
 from pathlib import Path
 
-from hermes_gateway.cli import config, deploy, logs, outbox, pairing, secrets, send, webhooks
+from hermes_gateway.cli import (
+    config,
+    cron,
+    deploy,
+    explain,
+    logs,
+    outbox,
+    pairing,
+    secrets,
+    send,
+    sessions,
+    webhooks,
+)
 from hermes_gateway.errors import ConfigError
 
 
@@ -87,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     deploy.add_commands(commands)
     config.add_commands(commands)
     logs.add_commands(commands)
+    sessions.add_commands(commands)
+    explain.add_commands(commands)
+    cron.add_commands(commands)
     return parser
 
 

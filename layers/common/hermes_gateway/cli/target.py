@@ -29,7 +29,11 @@ def local_state_path() -> Path:
 def write_local_state(state: dict[str, Any]) -> Path:
     path = local_state_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(state, indent=2), encoding="utf-8")
+    # Owner-only: it holds local mode's session API token.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its old mode on open
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        file.write(json.dumps(state, indent=2))
     return path
 
 
@@ -74,8 +78,12 @@ def queue_output_key(queue: str) -> str:
 
 
 def log_group_output_key(function: str) -> str:
-    """The stack output that carries a function's log group name, e.g. `RouterLogGroupName`."""
-    return f"{function.capitalize()}LogGroupName"
+    """The stack output that carries a function's log group name, e.g. `SessionApiLogGroupName`
+    (CloudFormation ids are alphanumeric: `session_api` would lose its underscore otherwise)."""
+    return "".join(part.capitalize() for part in function.split("_")) + "LogGroupName"
+
+
+SESSION_API_OUTPUT = "SessionApiUrl"  # the session API's endpoint (`hermes-gateway sessions`)
 
 
 def webhook_output_key(platform: str) -> str:
