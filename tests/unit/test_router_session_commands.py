@@ -51,7 +51,9 @@ def test_commands_are_answered_by_the_gateway_and_start_no_turn() -> None:
     for event, text in (("2", "/status"), ("3", "/title Plans"), ("4", "/undo"), ("5", "/new")):
         outcome = gateway.route(event, text)
         assert outcome.status == "command", text
-    assert len(gateway.starter.started) == 1  # only "hello" reached the agent
+    # only "hello" reached the agent; /new started the memory flush of the session it replaced
+    assert [n for n in gateway.starter.started if not n.startswith("flush-")] == [first.turn_id]
+    assert [n for n in gateway.starter.started if n.startswith("flush-")] == [f"flush-{first.session_id}"]
     assert [b["text"].split("\n")[0][:14] for b in gateway.replies.bodies] == [
         f"Session {first.session_id}"[:14],
         'Session titled "Plans".'[:14],

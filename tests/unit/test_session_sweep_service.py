@@ -104,8 +104,9 @@ def test_the_chat_gets_one_reset_notice_unless_turned_off(notice_env: dict[str, 
     def send(event: str, at: float) -> None:
         route_message(message(event, at), settings=settings, store=store, lease=store, starter=starter,
                       access=access, now=at)  # fmt: skip
-        for name in list(starter.started):  # the turn ran and released its lease
-            store.release(KEY, starter.started[name]["lease_token"])
+        for turn in list(starter.started.values()):  # the turn ran and released its lease
+            if "lease_token" in turn:  # (a memory flush of a replaced session holds none)
+                store.release(KEY, turn["lease_token"])
 
     send("e1", T0)
     send("e2", T0 + 600)

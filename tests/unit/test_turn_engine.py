@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from hermes_gateway.domain.sessions import SessionEntry
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import TransientError
 from hermes_gateway.observability import hash_id
@@ -156,6 +157,11 @@ class Engine:
 
     def key(self) -> str:
         return "agent:main:telegram:dm:99"
+
+    def route(self) -> SessionEntry:
+        route = self.store.get_route(self.key())
+        assert route is not None
+        return route
 
     def transcript(self) -> list[tuple[str, str]]:
         route = self.store.get_route(self.key())
@@ -705,6 +711,41 @@ def test_messages_queued_behind_a_crashed_turn_are_answered_first_after_its_leas
     assert outcome.status == "queued" and outcome.reason == "recovered"
     assert engine.texts() == ["re: first\n\nqueued one", "re: newest"]
     assert engine.control.state(engine.key()).lease_token is None
+
+
+def test_a_reset_flushes_the_replaced_sessions_memory_once_and_only_when_it_had_a_prompt() -> None:
+    from hermes_gateway.domain.reset_policy import rules_from_settings
+
+    # Given a chat whose sessions reset after 10 idle minutes
+    engine = Engine({"GATEWAY_RESET_MODE": "idle", "GATEWAY_RESET_IDLE_MINUTES": "10"})
+    engine.store.rules = rules_from_settings(engine.settings)
+    engine.send("remember I like tea", "e0")
+    engine.pump()
+    first = engine.route().session_id
+
+    # When the next message comes an hour later (and is redelivered)
+    engine.clock += 3600
+    engine.send("hello again", "e1")
+    engine.send("hello again", "e1")
+
+    # Then the old session gets one memory-only flush turn, and the new one its answer
+    flushes = [name for name in engine.starter.started if name.startswith("flush-")]
+    assert flushes == [f"flush-{first}"]
+    flush = engine.starter.started[flushes[0]]
+    assert (flush["kind"], flush["session_id"], flush["reason"]) == ("flush", first, "idle")
+    assert engine.route().session_id != first
+
+
+def test_new_flushes_the_session_it_replaces_but_not_an_empty_one() -> None:
+    engine = Engine()
+    engine.send("remember I like tea", "e0")
+    engine.pump()
+    first = engine.route().session_id
+
+    engine.send("/new", "e1")
+    engine.send("/new", "e2")  # the session it replaced had no prompt: nothing to flush
+
+    assert [n for n in engine.starter.started if n.startswith("flush-")] == [f"flush-{first}"]
 
 
 def _sweep(engine: Engine) -> dict[str, int]:

@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from hermes_gateway.domain.access import is_admin
 from hermes_gateway.domain.events import LifecycleEvents
@@ -78,6 +78,12 @@ class CommandContext:
     # message (the queue may hand it over again) gets the first answer back (`domain.receipts`).
     receipts: ReceiptStore | None = None
     event_id: str | None = None
+    # Starts the memory flush of a session /new or /reset replaced (BEHAVIOUR §3).
+    starter: ExecutionStarter | None = None
+
+
+class ExecutionStarter(Protocol):
+    def start(self, name: str, turn: dict[str, Any]) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -280,6 +286,10 @@ def _fresh_session(call: CommandCall) -> SessionEntry:
     """/new and /reset: the chat's key gets a new session; the old one ends (reason `forced`)."""
     store, key = _store(call)
     entry = store.get_or_create(call.source, key, call.now, force_new=True)
+    if call.context.starter is not None:
+        from hermes_gateway.services.session_sweep import flush_replaced_session  # imports the router
+
+        flush_replaced_session(call.context.starter, entry, call.source.to_dict(), call.now)
     events = call.context.events
     if events is not None:
         detail = {"session": hash_id(entry.session_id), "key": hash_id(key), "reason": "forced"}

@@ -217,8 +217,20 @@ def _session_notes(entry: SessionEntry, platform: str) -> dict[str, Any]:
     return notes
 
 
+def _flush_replaced(starter: TurnStarter, entry: SessionEntry, source: SessionSource) -> None:
+    from hermes_gateway.services.session_sweep import flush_replaced_session  # it imports this module
+
+    flush_replaced_session(starter, entry, source.to_dict(), entry.updated_at)
+
+
 def _gateway_command(
-    message: InboundMessage, session_key: str, settings: Settings, store: SessionStore, access: Access, now: float
+    message: InboundMessage,
+    session_key: str,
+    settings: Settings,
+    store: SessionStore,
+    access: Access,
+    now: float,
+    starter: TurnStarter | None = None,
 ) -> CommandResult | None:
     """Answer a gateway command (§9) in the chat; None when the text is not one."""
     if is_turn_command(message.text):
@@ -233,6 +245,7 @@ def _gateway_command(
         access.events,
         receipts=access.receipts,
         event_id=message.event_id,
+        starter=starter,
     )
     command = answer_command(message.text, context)
     if command is not None:
@@ -285,7 +298,7 @@ def route_message(
         thread_sessions_per_user=settings.sessions.thread_sessions_per_user,
         profile=settings.profile,
     )
-    command = _gateway_command(message, session_key, settings, store, access, now)
+    command = _gateway_command(message, session_key, settings, store, access, now, starter)
     if command is not None:
         if command.resubmit_text is None:
             return RouteOutcome("command", "ok")
@@ -301,6 +314,7 @@ def route_message(
     entry = store.get_or_create(source, session_key, now)
     if entry.created:
         _session_started(entry, source, access, now)
+        _flush_replaced(starter, entry, source)
     if wants_reset_notice(entry, settings):  # one short notice after an automatic reset (§3)
         access.replies.send(_reply_job(message, "reset", reset_notice(entry.reset_reason)))
 

@@ -10,7 +10,7 @@ policy's reason. Routing entries idle past `sessions.route_max_idle_days` are pr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from hermes_gateway.domain.events import LifecycleEvents
 from hermes_gateway.domain.reset_policy import reset_reason, rules_from_settings
@@ -31,15 +31,40 @@ class SweepResult:
 def flush_turn(entry: SessionEntry, reason: str, now: float) -> dict[str, Any]:
     """The flush turn's input (the team's shared turn-input shape, kind "flush")."""
     source = entry.origin or {"platform": entry.platform, "chat_type": entry.chat_type}
+    return flush_turn_for(entry.session_id, entry.session_key, source, reason, now)
+
+
+def flush_turn_for(
+    session_id: str, session_key: str, source: dict[str, Any], reason: str, now: float
+) -> dict[str, Any]:
+    """A memory-only turn over a session that is ending; named after the session, so however
+    often it is started (a redelivered message, a retried command), it runs once."""
     return {
         "kind": "flush",
-        "turn_id": f"flush-{entry.session_id}",
-        "session_id": entry.session_id,
-        "session_key": entry.session_key,
+        "turn_id": f"flush-{session_id}",
+        "session_id": session_id,
+        "session_key": session_key,
         "source": source,
         "reason": reason,
         "started_at": now,
     }
+
+
+class FlushStarter(Protocol):
+    def start(self, name: str, turn: dict[str, Any]) -> bool: ...
+
+
+def flush_replaced_session(starter: FlushStarter, entry: SessionEntry, source: dict[str, Any], now: float) -> bool:
+    """BEHAVIOUR §3: the session a reset replaced has its memories flushed. Only when it had a
+    prompt (an empty one has nothing to remember, and a flush is a model call)."""
+    if not entry.created or not entry.prev_session_id or not entry.reset_had_activity:
+        return False
+    reason = entry.reset_reason or "reset"
+    started = starter.start(
+        f"flush-{entry.prev_session_id}", flush_turn_for(entry.prev_session_id, entry.session_key, source, reason, now)
+    )
+    logger.info("memory flush started for the replaced session", extra={"reason": reason, "started": started})
+    return True
 
 
 def sweep_expired_sessions(
