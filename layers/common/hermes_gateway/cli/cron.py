@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from hermes_gateway.cli.target import add_target_arguments, bindings_for, stack_outputs
+from hermes_gateway.cli.target import add_target_arguments, bindings_for, cli_events, stack_outputs
 from hermes_gateway.domain.cron import Job
+from hermes_gateway.domain.events import LoggedEvents
 from hermes_gateway.errors import BadRequest, ConfigError
 from hermes_gateway.resources import Bindings
 from hermes_gateway.settings import Settings, load_settings_file
@@ -210,11 +210,5 @@ def _state_machine(args: argparse.Namespace, bindings: Bindings) -> str:
     return outputs[STATE_MACHINE_OUTPUT]
 
 
-def _events() -> Any:
-    """Lifecycle events as JSON lines on standard error, so standard output stays the answer."""
-    from aws_lambda_powertools import Logger
-
-    from hermes_gateway.domain.events import LoggedEvents
-
-    handler = logging.StreamHandler(sys.stderr)
-    return LoggedEvents(Logger(service="hermes-gateway-cli", level="INFO", logger_handler=handler))
+def _events() -> LoggedEvents:
+    return cli_events()

@@ -5,12 +5,10 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
-import logging
-import sys
 import time
 from typing import Any
 
-from hermes_gateway.cli.target import add_target_arguments, bindings_for
+from hermes_gateway.cli.target import add_target_arguments, bindings_for, cli_events
 from hermes_gateway.domain.events import LoggedEvents
 from hermes_gateway.domain.pairing import normalize_code
 from hermes_gateway.observability import hash_id
@@ -53,11 +51,7 @@ def _store(args: argparse.Namespace) -> Any:
 
 
 def _events() -> LoggedEvents:
-    """The event as a JSON line on standard error, so standard output stays the command's answer."""
-    from aws_lambda_powertools import Logger
-
-    handler = logging.StreamHandler(sys.stderr)
-    return LoggedEvents(Logger(service="hermes-gateway-cli", level="INFO", logger_handler=handler))
+    return cli_events()
 
 
 def _when(epoch: float) -> str:

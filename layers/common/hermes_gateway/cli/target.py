@@ -7,12 +7,17 @@ names); a deployed stack is found by its name, `HermesGateway-<stage>`, and its 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hermes_gateway.errors import ConfigError
 from hermes_gateway.resources import QUEUES, TABLES, Bindings
+
+if TYPE_CHECKING:
+    from hermes_gateway.domain.events import LoggedEvents
 
 LOCAL_STATE_ENV = "HERMES_LOCAL_STATE"
 
@@ -131,3 +136,22 @@ def bindings_for(args: Any) -> Bindings:
 
         stage = load_settings_file(Path("gateway.yaml")).stage
     return use_deployed(stage)
+
+
+class _CurrentStandardError(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever `sys.stderr` is when a line is written, not when the handler was made:
+    the CLI's logger is one per process (Powertools keeps the first handler of a service name)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+def cli_events() -> LoggedEvents:
+    """Lifecycle events the CLI causes (a pairing approved, a job run), as JSON lines on standard
+    error, so standard output stays the command's answer."""
+    from aws_lambda_powertools import Logger
+
+    from hermes_gateway.domain.events import LoggedEvents
+
+    return LoggedEvents(Logger(service="hermes-gateway-cli", level="INFO", logger_handler=_CurrentStandardError()))
