@@ -60,6 +60,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -177,10 +178,10 @@ class Meter:
             def __init__(self, inner: Any) -> None:
                 self.inner, self.name = inner, inner.name
 
-            def complete(self, system: str, messages: list[Any]) -> Any:
+            def complete(self, system: str, messages: list[Any], tools: list[Any] | None = None) -> Any:
                 started = time.perf_counter()
                 try:
-                    return self.inner.complete(system, messages)
+                    return self.inner.complete(system, messages, tools)
                 finally:
                     with meter._lock:
                         meter.model_seconds.append(time.perf_counter() - started)
@@ -407,7 +408,13 @@ def _json_size(item: dict[str, Any] | None) -> int:
     return sum(len(name.encode()) + _value_size(value) for name, value in item.items())
 
 
-def _value_size(value: dict[str, Any]) -> int:
+_DYNAMO_TYPES = frozenset({"S", "B", "N", "BOOL", "NULL", "M", "L", "SS", "NS", "BS"})
+
+
+def _value_size(value: Any) -> int:
+    if not (isinstance(value, dict) and len(value) == 1 and next(iter(value)) in _DYNAMO_TYPES):
+        # An answer boto3's resource layer already turned into Python values (in place)
+        return _python_size(value)
     kind, inner = next(iter(value.items()))
     if kind in ("S", "B"):
         return len(inner.encode() if isinstance(inner, str) else inner)
@@ -420,6 +427,23 @@ def _value_size(value: dict[str, Any]) -> int:
     if kind == "L":
         return 3 + sum(_value_size(v) + 1 for v in inner)
     return sum(len(str(v)) for v in inner)  # sets
+
+
+def _python_size(value: Any) -> int:
+    """The same rule for a deserialized value (a boto3 resource's item)."""
+    if isinstance(value, str):
+        return len(value.encode())
+    if isinstance(value, bool) or value is None:
+        return 1
+    if isinstance(value, int | float | Decimal):
+        return len(str(value)) // 2 + 1
+    if isinstance(value, bytes | bytearray):
+        return len(value)
+    if isinstance(value, dict):
+        return 3 + sum(len(str(k).encode()) + _python_size(v) + 1 for k, v in value.items())
+    if isinstance(value, list | tuple | set | frozenset):
+        return 3 + sum(_python_size(v) + 1 for v in value)
+    return len(str(value))
 
 
 # --------------------------------------------------------------------------------------------------

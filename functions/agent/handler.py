@@ -16,5 +16,6 @@ from hermes_gateway.services.turn import run_step
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
+@wiring.publishes_events
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return run_step(str(event.get("step")), dict(event.get("turn") or {}), wiring.turn_deps())

@@ -83,6 +83,7 @@ def _retry_later(event: dict[str, Any], failed: set[str]) -> None:
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
+@wiring.publishes_events
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     _retry_after.clear()
     response = process_partial_response(

@@ -18,6 +18,7 @@ from hermes_gateway.services.session_sweep import prune_idle_routes, sweep_expir
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
+@wiring.publishes_events
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     now = time.time()
     return run_tick(

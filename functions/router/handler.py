@@ -38,6 +38,10 @@ def record_handler(record: SQSRecord) -> None:
     except SessionBusy as exc:
         _busy_groups[record.attributes.message_group_id or ""] = exc.retry_after
         raise
+    except Exception as exc:
+        # Retried by the queue (then dead-lettered with an alarm); said here, or nobody would know why.
+        logger.exception("routing failed; the message will be retried", extra={"error": type(exc).__name__})
+        raise
 
 
 def _retry_busy_sessions_later(event: dict[str, Any], failed: set[str]) -> None:
@@ -54,6 +58,7 @@ def _retry_busy_sessions_later(event: dict[str, Any], failed: set[str]) -> None:
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
+@wiring.publishes_events
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     _busy_groups.clear()
     response = process_partial_response(

@@ -32,6 +32,7 @@ def caller_of(event: dict[str, Any]) -> str | None:
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
+@wiring.publishes_events
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     caller = caller_of(event)
     if caller is None:

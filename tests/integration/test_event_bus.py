@@ -29,6 +29,7 @@ def test_events_reach_a_rule_on_the_bus(aws: Any) -> None:
     emitter = wiring.events()
     assert isinstance(emitter, EventBridgeEvents)
     emitter.emit("delivery:sent", {"platform": "telegram", "chunks": 2})
+    emitter.flush()
 
     (message,) = sqs.receive_message(QueueUrl=queue_url, WaitTimeSeconds=1)["Messages"]
     event = json.loads(message["Body"])
@@ -38,3 +39,28 @@ def test_events_reach_a_rule_on_the_bus(aws: Any) -> None:
 
 def test_a_failing_bus_never_fails_the_caller(aws: Any) -> None:
     EventBridgeEvents("no-such-bus", EVENT_BUS.source).emit("delivery:sent", {"x": 1})  # logged, not raised
+
+
+def test_a_handler_returns_only_once_its_events_are_out(aws: Any) -> None:
+    import time
+
+    published: list[dict[str, Any]] = []
+
+    class SlowBus:
+        def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+            time.sleep(0.3)
+            published.extend(Entries)
+            return {"FailedEntryCount": 0}
+
+    emitter = wiring.events()
+    assert isinstance(emitter, EventBridgeEvents)
+    emitter.__dict__["_client"] = SlowBus()
+
+    @wiring.publishes_events
+    def handler(event: Any, context: Any) -> str:
+        emitter.emit("agent:end", {"status": "ok"})
+        assert published == []  # published beside the work, not on its path
+        return "done"
+
+    assert handler({}, None) == "done"
+    assert [e["DetailType"] for e in published] == ["agent:end"]

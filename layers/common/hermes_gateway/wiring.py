@@ -6,11 +6,13 @@ function pays only for the clients it touches. `reset()` forgets everything (tes
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import time
+from collections.abc import Callable
 from functools import cache, lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hermes_gateway.resources import Bindings
 from hermes_gateway.secrets import Secrets
@@ -204,8 +206,44 @@ def _provider(override: dict[str, str] | None) -> Provider:
     return make_provider(chosen, secrets())
 
 
+_HOMES_TTL_SECONDS = 60.0
+_homes_cache: tuple[float, dict[str, str]] | None = None
+
+
 def _home_channels() -> dict[str, str]:
-    """Each enabled platform's home channel: `/sethome` first, else the configured one."""
+    """Each enabled platform's home channel (`/sethome` first, else the configured one), read
+    once a minute per container: every turn's context names them, and they rarely change."""
+    global _homes_cache
+    now = time.monotonic()
+    if _homes_cache is not None and now - _homes_cache[0] < _HOMES_TTL_SECONDS:
+        return dict(_homes_cache[1])
+    homes = _read_home_channels()
+    _homes_cache = (now, homes)
+    return dict(homes)
+
+
+def flush_events() -> None:
+    """Wait for the lifecycle events this invocation emitted (every handler, before it returns)."""
+    from hermes_gateway.domain.events import flush_events as flush
+
+    flush(events())
+
+
+def publishes_events(handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """For a Lambda handler that emits lifecycle events: they are published beside its work, and
+    the handler returns (or raises) only once they are out."""
+
+    @functools.wraps(handler)
+    def wrapped(event: Any, context: Any) -> Any:
+        try:
+            return handler(event, context)
+        finally:
+            flush_events()
+
+    return wrapped
+
+
+def _read_home_channels() -> dict[str, str]:
     homes: dict[str, str] = {}
     for name, platform in settings().platforms.items():
         if not platform.enabled:
@@ -266,7 +304,7 @@ def events() -> LifecycleEvents:
     if bus:
         from hermes_gateway.adapters.aws import EventBridgeEvents
 
-        published = EventBridgeEvents(bus, EVENT_BUS.source, region(), keep=200 if local_mode() else 0)
+        published = EventBridgeEvents(bus, EVENT_BUS.source, region(), keep=200 if local_mode() else 0, background=True)
     return _with_hooks(published)
 
 
@@ -347,6 +385,8 @@ def delivery_deps() -> DeliveryDeps:
 
 
 def reset() -> None:
+    global _homes_cache
+    _homes_cache = None
     for built in (
         settings,
         bindings,

@@ -205,7 +205,9 @@ class EventBridgeEvents:
     gateway's, `detail-type` the event name, `detail` the payload (bounded codes and hashed ids,
     never secrets or message text). Publishing never blocks a message: a failure is logged."""
 
-    def __init__(self, bus_name: str, source: str, region: str | None = None, keep: int = 0) -> None:
+    def __init__(
+        self, bus_name: str, source: str, region: str | None = None, keep: int = 0, *, background: bool = False
+    ) -> None:
         import collections
 
         self.bus_name = bus_name
@@ -214,6 +216,27 @@ class EventBridgeEvents:
         # Local mode shows what it published (GET /local/events); deployed functions keep nothing.
         self.recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=keep or None)
         self._keep = keep > 0
+        # In a function, events are published beside the work (one thread) and the handler waits
+        # for them before it returns (`flush`): they cost no time on the message's path.
+        self._background = background
+        self._pending: list[Any] = []
+        self._pending_lock = threading.Lock()
+
+    @cached_property
+    def _publisher(self) -> Any:
+        from concurrent.futures import ThreadPoolExecutor
+
+        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="events")
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Wait for the events emitted so far (a function calls this before it returns: Lambda
+        freezes what is still running after that)."""
+        from concurrent.futures import wait
+
+        with self._pending_lock:
+            pending, self._pending = self._pending, []
+        if pending:
+            wait(pending, timeout=timeout)
 
     @cached_property
     def _client(self) -> Any:
@@ -222,6 +245,14 @@ class EventBridgeEvents:
         return boto3.client("events", region_name=self._region)
 
     def emit(self, name: str, detail: dict[str, Any]) -> None:
+        if not self._background:
+            self._publish(name, detail)
+            return
+        future = self._publisher.submit(self._publish, name, dict(detail))
+        with self._pending_lock:
+            self._pending = [f for f in self._pending if not f.done()] + [future]
+
+    def _publish(self, name: str, detail: dict[str, Any]) -> None:
         from hermes_gateway.observability import logger
 
         entry = {"Source": self.source, "DetailType": name, "Detail": json.dumps(detail), "EventBusName": self.bus_name}

@@ -27,6 +27,13 @@ class LoggedEvents:
         (self._log or logger).info("lifecycle event", extra={"event": name, "detail": detail})
 
 
+def flush_events(events: LifecycleEvents) -> None:
+    """Wait for events still being published (a function calls this before it returns)."""
+    flush = getattr(events, "flush", None)
+    if callable(flush):
+        flush()
+
+
 # In-process hooks: trusted Python shipped with the deployment (hermes_gateway.hooks loads them).
 
 
@@ -60,6 +67,9 @@ class HookedEvents:
     def emit(self, name: str, detail: dict[str, Any]) -> None:
         self.inner.emit(name, detail)
         self.run(name, detail)
+
+    def flush(self) -> None:
+        flush_events(self.inner)
 
     def run(self, name: str, detail: dict[str, Any], extra: Mapping[str, Any] | None = None) -> list[Any]:
         """Call each hook observing `name`; return what they answered (None for a failed one)."""
