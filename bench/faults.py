@@ -136,6 +136,12 @@ SIZES = {
         senders=6,
         sqs_throttle=0.06,
         sfn_throttle=0.06,
+        # ~24 messages make ~25 model calls and ~30 sends: at the full run's rates a run without
+        # any provider or platform fault, or without a duplicate webhook, was a few percent likely
+        provider_faults=(("rate_limited", 0.08), ("server_error", 0.08), ("timeout", 0.04)),
+        platform_faults=(("rate_limited", 0.08), ("server_error", 0.08), ("timeout", 0.04), ("refused", 0.02)),
+        webhook_duplicate_concurrent=0.25,
+        delivery_job_duplicate=0.25,
         crash_retried=0.06,
         crash_unretried=0.03,
         think_seconds=0.1,
