@@ -5,6 +5,7 @@ provider's `echo-tool:` lines (no model needed) and by a scripted OpenAI-compati
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 
 import pytest
@@ -56,8 +57,15 @@ def test_remember_and_recall_with_an_openai_compatible_model(
     fake_openai.reply_next("I'll remember that.")
     assert _say(client, 9201, "remember that my sister is called Ana", 1) == "I'll remember that."
 
-    # When a new session starts and the user asks
+    # When a new session starts (the old one's memory flush, a model call of its own, runs first)
+    before = len(fake_openai.requests)
     _say(client, 9202, "/new", 2)
+    deadline = time.time() + 15
+    while len(fake_openai.requests) == before and time.time() < deadline:
+        time.sleep(0.05)
+    flush = fake_openai.requests[before].json
+    assert [t["function"]["name"] for t in flush["tools"]] == ["memory"]  # a memory-only turn
+    # and the user asks
     fake_openai.reply_next("Your sister is Ana.")
     assert _say(client, 9203, "what is my sister called?", 3) == "Your sister is Ana."
 
