@@ -64,3 +64,28 @@ def test_a_handler_returns_only_once_its_events_are_out(aws: Any) -> None:
 
     assert handler({}, None) == "done"
     assert [e["DetailType"] for e in published] == ["agent:end"]
+
+
+def test_only_the_configured_events_go_on_the_bus(aws: Any) -> None:
+    published: list[str] = []
+
+    class Bus:
+        def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+            published.extend(e["DetailType"] for e in Entries)
+            return {"FailedEntryCount": 0}
+
+    emitter = EventBridgeEvents("bus", EVENT_BUS.source, only=("agent:end", "delivery:*"))
+    emitter.__dict__["_client"] = Bus()
+    for name in ("message:pre_route", "agent:start", "agent:end", "delivery:sent", "delivery:failed"):
+        emitter.emit(name, {})
+    assert published == ["agent:end", "delivery:sent", "delivery:failed"]
+
+
+def test_the_bus_event_setting_is_checked() -> None:
+    from hermes_gateway.errors import ConfigError
+    from hermes_gateway.settings import load_settings
+
+    assert load_settings(env={"GATEWAY_BUS_EVENTS": "agent:end,cron:*"}).hooks.bus_events == ("agent:end", "cron:*")
+    assert load_settings(env={}).hooks.bus_events == ("*",)
+    with pytest.raises(ConfigError, match="bus_events"):
+        load_settings(env={"GATEWAY_BUS_EVENTS": "agent end"})

@@ -183,6 +183,8 @@ _GATEWAY_FIELDS: tuple[Field, ...] = (
           "due jobs one tick claims (the rest wait for the next minute)"),
     Field("hooks.enabled", "GATEWAY_HOOKS", _parse_list, (),
           "in-process hooks to run (folders of hermes_gateway/hooks/) besides those their manifest enables"),
+    Field("hooks.bus_events", "GATEWAY_BUS_EVENTS", _parse_list, ("*",),
+          "lifecycle events put on the event bus: names, or prefixes ending in * (each is $1 per million)"),
     Field("turns.busy_input_mode", "GATEWAY_BUSY_INPUT_MODE", _parse_str, "queue",
           "a message during a turn: queue (after it) | interrupt (stop it) | steer (into it after a tool call)"),
     Field("turns.busy_followup", "GATEWAY_BUSY_FOLLOWUP", _parse_str, "each",
@@ -325,6 +327,7 @@ class CronSettings:
 @dataclass(frozen=True)
 class HooksSettings:
     enabled: tuple[str, ...] = ()
+    bus_events: tuple[str, ...] = ("*",)
 
 
 @dataclass(frozen=True)
@@ -604,6 +607,9 @@ def _check_cron(v: dict[str, Any]) -> None:
         raise _Invalid("cron.grace_seconds", "must be between 0 and 86400")
     if not 1 <= v["cron.max_jobs_per_tick"] <= 500:
         raise _Invalid("cron.max_jobs_per_tick", "must be between 1 and 500")
+    for pattern in v["hooks.bus_events"]:
+        if not re.fullmatch(r"\*|[a-z_]{1,20}(:[a-z_]{0,40}\*?|\*)", pattern):
+            raise _Invalid("hooks.bus_events", f"{pattern!r}: use event names (agent:end) or prefixes (agent:*, *)")
     for name in v["hooks.enabled"]:
         if not re.fullmatch(r"[a-z0-9_]{1,40}", name):
             raise _Invalid("hooks.enabled", f"{name!r} is not a hook folder name (a-z, 0-9, _)")
@@ -708,7 +714,7 @@ def _build(v: dict[str, Any], source: str) -> Settings:
         max_body_bytes=v["ingress.max_body_bytes"],
         operations=OperationsSettings(v["operations.alarm_email"], v["operations.dashboard"]),
         cron=CronSettings(v["cron.grace_seconds"], v["cron.max_jobs_per_tick"]),
-        hooks=HooksSettings(v["hooks.enabled"]),
+        hooks=HooksSettings(v["hooks.enabled"], v["hooks.bus_events"]),
         turns=turns,
         tools=ToolSettings(v["tools.enabled"], v["tools.needs_approval"]),
         memory=MemorySettings(

@@ -304,7 +304,14 @@ def events() -> LifecycleEvents:
     if bus:
         from hermes_gateway.adapters.aws import EventBridgeEvents
 
-        published = EventBridgeEvents(bus, EVENT_BUS.source, region(), keep=200 if local_mode() else 0, background=True)
+        published = EventBridgeEvents(
+            bus,
+            EVENT_BUS.source,
+            region(),
+            keep=200 if local_mode() else 0,
+            background=True,
+            only=settings().hooks.bus_events,
+        )
     return _with_hooks(published)
 
 

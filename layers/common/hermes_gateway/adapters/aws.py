@@ -206,7 +206,14 @@ class EventBridgeEvents:
     never secrets or message text). Publishing never blocks a message: a failure is logged."""
 
     def __init__(
-        self, bus_name: str, source: str, region: str | None = None, keep: int = 0, *, background: bool = False
+        self,
+        bus_name: str,
+        source: str,
+        region: str | None = None,
+        keep: int = 0,
+        *,
+        background: bool = False,
+        only: tuple[str, ...] = ("*",),
     ) -> None:
         import collections
 
@@ -219,6 +226,9 @@ class EventBridgeEvents:
         # In a function, events are published beside the work (one thread) and the handler waits
         # for them before it returns (`flush`): they cost no time on the message's path.
         self._background = background
+        # The events put on the bus (`hooks.bus_events`): each costs $1 per million; the others
+        # still reach the in-process hooks.
+        self._only = only
         self._pending: list[Any] = []
         self._pending_lock = threading.Lock()
 
@@ -245,6 +255,10 @@ class EventBridgeEvents:
         return boto3.client("events", region_name=self._region)
 
     def emit(self, name: str, detail: dict[str, Any]) -> None:
+        from hermes_gateway.domain.events import event_matches
+
+        if not event_matches(name, self._only):
+            return
         if not self._background:
             self._publish(name, detail)
             return

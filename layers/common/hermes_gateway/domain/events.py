@@ -47,7 +47,12 @@ class Hook:
     handle: Callable[[dict[str, Any], dict[str, Any]], Any]
 
     def observes(self, event: str) -> bool:
-        return any(event == p or (p.endswith("*") and event.startswith(p[:-1])) for p in self.events)
+        return event_matches(event, self.events)
+
+
+def event_matches(event: str, patterns: Sequence[str]) -> bool:
+    """Whether an event is named by one of `patterns`: a name, or a prefix ending in `*`."""
+    return any(event == p or (p.endswith("*") and event.startswith(p[:-1])) for p in patterns)
 
 
 class HookedEvents:
