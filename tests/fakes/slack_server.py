@@ -16,12 +16,14 @@ https://slack.com/api) with `fake.token`.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from tests.fakes.loopback import LoopbackFake, ScriptedAnswer
 
-DEFAULT_TOKEN = "xoxb-1111-2222-fakeSlackBotToken"
+# Made per run, never a fixed value on disk (the fake accepts whatever token it was given)
+DEFAULT_TOKEN = f"test-slack-bot-{secrets.token_hex(12)}"
 
 
 def slack_error(code: str) -> dict[str, Any]:

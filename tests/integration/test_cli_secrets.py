@@ -4,6 +4,7 @@ check names what each enabled platform still needs."""
 from __future__ import annotations
 
 import io
+import secrets
 from typing import Any
 
 import boto3
@@ -22,6 +23,9 @@ def cli(aws: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     return aws
 
 
+VALUE = f"test-secret-{secrets.token_hex(8)}"  # made per run, never stored on disk
+
+
 def set_secret(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> int:
     monkeypatch.setattr("sys.stdin", io.StringIO(value + "\n"))
     return main(["secrets", "set", name])
@@ -30,12 +34,12 @@ def set_secret(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> int:
 def test_set_stores_a_secure_string_that_the_functions_read(
     cli: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert set_secret(monkeypatch, "SLACK_BOT_TOKEN", "xoxb-not-printed") == 0
+    assert set_secret(monkeypatch, "SLACK_BOT_TOKEN", VALUE) == 0
     out = capsys.readouterr().out
-    assert "/hermes-gateway/qa/SLACK_BOT_TOKEN" in out and "xoxb-not-printed" not in out
+    assert "/hermes-gateway/qa/SLACK_BOT_TOKEN" in out and VALUE not in out
     stored = boto3.client("ssm").get_parameter(Name="/hermes-gateway/qa/SLACK_BOT_TOKEN", WithDecryption=True)
     assert stored["Parameter"]["Type"] == "SecureString"
-    assert Secrets({"HERMES_SECRETS_PREFIX": "/hermes-gateway/qa/"}).get("SLACK_BOT_TOKEN") == "xoxb-not-printed"
+    assert Secrets({"HERMES_SECRETS_PREFIX": "/hermes-gateway/qa/"}).get("SLACK_BOT_TOKEN") == VALUE
 
 
 def test_an_empty_value_or_an_unknown_name_stores_nothing(cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,6 +16,8 @@ from hermes_gateway.cli import main as cli
 from hermes_gateway.cli.sessions import SessionApiClient, client_for, region_of
 from hermes_gateway.errors import ConfigError
 
+ACCESS_KEY_ID = "TESTACCESSKEYID00000"  # any id signs; not shaped like a real one
+
 
 def test_region_of_an_execute_api_url() -> None:
     assert region_of("https://abc123.execute-api.eu-west-1.amazonaws.com/api/sessions") == "eu-west-1"
@@ -23,14 +25,14 @@ def test_region_of_an_execute_api_url() -> None:
 
 
 def test_deployed_requests_are_sigv4_signed_for_execute_api(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLEEXAMPLE00")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     client = SessionApiClient("https://abc123.execute-api.eu-west-1.amazonaws.com/api/sessions")
     headers = client._signed(b'{"verb": "session.list"}', {"content-type": "application/json"})
     authorization = headers["Authorization"]
-    assert authorization.startswith("AWS4-HMAC-SHA256 Credential=AKIAEXAMPLEEXAMPLE00/")
+    assert authorization.startswith(f"AWS4-HMAC-SHA256 Credential={ACCESS_KEY_ID}/")
     assert "/eu-west-1/execute-api/aws4_request" in authorization
     assert "X-Amz-Date" in headers and "secret" not in json.dumps(headers)
 

