@@ -115,6 +115,14 @@ def _num(value: Any) -> float | None:
     return float(value) if value is not None else None
 
 
+def _oldest_first(index: Any, condition: Any, attribute: str, limit: int) -> list[RouteModelBase]:
+    """A sparse routes index spread over ROUTE_SHARDS partitions, read oldest first: up to `limit`
+    from each partition, merged by `attribute`."""
+    found = [item for shard in range(ROUTE_SHARDS) for item in index.query(str(shard), condition, limit=limit)]
+    found.sort(key=lambda r: float(getattr(r, attribute)))
+    return found
+
+
 def _entry(route: RouteModelBase, **extra: Any) -> SessionEntry:
     return SessionEntry(
         session_key=route.session_key,
@@ -1113,14 +1121,7 @@ class DynamoSessionStore:
 
     def due_for_expiry(self, now: float, limit: int = 100) -> list[SessionEntry]:
         Route = self.models.route
-        due: list[RouteModelBase] = []
-        for shard in range(ROUTE_SHARDS):
-            due.extend(
-                Route.by_policy_deadline.query(  # type: ignore[attr-defined]
-                    str(shard), Route.policy_deadline < now, limit=limit
-                )
-            )
-        due.sort(key=lambda r: float(r.policy_deadline))
+        due = _oldest_first(Route.by_policy_deadline, Route.policy_deadline < now, "policy_deadline", limit)  # type: ignore[attr-defined]
         return [_entry(r) for r in due if not r.expiry_finalized][:limit]
 
     def claim_expiry(self, entry: SessionEntry, now: float) -> SessionEntry | None:
@@ -1165,14 +1166,7 @@ class DynamoSessionStore:
 
     def idle_routes(self, idle_before: float, limit: int = 100) -> list[SessionEntry]:
         Route = self.models.route
-        idle: list[RouteModelBase] = []
-        for shard in range(ROUTE_SHARDS):
-            idle.extend(
-                Route.by_activity.query(  # type: ignore[attr-defined]
-                    str(shard), Route.last_activity_at < idle_before, limit=limit
-                )
-            )
-        idle.sort(key=lambda r: float(r.last_activity_at))
+        idle = _oldest_first(Route.by_activity, Route.last_activity_at < idle_before, "last_activity_at", limit)  # type: ignore[attr-defined]
         return [_entry(r) for r in idle[:limit]]
 
     def prune_route(self, entry: SessionEntry) -> bool:

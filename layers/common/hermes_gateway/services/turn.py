@@ -200,10 +200,12 @@ def _hold_lease(turn: dict[str, Any], deps: TurnDeps) -> bool:
 # -- Prepare -------------------------------------------------------------------------------------
 
 
-def _append_user(turn: dict[str, Any], deps: TurnDeps, item: QueuedInput) -> int:
+def append_queued(store: SessionStore, session_id: str, item: QueuedInput) -> int:
+    """A message that waited on a running turn joins the transcript as the user's row
+    (de-duplicated by its event id, like every inbound message)."""
     source = SessionSource.from_dict(item.source)
-    seq = deps.store.append_message(
-        turn["session_id"],
+    return store.append_message(
+        session_id,
         "user",
         item.text,
         item.received_at,
@@ -211,6 +213,10 @@ def _append_user(turn: dict[str, Any], deps: TurnDeps, item: QueuedInput) -> int
         sender_name=source.user_name,
         platform_message_id=source.message_id,
     )
+
+
+def _append_user(turn: dict[str, Any], deps: TurnDeps, item: QueuedInput) -> int:
+    seq = append_queued(deps.store, turn["session_id"], item)
     deps.store.mark_turn_started(turn["session_id"], item.event_id, turn["turn_id"])
     return seq
 
@@ -710,17 +716,7 @@ def release_or_hand_off(
         nxt = finished.next_turn
         # The queued messages join the transcript now (durable even if the start below fails).
         for raw in nxt.get("queued") or []:
-            item = QueuedInput.from_dict(raw)
-            source = SessionSource.from_dict(item.source)
-            store.append_message(
-                nxt["session_id"],
-                "user",
-                item.text,
-                item.received_at,
-                dedupe_key=item.event_id,
-                sender_name=source.user_name,
-                platform_message_id=source.message_id,
-            )
+            append_queued(store, nxt["session_id"], QueuedInput.from_dict(raw))
         if starter is None:
             raise PermanentError("no turn starter: a queued message cannot be answered")
         starter.start(nxt["turn_id"], nxt)
