@@ -4,13 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hermes_gateway.domain.sessions import ExpiredLease
+from hermes_gateway.domain.sessions import ExpiredLease, TurnLease
 from hermes_gateway.domain.source import SessionSource
-from hermes_gateway.services.expiry import release_expired_leases
+from hermes_gateway.services.expiry import LeaseRecovery, recover_expired_leases
+from tests.fakes.services import FakeStarter, make_settings
 from tests.fakes.sessions import FakeSessionStore
+from tests.fakes.turns import FakeTurnControl
 
 NOW = 1_764_400_000.0
 TTL = 360
+
+
+def release_expired_leases(lease: TurnLease, now: float, batch: int = 100) -> int:
+    """The tick's lease part over `lease` (the store itself, or a wrapper around it): how many it released."""
+    store = lease if isinstance(lease, FakeSessionStore) else lease.store  # type: ignore[attr-defined]
+    deps = LeaseRecovery(make_settings({}), store, lease, FakeTurnControl(store), FakeStarter())
+    return recover_expired_leases(deps, now, batch)["leases_released"]
 
 
 def store_with_leases(*keys_and_start: tuple[str, float]) -> FakeSessionStore:
