@@ -74,7 +74,11 @@ def main() -> int:
         print(f"error: invalid gateway configuration: {exc}", file=sys.stderr)
         return 2
     context = SKIP_BUNDLING if os.environ.get("HERMES_SKIP_BUNDLING") == "1" else {}
-    app, _ = build_app(settings, context=context, outdir=os.environ.get("CDK_OUTDIR") or str(REPO_ROOT / "cdk.out"))
+    try:
+        app, _ = build_app(settings, context=context, outdir=os.environ.get("CDK_OUTDIR") or str(REPO_ROOT / "cdk.out"))
+    except ConfigError as exc:  # found while building the stack: a function's environment too large
+        print(f"error: invalid gateway configuration: {exc}", file=sys.stderr)
+        return 2
     app.synth()
     return 0
 

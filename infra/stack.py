@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aws_cdk import CfnOutput, Stack, Tags
@@ -15,7 +16,8 @@ from hermes_gateway.cli.target import (
     table_output_key,
     webhook_output_key,
 )
-from hermes_gateway.platforms.catalog import CATALOG
+from hermes_gateway.errors import ConfigError
+from hermes_gateway.platforms.catalog import CATALOG, PlatformSpec, webhook_path
 from hermes_gateway.resources import (
     EVENT_BUS,
     FUNCTIONS,
@@ -26,12 +28,12 @@ from hermes_gateway.resources import (
     repo_root,
     secrets_prefix,
 )
-from hermes_gateway.settings import Settings
+from hermes_gateway.settings import PROFILES_ENV, Settings
 from infra.capabilities.alarms import OperationsAlarms
 from infra.capabilities.api import WebhookApi
 from infra.capabilities.dashboard import OperationsDashboard
 from infra.capabilities.data import DataTables
-from infra.capabilities.functions import GatewayFunctions, GrantTargets
+from infra.capabilities.functions import GatewayFunctions, GrantTargets, environment_size
 from infra.capabilities.layer import CommonLayer
 from infra.capabilities.queues import MessageQueues
 from infra.capabilities.schedules import Schedules
@@ -41,6 +43,7 @@ PROJECT = "hermes-gateway"
 WEBHOOK_FUNCTION = "ingress"
 SESSION_API_FUNCTION = "session_api"
 MODEL_FUNCTION = "agent"  # the function that calls the model provider
+ENVIRONMENT_LIMIT_BYTES = 4096  # Lambda: the keys and values of a function's variables, in all
 
 
 def stack_name(stage: str) -> str:
@@ -58,11 +61,50 @@ def function_environment(settings: Settings) -> dict[str, str]:
     }
 
 
+def enabled_platforms(settings: Settings) -> tuple[PlatformSpec, ...]:
+    """The platforms a profile serves in a deployment (the local web chat never is)."""
+    return tuple(spec for spec in CATALOG if not spec.local_only and settings.platform(spec.name) is not None)
+
+
+def served_platforms(settings: Settings) -> tuple[tuple[str | None, PlatformSpec], ...]:
+    """Every profile's deployed platforms: (None, spec) for the deployment's own, (name, spec) for a named one."""
+    return tuple(
+        (profile.served_profile, spec) for profile in settings.all_profiles() for spec in enabled_platforms(profile)
+    )
+
+
+def check_environment_size(function: str, variables: Mapping[str, str]) -> None:
+    """A function's environment must fit Lambda's 4 KB; named profiles' overrides are what fill it."""
+    size = environment_size(variables)
+    if size > ENVIRONMENT_LIMIT_BYTES:
+        profiles = len(variables.get(PROFILES_ENV, ""))
+        raise ConfigError(
+            f"the {function} function's environment would be about {size} bytes (names and URLs set at "
+            f"deploy time counted at their longest), over Lambda's "
+            f"{ENVIRONMENT_LIMIT_BYTES}-byte limit ({PROFILES_ENV}, the named profiles' settings, is {profiles} "
+            "bytes of it): set fewer settings in the profiles (leave out what equals the deployment's), "
+            "or serve fewer profiles"
+        )
+
+
+def check_output_keys(keys: Sequence[str]) -> None:
+    """Two named profiles whose names differ only in '_' (`a_1`, `a1`) would share an output id."""
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        raise ConfigError(
+            f"profiles: the names of two profiles differ only in '_' (stack outputs {', '.join(repeated)}); "
+            "rename one of them"
+        )
+
+
 class HermesGatewayStack(Stack):
     def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, description=f"Hermes Serverless Gateway ({settings.stage})", **kwargs)
         stage = settings.stage
         root = repo_root()
+        served = served_platforms(settings)
+        named_outputs = [webhook_output_key(spec.name, profile) for profile, spec in served if profile]
+        check_output_keys(named_outputs)
         Tags.of(self).add("project", PROJECT)
         Tags.of(self).add("stage", stage)
 
@@ -86,8 +128,14 @@ class HermesGatewayStack(Stack):
             layer=layer.layer,
             environment=function_environment(settings),
             secrets_prefix=secrets_prefix(stage),
+            named_profiles={
+                named.profile: [spec for profile, spec in served if profile == named.profile]
+                for named in settings.profiles.values()
+            },
         )
-        functions.by_name[MODEL_FUNCTION].grant_model(settings.provider)
+        # Each profile may use its own model; a model several profiles share is granted once.
+        for provider in {(p.provider.name, p.provider.model): p.provider for p in settings.all_profiles()}.values():
+            functions.by_name[MODEL_FUNCTION].grant_model(provider)
         lambdas = {name: f.function for name, f in functions.by_name.items()}
         workflow = TurnWorkflow(
             self,
@@ -107,6 +155,8 @@ class HermesGatewayStack(Stack):
                 event_buses={EVENT_BUS.name: (EVENT_BUS, bus)},
             )
         )
+        for name, gateway_function in functions.by_name.items():
+            check_environment_size(name, gateway_function.environment)
         for name, function in lambdas.items():
             alarms.on_errors(name, function)
         alarms.on_failed_executions(TURN_STATE_MACHINE.name, workflow.state_machine)
@@ -117,7 +167,6 @@ class HermesGatewayStack(Stack):
             description="The agent turn workflow (`hermes-gateway cron run` starts a job's turn here)",
         )
 
-        enabled = [spec for spec in CATALOG if not spec.local_only and settings.platform(spec.name) is not None]
         if settings.operations.dashboard:
             dashboard = OperationsDashboard(
                 self,
@@ -140,7 +189,7 @@ class HermesGatewayStack(Stack):
             alarms.notify_email(settings.operations.alarm_email)
 
         api = WebhookApi(
-            self, "Webhooks", handler=lambdas[WEBHOOK_FUNCTION], api_name=f"{PROJECT}-{stage}", platforms=enabled
+            self, "Webhooks", handler=lambdas[WEBHOOK_FUNCTION], api_name=f"{PROJECT}-{stage}", platforms=served
         )
         Schedules(self, "Schedules", specs=SCHEDULES, functions=lambdas, alarms=alarms)
 
@@ -151,13 +200,14 @@ class HermesGatewayStack(Stack):
             value=api.add_session_api(lambdas[SESSION_API_FUNCTION]),
             description="The session API (IAM-signed POST; `hermes-gateway sessions` uses it)",
         )
-        for spec in enabled:
+        for profile, spec in served:
             # The CLI's `webhooks` command reads these (hermes_gateway.cli.target.webhook_output_key).
+            for_profile = f" for profile {profile}" if profile else ""
             CfnOutput(
                 self,
-                webhook_output_key(spec.name),
-                value=f"{api.url}webhooks/{spec.name}",
-                description=f"Register this URL with {spec.title} (docs/platforms/{spec.name}.md)",
+                webhook_output_key(spec.name, profile),
+                value=f"{api.url}{webhook_path(spec.name, profile).lstrip('/')}",
+                description=f"Register this URL with {spec.title}{for_profile} (docs/platforms/{spec.name}.md)",
             )
         CfnOutput(
             self,

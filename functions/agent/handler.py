@@ -11,11 +11,14 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from hermes_gateway import wiring
 from hermes_gateway.observability import logger, metrics
-from hermes_gateway.services.turn import run_step
+from hermes_gateway.services.turn import run_step, turn_profile
 
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 @wiring.publishes_events
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return run_step(str(event.get("step")), dict(event.get("turn") or {}), wiring.turn_deps())
+    turn = dict(event.get("turn") or {})
+    # The turn runs as its profile: that profile's model, tools, memory and bots.
+    profile = wiring.profile_settings(turn_profile(turn)).served_profile
+    return run_step(str(event.get("step")), turn, wiring.turn_deps(profile))

@@ -23,7 +23,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from hermes_gateway import wiring
-from hermes_gateway.errors import BadRequest, RateLimited, TransientError
+from hermes_gateway.errors import BadRequest, RateLimited, TransientError, UnknownProfile
 from hermes_gateway.observability import MetricUnit, logger, metrics
 from hermes_gateway.resources import DELIVERY_QUEUE
 from hermes_gateway.services.delivery import DeliveryJob, Undeliverable, deliver, retry_delay_seconds
@@ -44,7 +44,12 @@ def record_handler(record: SQSRecord) -> None:
     logger.append_keys(correlation_id=job.correlation_id or job.turn_id or job.delivery_id, session=job.session)
     group = record.attributes.message_group_id or ""
     try:
-        deliver(job, wiring.delivery_deps())
+        deps = wiring.delivery_deps(job.profile)
+    except UnknownProfile as exc:  # the profile was removed from the deployment since the job was queued
+        _dead_letter(record, str(exc))
+        return
+    try:
+        deliver(job, deps)
     except RateLimited as exc:
         # Honour the platform's flood control: the job comes back when it says it may.
         _retry_after[group] = math.ceil(exc.retry_after) + 1

@@ -11,15 +11,14 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from hermes_gateway import wiring
 from hermes_gateway.errors import BadRequest, PayloadTooLarge
 from hermes_gateway.observability import logger, metrics
-from hermes_gateway.services.ingress import HttpRequest, HttpResponse, decode_body, handle_webhook
+from hermes_gateway.services.ingress import HttpRequest, HttpResponse, decode_body, handle_webhook, webhook_route
 
 
 def platform_of(path_parameters: dict[str, str], raw_path: str) -> str:
-    """`/webhooks/{platform}` or `/webhooks/{platform}/{proxy+}`: the segment after `webhooks`."""
+    """`[/p/<profile>]/webhooks/{platform}[/{proxy+}]`: the segment after `webhooks`."""
     if path_parameters.get("platform"):
         return path_parameters["platform"]
-    parts = [p for p in raw_path.split("/") if p]
-    return parts[parts.index("webhooks") + 1] if "webhooks" in parts[:-1] else ""
+    return webhook_route(raw_path)[1]
 
 
 def _respond(response: HttpResponse) -> dict[str, Any]:
@@ -58,5 +57,6 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         adapters=wiring.inbound_adapter,
         enqueue_once=enqueue_once,
         received_at=received_at,
+        profile=webhook_route(http.raw_path)[0],
     )
     return _respond(response)

@@ -25,14 +25,15 @@ _busy_groups: dict[str, int] = {}  # message group -> seconds until its messages
 
 def record_handler(record: SQSRecord) -> None:
     message = InboundMessage.from_dict(json.loads(record.body))
+    profile = message.source.profile  # set by ingress from the webhook's path, never by the platform
     try:
         route_message(
             message,
-            settings=wiring.settings(),
+            settings=wiring.profile_settings(profile),
             store=wiring.session_store(),
             lease=wiring.session_store(),
             starter=wiring.turn_starter(),
-            access=wiring.access(),
+            access=wiring.access(profile),
             now=time.time(),
         )
     except SessionBusy as exc:

@@ -51,5 +51,6 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         receipts=wiring.receipts(),
         events=wiring.events(),
         caller=caller,
+        starter=wiring.turn_starter() if "turn" in wiring.bindings().state_machines else None,
     )
     return _respond(handle_request(body, deps))

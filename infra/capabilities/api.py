@@ -1,6 +1,7 @@
 """The public webhook endpoint: an HTTP API with one route per enabled platform (`/webhooks/<name>`,
-with the methods the platform uses), each invoking the ingress function. A disabled platform has no
-route at all: API Gateway answers 404 without invoking (or billing) a function."""
+with the methods the platform uses), each invoking the ingress function; a named profile's platforms
+under `/p/<profile>/webhooks/<name>`. A disabled platform has no route at all: API Gateway answers
+404 without invoking (or billing) a function."""
 
 from __future__ import annotations
 
@@ -50,8 +51,9 @@ class WebhookApi(Construct):
         *,
         handler: lambda_.IFunction,
         api_name: str,
-        platforms: Sequence[PlatformSpec],
+        platforms: Sequence[tuple[str | None, PlatformSpec]],
     ) -> None:
+        """`platforms`: (profile, spec) for every profile's enabled platform; None for the deployment's own."""
         super().__init__(scope, construct_id)
         self.http_api = apigatewayv2.HttpApi(
             self,
@@ -65,8 +67,8 @@ class WebhookApi(Construct):
         )
         routes = [
             route
-            for platform in platforms
-            for path in platform.webhook_paths()
+            for profile, platform in platforms
+            for path in platform.webhook_paths(profile)
             for route in self.http_api.add_routes(
                 path=path,
                 methods=[apigatewayv2.HttpMethod(m) for m in platform.methods],

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack, Token
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
@@ -21,6 +21,7 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from hermes_gateway.platforms.catalog import PlatformSpec
 from hermes_gateway.resources import (
     SECRET_NAMES,
     Access,
@@ -30,6 +31,7 @@ from hermes_gateway.resources import (
     StateMachineSpec,
     TableSpec,
 )
+from hermes_gateway.secrets import PLATFORM_SECRETS, profile_secret_name
 from hermes_gateway.settings import ProviderSettings
 from infra.capabilities.layer import ARCHITECTURE, RUNTIME
 from infra.nag import acknowledge, arn_finding
@@ -55,6 +57,34 @@ class GrantTargets:
 
 
 _INFERENCE_PROFILE_PREFIXES = ("us", "eu", "apac", "global")
+# A value CloudFormation resolves at deploy time (a table name, a queue URL, an ARN) is counted as
+# this many bytes when the environment's size is checked at synth: a generated queue URL, the
+# longest of them, is about 130 characters.
+UNRESOLVED_VALUE_BYTES = 160
+
+
+def secret_parameters(secrets: Iterable[str], named_profiles: Mapping[str, Iterable[PlatformSpec]]) -> tuple[str, ...]:
+    """The parameters (names under the deployment's prefix) a function reading `secrets` may read:
+    each secret, and each named profile's own value of it (`NAME__<PROFILE>`). A platform's secret
+    only for a profile that enables a platform using it (a profile's bot has its own credentials);
+    the others (the model's API key, Honcho's) for every profile, which may override them."""
+    secrets = tuple(secrets)
+    names = list(secrets)
+    for profile, platforms in named_profiles.items():
+        used = {name for spec in platforms for name in spec.secrets}
+        names += [
+            profile_secret_name(name, profile) for name in secrets if name not in PLATFORM_SECRETS or name in used
+        ]
+    return tuple(dict.fromkeys(names))
+
+
+def environment_size(variables: Mapping[str, str]) -> int:
+    """What Lambda counts against its 4 KB: the keys and values of every variable, a value resolved
+    at deploy time counted at an upper bound."""
+    return sum(
+        len(key.encode()) + (UNRESOLVED_VALUE_BYTES if Token.is_unresolved(value) else len(value.encode()))
+        for key, value in variables.items()
+    )
 
 
 class GatewayFunction(Construct):
@@ -70,9 +100,12 @@ class GatewayFunction(Construct):
         layer: lambda_.ILayerVersion,
         environment: Mapping[str, str],
         secrets_prefix: str,
+        named_profiles: Mapping[str, Iterable[PlatformSpec]] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.spec = spec
+        # Every variable the function gets, as `environment_size` measures it.
+        self.environment: dict[str, str] = {**environment, "HERMES_FUNCTION": spec.name}
         self.log_group = logs.LogGroup(self, "Logs", retention=LOG_RETENTION, removal_policy=RemovalPolicy.DESTROY)
         # An explicit role instead of AWSLambdaBasicExecutionRole: it may write only to its own log group.
         self.role = iam.Role(
@@ -96,10 +129,10 @@ class GatewayFunction(Construct):
             log_group=self.log_group,
             logging_format=lambda_.LoggingFormat.JSON,
             tracing=lambda_.Tracing.ACTIVE,
-            environment={**environment, "HERMES_FUNCTION": spec.name},
+            environment=dict(self.environment),
         )
         self.log_group.grant_write(self.role)
-        self._grant_secrets(secrets_prefix)
+        self._grant_secrets(secrets_prefix, named_profiles or {})
         acknowledge(
             self.role,
             "IAM5[Resource::*]",
@@ -134,11 +167,15 @@ class GatewayFunction(Construct):
                 f"function {self.spec.name}: consumes={self.spec.consumes!r} but CONSUME grants on {consumed}"
             )
 
+    def _add_environment(self, key: str, value: str) -> None:
+        self.environment[key] = value
+        self.function.add_environment(key, value)
+
     def _grant_table(self, spec: TableSpec, table: dynamodb.Table, access: Access) -> None:
         if access not in _TABLE_GRANTS:
             raise ValueError(f"function {self.spec.name}: table {spec.name} cannot be granted {access.value}")
         _TABLE_GRANTS[access](table, self.role)
-        self.function.add_environment(spec.env_var, table.table_name)
+        self._add_environment(spec.env_var, table.table_name)
         if spec.indexes:
             acknowledge(
                 self.role,
@@ -163,20 +200,20 @@ class GatewayFunction(Construct):
             )
         else:
             raise ValueError(f"function {self.spec.name}: queue {spec.name} cannot be granted {access.value}")
-        self.function.add_environment(spec.env_var, queue.queue_url)
+        self._add_environment(spec.env_var, queue.queue_url)
 
     def _grant_dead_letters(self, spec: QueueSpec, dead_letters: sqs.Queue) -> None:
         """A consumer may dead-letter a message that can never succeed, at once."""
         self.role.add_to_principal_policy(
             iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[dead_letters.queue_arn])
         )
-        self.function.add_environment(spec.dead_letter_env_var, dead_letters.queue_url)
+        self._add_environment(spec.dead_letter_env_var, dead_letters.queue_url)
 
     def _grant_event_bus(self, spec: EventBusSpec, bus: events.EventBus, access: Access) -> None:
         if access is not Access.PUT_EVENTS:
             raise ValueError(f"function {self.spec.name}: event bus {spec.name} cannot be granted {access.value}")
         bus.grant_put_events_to(self.role)
-        self.function.add_environment(spec.env_var, bus.event_bus_name)
+        self._add_environment(spec.env_var, bus.event_bus_name)
 
     def _grant_state_machine(self, spec: StateMachineSpec, machine: sfn.StateMachine, access: Access) -> None:
         if access is not Access.START:
@@ -187,7 +224,7 @@ class GatewayFunction(Construct):
         # machine invokes, starts executions too, and a reference would make a cycle.
         arn = state_machine_arn(self, spec)
         self.role.add_to_principal_policy(iam.PolicyStatement(actions=["states:StartExecution"], resources=[arn]))
-        self.function.add_environment(spec.env_var, arn)
+        self._add_environment(spec.env_var, arn)
 
     def grant_model(self, provider: ProviderSettings) -> None:
         """Amazon Bedrock: InvokeModel on the configured model only (Converse uses that action).
@@ -221,8 +258,9 @@ class GatewayFunction(Construct):
             "serves the model from several regions.",
         )
 
-    def _grant_secrets(self, prefix: str) -> None:
-        """GetParameter on exactly the function's own secrets; the parameters are written by the CLI."""
+    def _grant_secrets(self, prefix: str, named_profiles: Mapping[str, Iterable[PlatformSpec]]) -> None:
+        """GetParameter on exactly the function's own secrets, and the named profiles' values of them
+        (`secret_parameters`); the parameters are written by the CLI."""
         unknown = sorted(set(self.spec.secrets) - set(SECRET_NAMES))
         if unknown:
             raise ValueError(f"function {self.spec.name}: unknown secrets {unknown}")
@@ -239,7 +277,7 @@ class GatewayFunction(Construct):
                         resource_name=f"{prefix.strip('/')}/{name}",
                         arn_format=ArnFormat.SLASH_RESOURCE_NAME,
                     )
-                    for name in self.spec.secrets
+                    for name in secret_parameters(self.spec.secrets, named_profiles)
                 ],
             )
         )
@@ -258,7 +296,9 @@ class GatewayFunctions(Construct):
         layer: lambda_.ILayerVersion,
         environment: Mapping[str, str],
         secrets_prefix: str,
+        named_profiles: Mapping[str, Iterable[PlatformSpec]] | None = None,
     ) -> None:
+        """`named_profiles`: each named profile's deployed platforms (its secrets are granted too)."""
         super().__init__(scope, construct_id)
         self.by_name: dict[str, GatewayFunction] = {
             spec.name: GatewayFunction(
@@ -269,6 +309,7 @@ class GatewayFunctions(Construct):
                 layer=layer,
                 environment=environment,
                 secrets_prefix=secrets_prefix,
+                named_profiles=named_profiles,
             )
             for spec in specs
         }

@@ -9,6 +9,8 @@ plus the web chat page and local-only endpoints:
   at start-up, in the state file) in place of the deployed route's IAM signing.
 - `GET /local/info`: the agent (provider name and model), the enabled platforms, the version and
   the gateway commands (`name`, `summary`, `everyone`); the page builds its command buttons from it.
+- `/webhooks/<platform>[/...]` and a named profile's `/p/<profile>/webhooks/<platform>[/...]`:
+  the ingress function, as the deployed routes call it (it reads the profile from `rawPath`).
 
 The two page endpoints want the `x-hermes-local-token` header the page already sends with each
 message (WEBCHAT_TOKEN, embedded in the page), so only that page reads them; neither returns a
@@ -116,10 +118,13 @@ def api_gateway_v2_event(
     except UnicodeDecodeError:
         text, is_b64 = base64.b64encode(body).decode("ascii"), True
     segments = parts.path.strip("/").split("/")
-    path_params = {"platform": segments[1]} if len(segments) >= 2 and segments[0] == "webhooks" else {}
-    route = "/webhooks/{platform}"
-    if len(segments) > 2 and path_params:
-        path_params["proxy"] = "/".join(segments[2:])
+    # `/p/<profile>/webhooks/...` is a named profile's: its routes are under its own prefix.
+    prefix = segments[:2] if len(segments) >= 2 and segments[0] == "p" and segments[1] else []
+    rest = segments[len(prefix) :]
+    path_params = {"platform": rest[1]} if len(rest) >= 2 and rest[0] == "webhooks" and rest[1] else {}
+    route = "".join(f"/{segment}" for segment in prefix) + "/webhooks/{platform}"
+    if len(rest) > 2 and path_params:
+        path_params["proxy"] = "/".join(rest[2:])
         route += "/{proxy+}"
     now = time.time()
     return {
@@ -150,6 +155,14 @@ def api_gateway_v2_event(
         "body": text,
         "isBase64Encoded": is_b64,
     }
+
+
+def is_webhook_path(path: str) -> bool:
+    """`/webhooks/...`, or a named profile's `/p/<profile>/webhooks/...`: for the ingress function."""
+    if path.startswith("/webhooks/"):
+        return True
+    segments = path.split("/", 4)  # "", "p", profile, "webhooks", rest
+    return len(segments) == 5 and segments[1] == "p" and bool(segments[2]) and segments[3] == "webhooks"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -191,7 +204,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, gateway.outbox(chat_id=filters.get("chat_id"), platform=filters.get("platform")))
         elif parts.path in ("/local/session", "/local/info"):
             self._page_endpoint(parts.path, dict(parse_qsl(parts.query)))
-        elif parts.path.startswith("/webhooks/"):
+        elif is_webhook_path(parts.path):
             self._webhook("GET")
         else:
             self._json(404, {"ok": False, "error": "not found"})
@@ -214,7 +227,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(200, webchat_session(chat_id, wiring.settings(), wiring.session_store()))
 
     def do_POST(self) -> None:
-        if urlsplit(self.path).path.startswith("/webhooks/"):
+        if is_webhook_path(urlsplit(self.path).path):
             self._webhook("POST")
         elif urlsplit(self.path).path == SESSION_API_PATH:
             self._session_api()
@@ -247,7 +260,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(int(result.get("statusCode", 200)), str(result.get("body", "")).encode(), "application/json")
 
     def do_PUT(self) -> None:  # Matrix application-service transactions
-        if urlsplit(self.path).path.startswith("/webhooks/"):
+        if is_webhook_path(urlsplit(self.path).path):
             self._webhook("PUT")
         else:
             self._json(404, {"ok": False, "error": "not found"})

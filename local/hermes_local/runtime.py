@@ -27,6 +27,7 @@ from typing import Any
 from hermes_gateway.cli.target import LOCAL_STATE_ENV, remove_local_state, write_local_state
 from hermes_gateway.platforms import catalog
 from hermes_gateway.resources import FUNCTIONS, QUEUES, SCHEDULES, SECRET_NAMES, FunctionSpec, repo_root
+from hermes_gateway.secrets import profile_secret_name
 from hermes_gateway.settings import Settings, configured_paths, load_settings, read_yaml
 
 REGION = "us-east-1"
@@ -142,6 +143,20 @@ def local_settings_env(config_path: Path | None, environ: dict[str, str]) -> tup
     return settings.to_env(), notices
 
 
+def profile_platforms(settings: Settings) -> dict[str, list[str]]:
+    """Named profile -> the platforms it serves, in catalog order."""
+    return {
+        name: [spec.name for spec in catalog.CATALOG if named.platform(spec.name) is not None]
+        for name, named in settings.profiles.items()
+    }
+
+
+def profile_secrets(environ: dict[str, str], profiles: list[str]) -> dict[str, str]:
+    """The named profiles' own secrets (`<NAME>__<PROFILE>`) as given in the environment."""
+    wanted = {profile_secret_name(name, profile) for profile in profiles for name in SECRET_NAMES}
+    return {name: value for name, value in environ.items() if name in wanted and value}
+
+
 class LocalGateway:
     """Start and stop the whole local system. Used by `hermes-gateway local` and the e2e tests."""
 
@@ -172,6 +187,10 @@ class LocalGateway:
         """The platforms whose webhooks this local mode accepts."""
         return [s.name for s in catalog.CATALOG if os.environ.get(f"{s.name.upper()}_ENABLED") == "true"]
 
+    def profile_platforms(self) -> dict[str, list[str]]:
+        """Each named profile's enabled platforms (its webhooks are `/p/<profile>/webhooks/<platform>`)."""
+        return profile_platforms(load_settings(env=os.environ, config={}))
+
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
@@ -188,6 +207,10 @@ class LocalGateway:
         settings_env, self.notices = local_settings_env(self.config_path, self.base_environ)
         for name in ("TELEGRAM_WEBHOOK_SECRET", "WEBCHAT_TOKEN", "SESSION_API_TOKEN"):
             self.local_secrets[name] = self.base_environ.get(name) or secrets.token_urlsafe(24)
+        named = profile_platforms(load_settings(env=settings_env, config={}))
+        for profile in (p for p, platforms in named.items() if "telegram" in platforms):
+            name = profile_secret_name("TELEGRAM_WEBHOOK_SECRET", profile)  # each bot its own, as above
+            self.local_secrets[name] = self.base_environ.get(name) or secrets.token_urlsafe(24)
         self.moto_port = free_port()
         env = {
             **settings_env,
@@ -202,6 +225,7 @@ class LocalGateway:
         for name in SECRET_NAMES:  # every other secret is read from the environment, as given
             if name not in env and self.base_environ.get(name):
                 env[name] = self.base_environ[name]
+        env.update({k: v for k, v in profile_secrets(self.base_environ, list(named)).items() if k not in env})
         os.environ.update(env)
         wiring.reset()
 
@@ -232,6 +256,9 @@ class LocalGateway:
                 "pid": os.getpid(),
                 "url": self.url,
                 "platforms": self.enabled_platforms(),
+                # the deployment's own profile's name, and each named profile's enabled platforms
+                "profile": load_settings(env=os.environ, config={}).profile,
+                "profiles": self.profile_platforms(),
                 "aws_environment": local_aws_environment(self.moto_port, REGION),
                 "resources": resource_env,
                 # `hermes-gateway sessions --local` (the state file is the user's own, under ~/.cache)

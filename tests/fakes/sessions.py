@@ -63,8 +63,9 @@ class FakeSessionStore:
             lease_started_at=lease.get("started_at") if lease else None,
         )
 
-    def _deadline(self, platform: str, chat_type: str, last_activity: float) -> float | None:
-        return next_deadline(self.rules.policy_for(platform, chat_type), last_activity, self.rules.time_zone)
+    def _deadline(self, session_key: str, platform: str, chat_type: str, last_activity: float) -> float | None:
+        rules = self.rules.for_key(session_key)  # a named profile's key: that profile's policies
+        return next_deadline(rules.policy_for(platform, chat_type), last_activity, rules.time_zone)
 
     def _write(self, key: str, now: float, **changes: Any) -> SessionEntry:
         """Every route write bumps the revision (and is the only way routes change)."""
@@ -204,7 +205,7 @@ class FakeSessionStore:
                 lease_held=lease is not None and lease["expires_at"] > now,
                 session_ended=session is None or session["ended_at"] is not None,
             )
-            decision = route_decision(state, self.rules, now)
+            decision = route_decision(state, self.rules.for_key(session_key), now)
             reason = "forced" if force_new else decision.reason
             if reason is None:
                 if touch_activity:
@@ -212,7 +213,7 @@ class FakeSessionStore:
                         session_key,
                         now,
                         last_activity_at=now,
-                        policy_deadline=self._deadline(current.platform, current.chat_type, now),
+                        policy_deadline=self._deadline(session_key, current.platform, current.chat_type, now),
                     )
                 auto = None
                 if decision.auto_continue and current.resume_pending:
@@ -238,7 +239,7 @@ class FakeSessionStore:
             display_name=source.description,
             origin=source.to_dict(),
             last_activity_at=now,
-            policy_deadline=self._deadline(source.platform, source.chat_type, now),
+            policy_deadline=self._deadline(session_key, source.platform, source.chat_type, now),
         )
         self.routes[session_key] = entry
         return self._with_lease(replace(entry, created=True))
@@ -275,7 +276,7 @@ class FakeSessionStore:
             reset_had_activity=bool(previous and previous["message_count"] > 0),
             prev_session_id=old.session_id,
             stop_turn_id=None,
-            policy_deadline=self._deadline(platform, chat_type, now),
+            policy_deadline=self._deadline(old.session_key, platform, chat_type, now),
         )
         return self._with_lease(replace(fresh, created=True, reset_reason=reason))
 
@@ -540,7 +541,7 @@ class FakeSessionStore:
             expiry_finalized=False,
             suspended=False,
             last_activity_at=now,
-            policy_deadline=self._deadline(route.platform, route.chat_type, now),
+            policy_deadline=self._deadline(route.session_key, route.platform, route.chat_type, now),
         )
         return self._with_lease(replace(entry, created=True))
 
@@ -592,6 +593,15 @@ class FakeSessionStore:
             session.update(ended_at=now, end_reason=reason)
             return True
 
+    def mark_memory_flushed(self, session_id: str, now: float) -> None:
+        with self._lock:
+            if session_id in self.sessions:
+                self.sessions[session_id]["memory_flushed_at"] = now
+
+    def memory_flushed(self, session_id: str) -> bool:
+        with self._lock:
+            return self.sessions.get(session_id, {}).get("memory_flushed_at") is not None
+
     # -- the sweep --------------------------------------------------------------------------
 
     def due_for_expiry(self, now: float, limit: int = 100) -> list[SessionEntry]:
@@ -622,7 +632,7 @@ class FakeSessionStore:
                 entry.session_key,
                 now,
                 expiry_finalized=False,
-                policy_deadline=self._deadline(route.platform, route.chat_type, last),
+                policy_deadline=self._deadline(route.session_key, route.platform, route.chat_type, last),
             )
             return True
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hermes_gateway.platforms.catalog import CATALOG
-from hermes_gateway.settings import load_settings
+from hermes_gateway.settings import Settings, load_settings
 
 
 @dataclass(frozen=True)
@@ -23,17 +24,13 @@ class Synthesized:
         return {k: r for k, r in self.resources.items() if r["Type"] == cfn_type}
 
 
-@pytest.fixture(scope="session")
-def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+def synthesize(settings: Settings, outdir: Path) -> Synthesized:
+    """The stack of `settings` synthesized into `outdir` (asset bundling skipped), with cdk-nag's findings."""
     from aws_cdk.assertions import Template
 
     from infra.app import SKIP_BUNDLING, build_app
 
-    outdir = tmp_path_factory.mktemp("cdk.out")
-    # Defaults, with every platform on (so every route is checked); the environment of the test
-    # run must not change the stack.
-    config = {"platforms": {spec.name: {"enabled": True} for spec in CATALOG if not spec.local_only}}
-    app, stack = build_app(load_settings(env={}, config=config), context=SKIP_BUNDLING, outdir=str(outdir))
+    app, stack = build_app(settings, context=SKIP_BUNDLING, outdir=str(outdir))
     try:
         app.synth()  # runs the cdk-nag checks; raises on an unacknowledged finding
         violations: list[dict[str, Any]] = []
@@ -48,3 +45,11 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
         outputs=raw.get("Outputs", {}),
         nag_violations=violations,
     )
+
+
+@pytest.fixture(scope="session")
+def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    # Defaults, with every platform on (so every route is checked); the environment of the test
+    # run must not change the stack.
+    config = {"platforms": {spec.name: {"enabled": True} for spec in CATALOG if not spec.local_only}}
+    return synthesize(load_settings(env={}, config=config), tmp_path_factory.mktemp("cdk.out"))

@@ -48,12 +48,14 @@ def test_the_session_api_function_reads_sessions_and_receipts_only(synthesized: 
     variables = props["Environment"]["Variables"]
     for name in ("HERMES_ROUTES_TABLE", "HERMES_SESSIONS_TABLE", "HERMES_MESSAGES_TABLE", "HERMES_IDEMPOTENCY_TABLE"):
         assert name in variables
-    # no queue, no state machine, no secret: it changes sessions and nothing else
-    assert not any(name.endswith("_QUEUE_URL") or name.endswith("_ARN") for name in variables)
+    # no queue and no secret; the turn state machine only to flush a reset session's memory
+    assert not any(name.endswith("_QUEUE_URL") for name in variables)
+    assert [name for name in variables if name.endswith("_ARN")] == ["HERMES_TURN_STATE_MACHINE_ARN"]
     role = ref(props["Role"])
     actions = {
         a
         for s in role_statements(synthesized, role)
         for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
     }
-    assert not any(a.startswith(("sqs:", "states:", "ssm:")) for a in actions)
+    assert not any(a.startswith(("sqs:", "ssm:")) for a in actions)
+    assert {a for a in actions if a.startswith("states:")} == {"states:StartExecution"}

@@ -136,7 +136,7 @@ def gateway(aws: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Gateway]:
     agent = load_handler_module(function("agent")).lambda_handler
     install_lambda_dispatch(lambda name: agent if name.endswith("-agent") else None, _context)
     model = Model(echo)
-    monkeypatch.setattr(wiring, "_provider", lambda override: model)
+    monkeypatch.setattr(wiring, "_provider", lambda override, profile=None: model)
     wiring.reset()
     yield Gateway(aws, model)
     wiring.reset()

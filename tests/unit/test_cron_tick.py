@@ -93,7 +93,7 @@ def test_a_due_job_starts_one_cron_turn_with_the_turn_contract() -> None:
         "kind": "cron",
         "turn_id": turn_id,
         "job": {"id": job.id, "name": job.name, "prompt": job.prompt, "deliver": ["origin", "local"],
-                "origin": ORIGIN, "run_id": run_id},
+                "origin": ORIGIN, "run_id": run_id, "profile": None},
         "started_at": T0 + 1800,
     }  # fmt: skip
     # And the one-shot is finished, with its run counted, and cron:ran published without the prompt

@@ -18,8 +18,8 @@ from hermes_gateway.domain.sessions import SessionEntry
 from hermes_gateway.errors import ConfigError
 from hermes_gateway.services.ingress import decode_body
 from hermes_gateway.settings import Settings, load_settings
-from hermes_local.http_front import api_gateway_v2_event, gateway_info, serve, webchat_session
-from hermes_local.runtime import local_settings_env
+from hermes_local.http_front import api_gateway_v2_event, gateway_info, is_webhook_path, serve, webchat_session
+from hermes_local.runtime import local_settings_env, profile_platforms, profile_secrets
 
 # --- api_gateway_v2_event ---------------------------------------------------------------------
 
@@ -96,6 +96,50 @@ def test_method_route_key_and_raw_path() -> None:
     assert context["http"]["method"] == "GET"  # type: ignore[index]
     assert context["http"]["path"] == "/webhooks/telegram"  # type: ignore[index]
     assert context["http"]["sourceIp"] == "127.0.0.1"  # type: ignore[index]
+
+
+def test_a_named_profiles_webhook_event() -> None:
+    built = event(target="/p/coder/webhooks/telegram?a=1")
+
+    assert built["rawPath"] == "/p/coder/webhooks/telegram"  # the ingress function reads the profile here
+    assert built["pathParameters"] == {"platform": "telegram"}
+    assert built["routeKey"] == "POST /p/coder/webhooks/{platform}"
+    assert built["requestContext"]["routeKey"] == built["routeKey"]  # type: ignore[index]
+    assert built["requestContext"]["http"]["path"] == "/p/coder/webhooks/telegram"  # type: ignore[index]
+
+
+def test_a_named_profiles_webhook_sub_path() -> None:
+    built = event(method="PUT", target="/p/coder/webhooks/matrix/_matrix/app/v1/transactions/1")
+
+    assert built["rawPath"] == "/p/coder/webhooks/matrix/_matrix/app/v1/transactions/1"
+    assert built["pathParameters"] == {"platform": "matrix", "proxy": "_matrix/app/v1/transactions/1"}
+    assert built["routeKey"] == "PUT /p/coder/webhooks/{platform}/{proxy+}"
+
+
+@pytest.mark.parametrize(
+    ("target", "params"),
+    [("/p/coder/webhooks", {}), ("/p/coder/other/telegram", {}), ("/p//webhooks/telegram", {}), ("/p/coder", {})],
+)
+def test_no_platform_outside_a_profiles_webhooks(target: str, params: dict[str, str]) -> None:
+    assert event(target=target)["pathParameters"] == params
+
+
+@pytest.mark.parametrize(
+    ("path", "webhook"),
+    [
+        ("/webhooks/telegram", True),
+        ("/webhooks/matrix/_matrix/app/v1/transactions/1", True),
+        ("/p/coder/webhooks/telegram", True),
+        ("/p/coder/webhooks/matrix/_matrix/app/v1/transactions/1", True),
+        ("/p/coder/webhooks", False),
+        ("/p//webhooks/telegram", False),
+        ("/p/coder/other/telegram", False),
+        ("/api/sessions", False),
+        ("/local/info", False),
+    ],
+)
+def test_which_paths_go_to_the_ingress_function(path: str, webhook: bool) -> None:
+    assert is_webhook_path(path) is webhook
 
 
 def test_a_utf8_body_is_passed_as_text() -> None:
@@ -391,3 +435,81 @@ def test_the_page_embeds_the_token_as_a_javascript_string() -> None:
 
     assert 'const TOKEN = "a\\"b\\u003c/script>\\u003cb>";' in page
     assert "__WEBCHAT_TOKEN__" not in page and "</script><b>" not in page
+
+
+class RecordingFunctions:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def invoke(self, name: str, event: dict[str, Any]) -> dict[str, Any]:
+        self.events.append((name, event))
+        return {"statusCode": 200, "body": "{}"}
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/p/coder/webhooks/telegram"),
+        ("GET", "/p/coder/webhooks/whatsapp"),
+        ("PUT", "/p/coder/webhooks/matrix/_matrix/app/v1/transactions/1"),
+        ("POST", "/webhooks/telegram"),
+    ],
+)
+def test_a_profiles_webhook_request_reaches_the_ingress_function(method: str, path: str) -> None:
+    class WithFunctions(StubGateway):
+        functions = RecordingFunctions()
+
+    gateway = WithFunctions()
+    server = serve(gateway, "127.0.0.1", 0)  # type: ignore[arg-type]
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}{path}"
+        data = b'{"update_id": 1}' if method != "GET" else None
+        with urllib.request.urlopen(urllib.request.Request(url, data=data, method=method), timeout=5) as res:
+            assert res.status == 200
+        not_found = f"http://127.0.0.1:{server.server_address[1]}/p/coder/other/telegram"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(not_found, data=b"{}", method="POST"), timeout=5)
+        assert refused.value.code == 404
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    ((name, sent),) = gateway.functions.events
+    assert name == "ingress" and sent["rawPath"] == path
+    assert sent["requestContext"]["http"]["method"] == method
+
+
+# --- named profiles in local mode -------------------------------------------------------------
+
+
+def test_each_named_profile_lists_the_platforms_it_serves(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        "profiles:\n"
+        "  coder:\n    platforms:\n      telegram: {enabled: true}\n      slack: {enabled: true}\n"
+        "  quiet: {}\n",
+        encoding="utf-8",
+    )
+
+    env, _ = local_settings_env(path, {})
+    settings = load_settings(env=env, config={})  # as the running local mode reads its environment
+
+    assert profile_platforms(settings) == {"coder": ["telegram", "slack"], "quiet": []}
+    assert settings.platform("webchat") is not None  # the deployment's own keeps the web chat page
+
+
+def test_no_named_profiles_is_an_empty_mapping() -> None:
+    assert profile_platforms(load_settings(env={}, config={})) == {}
+
+
+def test_only_the_named_profiles_own_secrets_are_taken_from_the_environment() -> None:
+    value = "v" * 8
+    environ = {
+        "TELEGRAM_BOT_TOKEN__CODER": value,
+        "TELEGRAM_BOT_TOKEN__OTHER": value,  # no such profile
+        "TELEGRAM_BOT_TOKEN": value,  # the deployment's: copied as before, not here
+        "NOT_A_SECRET__CODER": value,
+        "SLACK_BOT_TOKEN__CODER": "",
+    }
+
+    assert profile_secrets(environ, ["coder"]) == {"TELEGRAM_BOT_TOKEN__CODER": value}

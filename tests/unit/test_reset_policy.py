@@ -6,7 +6,7 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hermes_gateway.domain.reset_policy import (
@@ -65,13 +65,30 @@ def test_once_due_a_session_stays_due(policy: ResetPolicy, last: float, a: float
         assert reset_reason(policy, last, last + late, zone) is not None
 
 
+@example(1853940600.0, 2, "Australia/Lord_Howe")  # a 30-minute DST gap: found by Hypothesis
 @settings(max_examples=300, deadline=None)
 @given(instants, st.integers(0, 23), st.sampled_from(ZONES))
 def test_the_daily_boundary_is_the_latest_reset_hour_not_after_now(now: float, hour: int, zone: str) -> None:
     boundary = daily_boundary(now, hour, zone)
     assert now - 26 * 3600 < boundary <= now
+    tz = ZoneInfo(zone)
+    local = datetime.fromtimestamp(boundary, tz)
+    wanted = datetime(local.year, local.month, local.day, hour, tzinfo=tz)
+    if datetime.fromtimestamp(wanted.timestamp(), tz).replace(tzinfo=None) == wanted.replace(tzinfo=None):
+        assert (local.hour, local.minute) == (hour, 0)
+    else:  # DST skipped the hour (by 60 minutes, or 30 on Lord Howe): the first instant after the gap
+        assert boundary == wanted.timestamp() and local.replace(tzinfo=None) > wanted.replace(tzinfo=None)
+
+
+@example(1853940600.0, 2, "Australia/Lord_Howe")  # its clocks skip 02:00-02:30 on 2028-10-01
+@settings(max_examples=300, deadline=None)
+@given(instants, st.integers(0, 23), st.sampled_from(ZONES))
+def test_a_reset_hour_skipped_by_dst_resolves_forward(now: float, hour: int, zone: str) -> None:
+    """Never earlier than the hour asked for, and never more than the DST gap later."""
+    boundary = daily_boundary(now, hour, zone)
     local = datetime.fromtimestamp(boundary, ZoneInfo(zone))
-    assert local.minute == 0 and local.hour in (hour, (hour + 1) % 24)  # +1 only when DST skipped the hour
+    minutes_after = (local.hour - hour) % 24 * 60 + local.minute
+    assert 0 <= minutes_after <= 60
 
 
 @settings(max_examples=300, deadline=None)

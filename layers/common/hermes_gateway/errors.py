@@ -15,6 +15,10 @@ class BadRequest(GatewayError):
     """Malformed input: answered with 400 and a reason in the log."""
 
 
+class UnknownProfile(BadRequest):
+    """A profile this deployment does not serve (a webhook path, a queued message, an API call)."""
+
+
 class PayloadTooLarge(GatewayError):
     """A body over the configured limit: answered with 413."""
 

@@ -353,6 +353,7 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
             # request receipts (`session-api#…` items) beside the ingress's idempotency records
             "idempotency": Access.READ_WRITE,
             "events": Access.PUT_EVENTS,
+            "turn": Access.START,  # a `reset` starts the replaced session's memory flush
         },
     ),
 )

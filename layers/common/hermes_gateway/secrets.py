@@ -3,6 +3,10 @@
 Deployed: SSM Parameter Store SecureString parameters named `<HERMES_SECRETS_PREFIX><NAME>`,
 read with Powertools Parameters and cached, so a rotation needs no redeploy. Local mode: the
 environment variable of the same name. A secret is never logged, stored or put in a template.
+
+A named profile (a second bot) has its own secrets, `<NAME>__<PROFILE>` (`TELEGRAM_BOT_TOKEN__CODER`).
+A platform's secrets are the profile's own or none: a second bot never verifies or sends with the
+first one's token. Other secrets (the model's API key, Honcho's) fall back to the deployment's.
 """
 
 from __future__ import annotations
@@ -10,19 +14,39 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from hermes_gateway.platforms.catalog import CATALOG
 from hermes_gateway.resources import SECRET_NAMES
 
 CACHE_SECONDS = 300
+# A bot's own credentials: never borrowed from the deployment's profile.
+PLATFORM_SECRETS = frozenset(name for spec in CATALOG for name in spec.secrets)
+
+
+def profile_secret_name(name: str, profile: str | None) -> str:
+    """The parameter (and local environment variable) holding a profile's value of a secret."""
+    return f"{name}__{profile.upper()}" if profile else name
 
 
 class Secrets:
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, env: Mapping[str, str] | None = None, profile: str | None = None) -> None:
         self._env = os.environ if env is None else env
+        self.profile = profile
+
+    def for_profile(self, profile: str | None) -> Secrets:
+        """The secrets as a named profile reads them (None: the deployment's own)."""
+        return self if profile == self.profile else Secrets(self._env, profile)
 
     def get(self, name: str) -> str | None:
         """The secret's value, or None when it is not set anywhere."""
         if name not in SECRET_NAMES:
             raise KeyError(f"unknown secret {name!r}")
+        if self.profile:
+            own = self._read(profile_secret_name(name, self.profile))
+            if own is not None or name in PLATFORM_SECRETS:
+                return own
+        return self._read(name)
+
+    def _read(self, name: str) -> str | None:
         value = self._env.get(name)
         if value:
             return value

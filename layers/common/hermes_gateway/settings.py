@@ -14,11 +14,11 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hermes_gateway.errors import ConfigError
+from hermes_gateway.errors import ConfigError, UnknownProfile
 from hermes_gateway.platforms import catalog
 from hermes_gateway.resources import INBOUND_QUEUE, SECRET_NAMES
 
@@ -47,6 +47,17 @@ def busy_patience_seconds(base_seconds: int, receives: int) -> float:
 
 _STAGE = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
 _PROFILE = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
+# A named profile is a URL segment (`/p/<name>/webhooks/...`) and a secret's suffix (`NAME__<NAME>`).
+NAMED_PROFILE = re.compile(r"^[a-z][a-z0-9_]{0,29}$")
+PROFILES_ENV = "GATEWAY_PROFILES"
+MAX_PROFILES = 10
+# What one deployment holds once, for every profile: its name and clock, the webhook limits, one
+# tick, the hooks and the bus, the workflow and its lease, and the external memory service.
+_DEPLOYMENT_WIDE = (
+    "stage", "time_zone", "profile", "ingress.", "operations.", "cron.", "hooks.", "turns.workflow_type",
+    "sessions.turn_timeout_seconds", "sessions.busy_retry_seconds", "sessions.route_max_idle_days",
+    "memory.external", "memory.honcho_",
+)  # fmt: skip
 
 
 def _parse_bool(raw: Any) -> bool:
@@ -128,7 +139,8 @@ class Field:
 _GATEWAY_FIELDS: tuple[Field, ...] = (
     Field("stage", "GATEWAY_STAGE", _parse_str, "dev", "deployment stage; several stages can live in one account"),
     Field("time_zone", "GATEWAY_TIME_ZONE", _parse_str, "UTC", "IANA time zone for daily resets and schedules"),
-    Field("profile", "GATEWAY_PROFILE", _parse_str, "default", "agent profile; namespaces session keys"),
+    Field("profile", "GATEWAY_PROFILE", _parse_str, "default",
+          "the deployment's own profile; namespaces its session keys (more bots: profiles)"),
     Field("provider.name", "GATEWAY_PROVIDER", _parse_str, "echo", "echo | openai | bedrock"),
     Field("provider.model", "GATEWAY_MODEL", _parse_str, "", "model id for openai or bedrock"),
     Field("provider.openai_base_url", "OPENAI_BASE_URL", _parse_str, "https://api.openai.com/v1",
@@ -268,6 +280,7 @@ def _platform_fields(platform: str) -> tuple[Field, ...]:
 
 FIELDS: tuple[Field, ...] = _GATEWAY_FIELDS + tuple(f for p in PLATFORMS for f in _platform_fields(p))
 _BY_PATH = {f.path: f for f in FIELDS}
+_BY_ENV = {f.env: f for f in FIELDS}
 
 
 @dataclass(frozen=True)
@@ -385,6 +398,45 @@ class Settings:
     turns: TurnSettings = TurnSettings()
     tools: ToolSettings = ToolSettings()
     memory: MemorySettings = MemorySettings()
+    # Named profiles served beside this one (BEHAVIOUR §2): each a whole Settings, this one's
+    # values overlaid with the profile's own (`profiles.<name>` in gateway.yaml). Empty on a
+    # named profile's own Settings.
+    profiles: Mapping[str, Settings] = field(default_factory=dict)
+    # A named profile's overlay in environment form, as `GATEWAY_PROFILES` carries it.
+    overlay: Mapping[str, str] = field(default_factory=dict)
+    # The deployment's own profile when this is a named profile's Settings; "" on the deployment's.
+    base_profile: str = ""
+
+    @property
+    def served_profile(self) -> str | None:
+        """What a source, a delivery target and a webhook URL carry to name this profile: None
+        for the deployment's own profile, the name for a named one."""
+        return self.profile if self.base_profile else None
+
+    def for_profile(self, name: str | None) -> Settings:
+        """The settings of a profile this deployment serves: its own for None, "" or its own name;
+        a named profile's otherwise. UnknownProfile for a profile it does not serve."""
+        if self.base_profile:  # a named profile's own settings know only themselves
+            if name == self.profile:
+                return self
+        elif not name or name == self.profile:
+            return self
+        elif name in self.profiles:
+            return self.profiles[name]
+        raise UnknownProfile(f"profile {name!r} is not served by this deployment")
+
+    def all_profiles(self) -> tuple[Settings, ...]:
+        """The deployment's own settings first, then each named profile's."""
+        return (self, *self.profiles.values())
+
+    def for_session_key(self, session_key: str) -> Settings:
+        """The settings of the profile whose namespace the key is in (the deployment's otherwise)."""
+        from hermes_gateway.domain.session_key import key_namespace
+
+        for named in self.profiles.values():
+            if session_key.startswith(key_namespace(named.profile) + ":"):
+                return named
+        return self
 
     def platform(self, name: str) -> PlatformSettings | None:
         found = self.platforms.get(name)
@@ -401,15 +453,24 @@ class Settings:
             value = values[f.path]
             if changed_only and value == f.default:
                 continue
-            if isinstance(value, bool):
-                env[f.env] = "true" if value else "false"
-            elif isinstance(value, tuple):
-                env[f.env] = ",".join(value)
-            elif isinstance(value, Mapping):
-                env[f.env] = ";".join(f"{key}={','.join(items)}" for key, items in value.items())
-            else:
-                env[f.env] = str(value)
+            env[f.env] = _env_value(value)
+        if self.profiles:
+            import json
+
+            overlays = {name: dict(named.overlay) for name, named in self.profiles.items()}
+            env[PROFILES_ENV] = json.dumps(overlays, separators=(",", ":"), sort_keys=True)
         return env
+
+
+def _env_value(value: Any) -> str:
+    """A parsed setting as the environment variable that carries it (parsed back unchanged)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(value)
+    if isinstance(value, Mapping):
+        return ";".join(f"{key}={','.join(items)}" for key, items in value.items())
+    return str(value)
 
 
 def _flatten_settings(settings: Settings) -> dict[str, Any]:
@@ -454,8 +515,9 @@ def _flatten_yaml(data: Mapping[str, Any], prefix: str, source: str) -> dict[str
 
 
 def configured_paths(config: Mapping[str, Any], env: Mapping[str, str], source: str = "gateway.yaml") -> set[str]:
-    """The settings a user set explicitly, in the config file or the environment."""
-    from_file = set(_flatten_yaml(config, "", source))
+    """The settings a user set explicitly, in the config file or the environment (the
+    deployment's own; named profiles' overlays are not counted)."""
+    from_file = set(_flatten_yaml({k: v for k, v in config.items() if k != "profiles"}, "", source))
     return from_file | {f.path for f in FIELDS if f.env in env}
 
 
@@ -479,9 +541,12 @@ def load_settings(
     config: Mapping[str, Any] | None = None,
     source: str = "gateway.yaml",
 ) -> Settings:
-    """Build settings from a parsed config mapping and the environment (which wins)."""
+    """Build settings from a parsed config mapping and the environment (which wins), with every
+    named profile (`profiles:` in the file, or `GATEWAY_PROFILES` in the environment)."""
     env = os.environ if env is None else env
-    raw = _flatten_yaml(config or {}, "", source)
+    config = dict(config or {})
+    profiles_section = config.pop("profiles", None)
+    raw = _flatten_yaml(config, "", source)
     values: dict[str, Any] = {}
     for f in FIELDS:
         if f.env in env:
@@ -495,7 +560,89 @@ def load_settings(
             values[f.path] = f.parse(value)
         except ValueError as exc:
             raise ConfigError(f"{where}: {exc}") from None
-    return _build(values, source)
+    base = _build(values, source)
+    if PROFILES_ENV in env:
+        overlays = _overlays_from_env(env[PROFILES_ENV])
+    else:
+        overlays = _overlays_from_yaml(profiles_section, source)
+    if len(overlays) > MAX_PROFILES:
+        raise ConfigError(f"{source}: profiles: at most {MAX_PROFILES} named profiles per deployment")
+    named = {name: _named_profile(name, overlay, values, base, source) for name, overlay in overlays.items()}
+    return replace(base, profiles=named) if named else base
+
+
+def _overlays_from_yaml(section: Any, source: str) -> dict[str, dict[str, str]]:
+    """`profiles: {name: {settings as in the file}}` -> each profile's overlay in environment form."""
+    if section is None:
+        return {}
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"{source}: profiles: expected a mapping of profile name to its settings")
+    overlays: dict[str, dict[str, str]] = {}
+    for name, body in section.items():
+        where = f"{source}: profiles.{name}"
+        if body is None:
+            body = {}
+        if not isinstance(body, Mapping):
+            raise ConfigError(f"{where}: expected a section of settings, got {type(body).__name__}")
+        overlay: dict[str, str] = {}
+        for path, value in _flatten_yaml(body, "", where).items():
+            f = _BY_PATH[path]
+            try:
+                overlay[f.env] = _env_value(f.parse(value))
+            except ValueError as exc:
+                raise ConfigError(f"{where}.{path}: {exc}") from None
+        overlays[str(name)] = overlay
+    return overlays
+
+
+def _overlays_from_env(text: str) -> dict[str, dict[str, str]]:
+    import json
+
+    where = f"environment variable {PROFILES_ENV}"
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except ValueError:
+        raise ConfigError(f"{where}: not valid JSON") from None
+    if not isinstance(data, dict) or not all(
+        isinstance(body, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in body.items())
+        for body in data.values()
+    ):
+        raise ConfigError(f"{where}: expected {{profile: {{VARIABLE: value}}}}")
+    for name, body in data.items():
+        unknown = sorted(set(body) - set(_BY_ENV))
+        if unknown:
+            raise ConfigError(f"{where}: profile {name}: unknown setting(s) {', '.join(unknown)}")
+    return {str(name): dict(body) for name, body in data.items()}
+
+
+def _deployment_wide(path: str) -> bool:
+    return any(path == wide or (wide.endswith((".", "_")) and path.startswith(wide)) for wide in _DEPLOYMENT_WIDE)
+
+
+def _named_profile(
+    name: str, overlay: Mapping[str, str], base_values: Mapping[str, Any], base: Settings, source: str
+) -> Settings:
+    """A named profile: the deployment's settings, overlaid with the profile's own. It serves only
+    the platforms its overlay enables (each with its own bot, so its own secrets)."""
+    where = f"{source}: profiles.{name}"
+    if not NAMED_PROFILE.match(name):
+        raise ConfigError(f"{where}: a profile name is 1-30 lower-case letters, digits or '_', starting with a letter")
+    if name in (base.profile, "default"):
+        raise ConfigError(f"{where}: {name!r} is the deployment's own profile; name the others differently")
+    values = dict(base_values)
+    for platform in PLATFORMS:
+        values[f"platforms.{platform}.enabled"] = False
+    for env_name, text in overlay.items():
+        f = _BY_ENV[env_name]
+        if _deployment_wide(f.path):
+            raise ConfigError(f"{where}.{f.path}: is set for the whole deployment; a profile cannot change it")
+        try:
+            values[f.path] = f.parse(text)
+        except ValueError as exc:
+            raise ConfigError(f"{where}.{f.path}: {exc}") from None
+    values["profile"] = name
+    built = _build(values, where)
+    return replace(built, overlay=dict(overlay), base_profile=base.profile)
 
 
 def _is_http_url(text: str) -> bool:

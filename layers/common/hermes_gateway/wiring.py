@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from hermes_gateway.adapters.dynamo_sessions import DynamoSessionStore
     from hermes_gateway.adapters.dynamo_turns import DynamoTurnControl
     from hermes_gateway.domain.events import LifecycleEvents
+    from hermes_gateway.domain.pairing import PairingStore
+    from hermes_gateway.domain.profiles import ProfileDirectory
     from hermes_gateway.memory.manager import MemoryManager
     from hermes_gateway.platforms.base import AdapterContext, Sender
     from hermes_gateway.providers.base import Provider
@@ -52,14 +54,20 @@ def settings() -> Settings:
     return load_settings(os.environ, source="environment")
 
 
+def profile_settings(profile: str | None = None) -> Settings:
+    """A profile's settings (None: the deployment's own); UnknownProfile for one not served."""
+    return settings().for_profile(profile)
+
+
 @cache
 def bindings() -> Bindings:
     return Bindings.from_env(os.environ)
 
 
 @cache
-def secrets() -> Secrets:
-    return Secrets()
+def secrets(profile: str | None = None) -> Secrets:
+    """The secrets as a profile reads them: a named profile's bots have their own."""
+    return Secrets(profile=profile)
 
 
 @cache
@@ -71,21 +79,29 @@ def session_store() -> DynamoSessionStore:
 
 
 @cache
-def pairing_store() -> DynamoAccessStore:
+def _access_store() -> DynamoAccessStore:
     from hermes_gateway.adapters.dynamo_access import DynamoAccessStore
 
     return DynamoAccessStore(bindings(), region())
 
 
 @cache
-def access() -> Access:
+def pairing_store(profile: str | None = None) -> PairingStore:
+    """A profile's pairing codes and approvals: a user paired with one bot is not paired with another."""
+    from hermes_gateway.domain.profiles import pairing_for
+
+    return pairing_for(_access_store(), profile)
+
+
+@cache
+def access(profile: str | None = None) -> Access:
     from hermes_gateway.services.router import Access
 
     return Access(
-        pairing=pairing_store(),
+        pairing=pairing_store(profile),
         replies=queue("delivery"),
         events=events(),
-        directory=directory(),
+        directory=directory(profile),
         control=turn_control(),
         receipts=receipts(),
     )
@@ -128,21 +144,29 @@ def turn_starter() -> StepFunctionsStarter:
 
 
 @cache
-def adapter_context(platform: str) -> AdapterContext:
+def adapter_context(platform: str, profile: str | None = None) -> AdapterContext:
+    """A platform's settings and secrets, as one profile's bot on it has them."""
     from hermes_gateway.platforms.base import AdapterContext
 
-    return AdapterContext(platform=settings().platforms[platform], settings=settings(), secrets=secrets())
+    chosen = profile_settings(profile)
+    return AdapterContext(platform=chosen.platforms[platform], settings=chosen, secrets=secrets(profile))
 
 
 @cache
-def inbound_adapter(platform: str) -> InboundAdapter | None:
-    """The platform's inbound adapter; None for an unknown platform (and the web chat, deployed)."""
+def inbound_adapter(platform: str, profile: str | None = None) -> InboundAdapter | None:
+    """The platform's inbound adapter for a profile; None for an unknown platform or profile (and
+    the web chat, deployed)."""
+    from hermes_gateway.errors import UnknownProfile
     from hermes_gateway.platforms import catalog
 
     spec = catalog.spec(platform)
     if spec is None or (spec.local_only and not local_mode()):
         return None
-    adapter: InboundAdapter = catalog.load(spec.inbound)(adapter_context(platform))
+    try:
+        context = adapter_context(platform, profile)
+    except UnknownProfile:
+        return None
+    adapter: InboundAdapter = catalog.load(spec.inbound)(context)
     return adapter
 
 
@@ -161,41 +185,47 @@ def enqueue_once() -> IdempotentEnqueue:
 
 
 @cache
-def turn_deps() -> TurnDeps:
+def turn_deps(profile: str | None = None) -> TurnDeps:
+    """A profile's turn: its settings, model, tools, memory and home channels."""
     from hermes_gateway.services.turn import TurnDeps
     from hermes_gateway.tools.registry import tools_for
 
+    chosen = profile_settings(profile)
     store = session_store()
-    ports: dict[str, object] = {"directory": directory()}
+    ports: dict[str, object] = {"directory": directory(profile)}
     if "jobs" in bindings().tables:
         ports["jobs"] = job_store()
+
+    def provider_for(override: dict[str, str] | None) -> Provider:
+        return _provider(override, profile)
+
     return TurnDeps(
-        settings=settings(),
+        settings=chosen,
         store=store,
         lease=store,
-        provider=cache(lambda: _provider(None)),
+        provider=cache(lambda: provider_for(None)),
         delivery=queue("delivery"),
         now=time.time,
         control=turn_control(),
         starter=turn_starter(),
         events=events(),
-        tools=lambda kind: tools_for(kind, settings()),  # type: ignore[arg-type]
-        provider_for=_provider,
+        tools=lambda kind: tools_for(kind, chosen),  # type: ignore[arg-type]
+        provider_for=provider_for,
         tool_ports=ports,
         jobs=job_store() if "jobs" in bindings().tables else None,
-        home_channels=_home_channels,
-        memory=memory_manager if "memory" in bindings().tables else None,
+        home_channels=lambda: _home_channels(profile),
+        memory=(lambda: memory_manager(profile)) if "memory" in bindings().tables else None,
     )
 
 
-def _provider(override: dict[str, str] | None) -> Provider:
-    """The configured provider, or the session's override of model, provider and base URL (the
+def _provider(override: dict[str, str] | None, profile: str | None = None) -> Provider:
+    """The profile's provider, or the session's override of model, provider and base URL (the
     key always comes from the deployment's secrets, never from the session)."""
     from dataclasses import replace
 
     from hermes_gateway.providers import make_provider
 
-    chosen = settings().provider
+    chosen = profile_settings(profile).provider
     if override:
         chosen = replace(
             chosen,
@@ -203,22 +233,23 @@ def _provider(override: dict[str, str] | None) -> Provider:
             model=override.get("model") or chosen.model,
             openai_base_url=override.get("base_url") or chosen.openai_base_url,
         )
-    return make_provider(chosen, secrets())
+    return make_provider(chosen, secrets(profile))
 
 
 _HOMES_TTL_SECONDS = 60.0
-_homes_cache: tuple[float, dict[str, str]] | None = None
+_homes_cache: dict[str | None, tuple[float, dict[str, str]]] = {}
 
 
-def _home_channels() -> dict[str, str]:
+def _home_channels(profile: str | None = None) -> dict[str, str]:
     """Each enabled platform's home channel (`/sethome` first, else the configured one), read
-    once a minute per container: every turn's context names them, and they rarely change."""
-    global _homes_cache
+    once a minute per container and profile: every turn's context names them, and they rarely
+    change."""
     now = time.monotonic()
-    if _homes_cache is not None and now - _homes_cache[0] < _HOMES_TTL_SECONDS:
-        return dict(_homes_cache[1])
-    homes = _read_home_channels()
-    _homes_cache = (now, homes)
+    cached = _homes_cache.get(profile)
+    if cached is not None and now - cached[0] < _HOMES_TTL_SECONDS:
+        return dict(cached[1])
+    homes = _read_home_channels(profile)
+    _homes_cache[profile] = (now, homes)
     return dict(homes)
 
 
@@ -243,12 +274,12 @@ def publishes_events(handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any],
     return wrapped
 
 
-def _read_home_channels() -> dict[str, str]:
+def _read_home_channels(profile: str | None) -> dict[str, str]:
     homes: dict[str, str] = {}
-    for name, platform in settings().platforms.items():
+    for name, platform in profile_settings(profile).platforms.items():
         if not platform.enabled:
             continue
-        found = directory().home(name)
+        found = directory(profile).home(name)
         if found is not None:
             homes[name] = found[0] + (f":{found[1]}" if found[1] else "")
         elif platform.home_channel:
@@ -256,9 +287,9 @@ def _read_home_channels() -> dict[str, str]:
     return homes
 
 
-def sender_for(platform: str, via: str = "") -> Sender | None:
-    """The sender for a platform (or for the relay a message came through). None when it cannot
-    send; local mode records instead what it cannot (or should not) really send.
+def sender_for(platform: str, via: str = "", profile: str | None = None) -> Sender | None:
+    """The sender for a platform (or for the relay a message came through), as a profile's bot.
+    None when it cannot send; local mode records instead what it cannot (or should not) really send.
 
     A sender is reused while its secrets stay the same (it may hold an OAuth token), and rebuilt
     when one was rotated: secrets are re-read with a 5-minute cache, so no redeploy is needed."""
@@ -269,20 +300,20 @@ def sender_for(platform: str, via: str = "") -> Sender | None:
     spec = catalog.spec(via or platform)
     sender: Sender | None = None
     if spec is not None and spec.sender is not None and spec.name in settings().platforms:
-        fingerprint = hashlib.sha256("\0".join(secrets().get(n) or "" for n in spec.send_secrets).encode()).hexdigest()
-        sender = _built_sender(spec.name, fingerprint)
+        values = "\0".join(secrets(profile).get(n) or "" for n in spec.send_secrets)
+        sender = _built_sender(spec.name, profile, hashlib.sha256(values.encode()).hexdigest())
     if sender is None and local_mode():
         return _record_only()
     return sender
 
 
 @lru_cache(maxsize=32)
-def _built_sender(platform: str, secrets_fingerprint: str) -> Sender | None:
+def _built_sender(platform: str, profile: str | None, secrets_fingerprint: str) -> Sender | None:
     from hermes_gateway.platforms import catalog
 
     reference = catalog.BY_NAME[platform].sender
     assert reference is not None
-    built: Sender | None = catalog.load(reference)(adapter_context(platform))
+    built: Sender | None = catalog.load(reference)(adapter_context(platform, profile))
     return built
 
 
@@ -359,46 +390,61 @@ def note_store() -> DynamoNoteStore:
     return DynamoNoteStore(bindings(), region())
 
 
-def memory_manager() -> MemoryManager:
-    """A new manager for each turn step (it holds the turn's session); the note store is shared."""
+def memory_manager(profile: str | None = None) -> MemoryManager:
+    """A new manager for each turn step (it holds the turn's session); the note store is shared
+    (notes are kept per profile and user)."""
     from hermes_gateway.memory.registry import build_memory_manager
 
-    honcho_key = secrets().get("HONCHO_API_KEY") if settings().memory.external == "honcho" else None
-    return build_memory_manager(settings(), note_store(), honcho_key)
+    chosen = profile_settings(profile)
+    honcho_key = secrets(profile).get("HONCHO_API_KEY") if chosen.memory.external == "honcho" else None
+    return build_memory_manager(chosen, note_store(), honcho_key)
 
 
 @cache
-def directory() -> DynamoDirectory:
+def _directory_store() -> DynamoDirectory:
     from hermes_gateway.adapters.dynamo_directory import DynamoDirectory
 
     return DynamoDirectory(bindings(), region())
 
 
 @cache
-def delivery_deps() -> DeliveryDeps:
+def directory(profile: str | None = None) -> ProfileDirectory:
+    """A profile's home channels, named chats and gone targets (each bot has its own)."""
+    from hermes_gateway.domain.profiles import directory_for
+
+    return directory_for(_directory_store(), profile)
+
+
+@cache
+def delivery_deps(profile: str | None = None) -> DeliveryDeps:
+    """Delivery as a profile's bots send: their senders, their gone targets, their session keys."""
     from hermes_gateway.services.delivery import DeliveryDeps
+
+    def profile_sender(platform: str, via: str) -> Sender | None:
+        return sender_for(platform, via, profile)
 
     return DeliveryDeps(
         outbox=outbox(),
-        sender_for=sender_for,
+        sender_for=profile_sender,
         now=time.time,
         events=events(),
-        targets=directory(),
+        targets=directory(profile),
         sessions=session_store(),
-        profile=settings().profile,
+        profile=profile_settings(profile).profile,
         store_sensitive=local_mode(),
         jobs=job_store() if "jobs" in bindings().tables else None,
     )
 
 
 def reset() -> None:
-    global _homes_cache
-    _homes_cache = None
+    _homes_cache.clear()
     for built in (
         settings,
         bindings,
         secrets,
         session_store,
+        _access_store,
+        _directory_store,
         pairing_store,
         access,
         outbox,

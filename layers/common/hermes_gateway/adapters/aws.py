@@ -25,12 +25,16 @@ def group_id_for(session_key: str) -> str:
 
 
 def delivery_group_id(body: dict[str, Any]) -> str | None:
-    """FIFO group of a delivery job: its target chat (platform, chat, thread), so one chat's replies
-    go out in the order they were queued while other chats' go in parallel; no raw ids."""
+    """FIFO group of a delivery job: its target chat (platform, chat, thread) as one bot reaches it,
+    so one chat's replies go out in the order they were queued while other chats' go in parallel;
+    no raw ids. The deployment's own bot keeps the group it always had; a named profile's bot is
+    a chat of its own."""
     target = body.get("target")
     if not isinstance(target, dict) or not target.get("platform"):
         return None
     chat = [str(target.get(name) or "") for name in ("platform", "chat_id", "thread_id")]
+    if target.get("profile"):
+        chat.append(str(target["profile"]))
     return group_id_for("delivery|" + json.dumps(chat))
 
 

@@ -235,7 +235,8 @@ class DynamoSessionStore:
     def _deadline_actions(self, session_key: str, platform: str, chat_type: str, last: float) -> list[Action]:
         """The route's place in the activity and policy-deadline indexes after activity at `last`."""
         Route = self.models.route
-        deadline = next_deadline(self.rules.policy_for(platform, chat_type), last, self.rules.time_zone)
+        rules = self.rules.for_key(session_key)  # a named profile's key: that profile's policies
+        deadline = next_deadline(rules.policy_for(platform, chat_type), last, rules.time_zone)
         actions: list[Action] = [Route.last_activity_at.set(last), Route.activity_shard.set(_shard(session_key))]
         if deadline is None:
             actions += [Route.policy_shard.remove(), Route.policy_deadline.remove()]
@@ -350,7 +351,7 @@ class DynamoSessionStore:
                 lease_held=lease_held,
                 session_ended=session is None or session.ended_at is not None,
             )
-            decision = route_decision(state, self.rules, now)
+            decision = route_decision(state, self.rules.for_key(session_key), now)
             reason = "forced" if force_new else decision.reason
             if reason is None:
                 if touch_activity and not self._touch(route, now):
@@ -452,7 +453,8 @@ class DynamoSessionStore:
     def _create(self, source: SessionSource, session_key: str, now: float) -> SessionEntry | None:
         Route, Session = self.models.route, self.models.session
         session = self._new_session_item(session_key, now, source.platform, source.description)
-        deadline = next_deadline(self.rules.policy_for(source.platform, source.chat_type), now, self.rules.time_zone)
+        rules = self.rules.for_key(session_key)
+        deadline = next_deadline(rules.policy_for(source.platform, source.chat_type), now, rules.time_zone)
         route = Route(
             session_key,
             session_id=session.session_id,
@@ -1116,6 +1118,20 @@ class DynamoSessionStore:
                 return False
             raise
         return True
+
+    def mark_memory_flushed(self, session_id: str, now: float) -> None:
+        Session = self.models.session
+        try:
+            Session(session_id).update(
+                actions=[Session.memory_flushed_at.set(now)], condition=Session.session_id.exists()
+            )
+        except UpdateError as exc:
+            if not condition_failed(exc):  # a deleted session has nobody waiting on it
+                raise
+
+    def memory_flushed(self, session_id: str) -> bool:
+        item = self._session_item(session_id)
+        return item is not None and item.memory_flushed_at is not None
 
     # -- the sweep --------------------------------------------------------------------------
 

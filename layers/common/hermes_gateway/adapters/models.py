@@ -71,6 +71,7 @@ class SessionModelBase(Model):
     started_at = NumberAttribute()
     ended_at = NumberAttribute(null=True)
     end_reason = UnicodeAttribute(null=True)
+    memory_flushed_at = NumberAttribute(null=True)  # its memory flush turn is over
     title = UnicodeAttribute(null=True)
     source_label = UnicodeAttribute(null=True)
     platform = UnicodeAttribute()

@@ -55,6 +55,9 @@ def _run_local(args: argparse.Namespace) -> int:
     for name in gateway.enabled_platforms():
         if name != "webchat":
             print(f"  {name} webhook{' ' * max(1, 8 - len(name))}{gateway.url}/webhooks/{name}")
+    for profile, platforms in gateway.profile_platforms().items():
+        for name in platforms:
+            print(f"  {name} webhook ({profile}) {gateway.url}/p/{profile}/webhooks/{name}")
     print(f"  outbox           {gateway.url}/local/outbox")
     print(f"  health           {gateway.url}/local/health")
     print(f"  embedded AWS     {env['AWS_ENDPOINT_URL']}  (moto; aws --endpoint-url works)")

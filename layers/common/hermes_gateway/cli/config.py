@@ -73,7 +73,26 @@ def reference() -> str:
         send = ", ".join(f"`{s}`" for s in spec.send_secrets) or "-"
         lines.append(f"| {spec.name} | {inbound} | {send} |")
     lines += ["", "The model provider: `OPENAI_API_KEY` (for `provider.name: openai`).", ""]
+    lines += _profiles_reference()
     return "\n".join(lines)
+
+
+def _profiles_reference() -> list[str]:
+    from hermes_gateway.settings import _DEPLOYMENT_WIDE, MAX_PROFILES, PROFILES_ENV
+
+    wide = ", ".join(f"`{path}*`" if path.endswith((".", "_")) else f"`{path}`" for path in _DEPLOYMENT_WIDE)
+    return [
+        "## Named profiles",
+        "",
+        f"`profiles.<name>` (environment: `{PROFILES_ENV}`, JSON of each profile's variables) serves a further",
+        f"bot from the same deployment; at most {MAX_PROFILES}. A name is 1-30 lower-case letters, digits or `_`.",
+        "A profile takes every setting above from the deployment unless it sets its own, except that it",
+        "serves only the platforms it enables. Its webhooks are `/p/<name>/webhooks/<platform>`; its",
+        "platform secrets are its own, `<SECRET>__<NAME>` (e.g. `TELEGRAM_BOT_TOKEN__CODER`); other secrets",
+        "fall back to the deployment's. These are set once for the whole deployment and refused in a profile:",
+        f"{wide}.",
+        "",
+    ]
 
 
 def _reference(args: argparse.Namespace) -> int:

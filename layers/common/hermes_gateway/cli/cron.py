@@ -41,6 +41,7 @@ def add_commands(commands: Any) -> None:
                      "slack:C123, telegram:-100:5, #ops, local")  # fmt: skip
     add.add_argument("--name", default="", help="a short name (default: the prompt's first line)")
     add.add_argument("--repeat", type=int, default=None, help="stop after this many runs (default: forever)")
+    add.add_argument("--profile", default=None, help="run as a named profile (default: the deployment's)")
     _common(add, _add)
 
     for action, help_text, run in (
@@ -118,11 +119,16 @@ def _list(args: argparse.Namespace) -> int:
 def _add(args: argparse.Namespace) -> int:
     from hermes_gateway.adapters.dynamo_directory import DynamoDirectory
     from hermes_gateway.cli.send import home_channels
+    from hermes_gateway.domain.profiles import directory_for
     from hermes_gateway.domain.targets import resolve_target
     from hermes_gateway.services.cron import create_job
 
-    settings, bindings = _settings(), bindings_for(args)
-    directory = DynamoDirectory(bindings)
+    try:
+        settings = _settings().for_profile(args.profile)
+    except BadRequest as exc:  # UnknownProfile
+        return _fail(args, str(exc))
+    bindings = bindings_for(args)
+    directory = directory_for(DynamoDirectory(bindings), settings.served_profile)
 
     def check(target: str) -> None:
         resolve_target(target, origin=None, home_channels=home_channels(settings), directory=directory)

@@ -1,16 +1,26 @@
-"""`hermes-gateway pairing list|approve|revoke|clear-pending`: the operator's side of DM pairing."""
+"""`hermes-gateway pairing list|approve|revoke|clear-pending`: the operator's side of DM pairing.
+
+Each named profile (a bot of its own, gateway.yaml's `profiles:`) has its own codes, approvals and
+lockout: `--profile NAME` on any action works on that profile's (a user approved for one bot may not
+talk to another). Without it, or with the deployment's own profile's name, the deployment's own.
+NAME is checked against the running local mode's profiles (`--local`) or gateway.yaml's.
+"""
 
 from __future__ import annotations
 
 import argparse
 import getpass
 import json
+import os
 import time
+from pathlib import Path
 from typing import Any
 
-from hermes_gateway.cli.target import add_target_arguments, bindings_for, cli_events
+from hermes_gateway.cli.target import add_target_arguments, bindings_for, cli_events, local_state
 from hermes_gateway.domain.events import LoggedEvents
 from hermes_gateway.domain.pairing import normalize_code
+from hermes_gateway.domain.profiles import pairing_for
+from hermes_gateway.errors import ConfigError
 from hermes_gateway.observability import hash_id
 from hermes_gateway.settings import PLATFORMS
 
@@ -19,7 +29,10 @@ def add_commands(commands: Any) -> None:
     pairing = commands.add_parser("pairing", help="approve, list and revoke DM pairings")
     actions = pairing.add_subparsers(dest="action", required=True)
 
-    target = add_target_arguments
+    def target(parser: Any) -> None:
+        parser.add_argument("--profile", default=None, metavar="NAME", help="a named profile's pairings")
+        add_target_arguments(parser)
+
     listing = actions.add_parser("list", help="pending codes (never the codes themselves) and approved users")
     listing.add_argument("--platform", choices=PLATFORMS, default=None)
     listing.add_argument("--json", action="store_true", help="machine-readable output")
@@ -44,10 +57,35 @@ def add_commands(commands: Any) -> None:
     clear.set_defaults(run=_clear)
 
 
+def served_profile(args: argparse.Namespace) -> str | None:
+    """The named profile `--profile` picks, None for the deployment's own: checked against the
+    running local mode's profiles (`--local`) or gateway.yaml's (a deployed stack)."""
+    name = getattr(args, "profile", None)
+    if not name:
+        return None
+    if args.local:
+        state = local_state()
+        own, named = state.get("profile"), list(state.get("profiles") or {})
+        where = "the running local mode"
+    else:
+        from hermes_gateway.settings import load_settings_file
+
+        settings = load_settings_file(Path(os.environ.get("GATEWAY_CONFIG", "gateway.yaml")))
+        own, named = settings.profile, list(settings.profiles)
+        where = "the configuration"
+    if name == own:
+        return None
+    if name not in named:
+        raise ConfigError(f"no profile {name!r} in {where} (named profiles: {', '.join(named) or 'none'})")
+    return str(name)
+
+
 def _store(args: argparse.Namespace) -> Any:
+    """The pairing store as the profile sees it (its own codes and approvals)."""
     from hermes_gateway.adapters.dynamo_access import DynamoAccessStore
 
-    return DynamoAccessStore(bindings_for(args))
+    profile = served_profile(args)
+    return pairing_for(DynamoAccessStore(bindings_for(args)), profile)
 
 
 def _events() -> LoggedEvents:
@@ -81,7 +119,10 @@ def _approve(args: argparse.Namespace) -> int:
     if result.status == "approved" and result.approval is not None:
         a = result.approval
         print(f"approved: {a.platform} user {a.user_id} ({a.user_name or 'no name'})")
-        _events().emit("pairing:approved", {"platform": a.platform, "user": hash_id(a.user_id), "by": a.approved_by})
+        detail = {"platform": a.platform, "user": hash_id(a.user_id), "by": a.approved_by}
+        if args.profile:
+            detail["profile"] = args.profile
+        _events().emit("pairing:approved", detail)
         return 0
     if result.status == "locked":
         until = _when(result.locked_until) if result.locked_until else "later"

@@ -5,6 +5,14 @@ never from the command line, so it stays out of shell history and process lists.
 names and dates, never values. `check` says, for every enabled platform (and the model provider),
 which secrets it still needs. The functions read the parameters with a 5-minute cache, so a
 rotation needs no redeploy. Local mode reads the same names from the environment (`check --local`).
+
+Named profiles (gateway.yaml's `profiles:`, each its own bot) have their own secrets:
+`set NAME --profile P` stores `<prefix>NAME__P` (upper case: `TELEGRAM_BOT_TOKEN__CODER`), the
+same name local mode reads from the environment. `--profile` must name a profile of gateway.yaml
+(the deployment's own profile's name is the same as leaving it out). `list` shows every name under
+the prefix, a profile's with the profile beside it. `check` reports per profile: a named
+profile's platform secrets must be its own (`NAME__P`); the others (the model's API key) may be
+its own or fall back to the deployment's.
 """
 
 from __future__ import annotations
@@ -16,9 +24,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hermes_gateway.errors import ConfigError
+from hermes_gateway.errors import ConfigError, UnknownProfile
 from hermes_gateway.platforms import catalog
 from hermes_gateway.resources import SECRET_NAMES, secrets_prefix
+from hermes_gateway.secrets import PLATFORM_SECRETS, profile_secret_name
 from hermes_gateway.settings import Settings, load_settings_file
 
 
@@ -29,6 +38,7 @@ def add_commands(commands: Any) -> None:
     put = actions.add_parser("set", help="store NAME; the value is read from a prompt or standard input")
     put.add_argument("name", choices=SECRET_NAMES, metavar="NAME", help=", ".join(SECRET_NAMES))
     put.add_argument("--stage", default=None, help="the deployed stage (default: gateway.yaml's stage)")
+    put.add_argument("--profile", default=None, metavar="P", help="a named profile's own value (NAME__P)")
     put.set_defaults(run=_set)
 
     listing = actions.add_parser("list", help="the names that are set (never the values)")
@@ -64,9 +74,21 @@ def read_value(name: str) -> str:
     return value
 
 
+def profile_of(settings: Settings, name: str | None) -> str | None:
+    """The named profile `--profile` picks (None: the deployment's own); a clear error for a
+    profile gateway.yaml does not declare."""
+    try:
+        return settings.for_profile(name).served_profile
+    except UnknownProfile:
+        known = ", ".join(settings.profiles) or "none"
+        raise ConfigError(f"no profile {name!r} in the configuration (named profiles: {known})") from None
+
+
 def _set(args: argparse.Namespace) -> int:
-    value = read_value(args.name)
-    name = _prefix(args) + args.name
+    settings = _settings()
+    secret = profile_secret_name(args.name, profile_of(settings, args.profile))
+    value = read_value(secret)
+    name = secrets_prefix(args.stage or settings.stage) + secret
     _ssm().put_parameter(Name=name, Value=value, Type="SecureString", Overwrite=True, Tier="Standard")
     print(f"stored {name} (SecureString); functions pick it up within 5 minutes")
     return 0
@@ -87,8 +109,11 @@ def stored_names(prefix: str) -> dict[str, str]:
 def _list(args: argparse.Namespace) -> int:
     prefix = _prefix(args)
     names = stored_names(prefix)
+    width = max([36, *(len(name) for name in names)])
     for name in sorted(names):
-        print(f"{name:<36} set {names[name]}")
+        base, separator, profile = name.rpartition("__")
+        whose = f"  (profile {profile.lower()})" if separator and base in SECRET_NAMES else ""
+        print(f"{name:<{width}} set {names[name]}{whose}")
     print(f"{len(names)} secret(s) under {prefix}")
     return 0
 
@@ -105,20 +130,37 @@ def needed(settings: Settings) -> dict[str, tuple[str, ...]]:
     return needs
 
 
+def missing_secrets(names: tuple[str, ...], profile: str | None, have: set[str]) -> list[str]:
+    """The names (as the profile reads them) of the secrets not set. A named profile's platform
+    secrets are its own only; another secret may be its own or the deployment's."""
+    missing = []
+    for name in names:
+        own = profile_secret_name(name, profile)
+        either = (own,) if not profile or name in PLATFORM_SECRETS else (own, name)
+        if not any(n in have for n in either):
+            missing.append(own)
+    return missing
+
+
 def _check(args: argparse.Namespace) -> int:
     settings = _settings()
     if args.local:
-        have = {name for name in SECRET_NAMES if os.environ.get(name)}
+        names = {profile_secret_name(n, p.served_profile) for p in settings.all_profiles() for n in SECRET_NAMES}
+        have = {name for name in names | set(SECRET_NAMES) if os.environ.get(name)}
         where = "the environment"
     else:
         prefix = secrets_prefix(args.stage or settings.stage)
         have = set(stored_names(prefix))
         where = prefix
     missing_any = False
-    for owner, names in needed(settings).items():
-        missing = [n for n in names if n not in have]
-        missing_any |= bool(missing)
-        state = "ok" if not missing else "missing " + ", ".join(missing)
-        print(f"{owner:<12} {state}")
+    for profile in settings.all_profiles():
+        if settings.profiles:
+            own = " (the deployment's own)" if profile.served_profile is None else ""
+            print(f"profile {profile.profile}{own}:")
+        for owner, needs in needed(profile).items():
+            missing = missing_secrets(needs, profile.served_profile, have)
+            missing_any |= bool(missing)
+            state = "ok" if not missing else "missing " + ", ".join(missing)
+            print(f"{owner:<12} {state}")
     print(f"(checked {where})")
     return 1 if missing_any else 0

@@ -27,6 +27,7 @@ def add_commands(commands: Any) -> None:
     send.add_argument("target", help="origin-less target: telegram, slack:C123, telegram:-100:5, #ops, local")
     send.add_argument("--text", default=None, help="the message (default: standard input)")
     send.add_argument("--no-mirror", action="store_true", help="do not add it to the chat's session transcript")
+    send.add_argument("--profile", default=None, help="send as a named profile's bot (default: the deployment's)")
     add_target_arguments(send)
     send.set_defaults(run=_send)
 
@@ -38,30 +39,39 @@ def home_channels(settings: Settings) -> dict[str, str]:
 def queue_message(
     target_spec: str, text: str, *, settings: Settings, directory: Directory, queue: Any, mirror: bool = True
 ) -> tuple[ResolvedTarget, str]:
-    """Resolve the target (raising UnresolvableTarget with the reason) and queue a push job."""
+    """Resolve the target (raising UnresolvableTarget with the reason) and queue a push job, sent
+    by the bot of the profile `settings` are (give the directory as that profile sees it)."""
     target = resolve_target(target_spec, origin=None, home_channels=home_channels(settings), directory=directory)
     delivery_id = f"send-{uuid.uuid4().hex}"
-    queue.send({"delivery_id": delivery_id, "kind": "push", "mirror": mirror, "target": target.to_dict(), "text": text})
+    job_target = {**target.to_dict(), **({"profile": settings.served_profile} if settings.served_profile else {})}
+    queue.send({"delivery_id": delivery_id, "kind": "push", "mirror": mirror, "target": job_target, "text": text})
     return target, delivery_id
 
 
 def _send(args: argparse.Namespace) -> int:
     from hermes_gateway.adapters.aws import SqsQueue
     from hermes_gateway.adapters.dynamo_directory import DynamoDirectory
+    from hermes_gateway.domain.profiles import directory_for
     from hermes_gateway.domain.targets import UnresolvableTarget
+    from hermes_gateway.errors import UnknownProfile
 
     text = args.text if args.text is not None else sys.stdin.read()
     if not text.strip():
         print("nothing to send: give --text or standard input", file=sys.stderr)
         return 2
     settings = load_settings_file(Path(os.environ.get("GATEWAY_CONFIG", "gateway.yaml")))
+    try:
+        settings = settings.for_profile(args.profile)
+    except UnknownProfile as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     bindings = bindings_for(args)
     try:
         target, delivery_id = queue_message(
             args.target,
             text,
             settings=settings,
-            directory=DynamoDirectory(bindings),
+            directory=directory_for(DynamoDirectory(bindings), settings.served_profile),
             queue=SqsQueue(bindings.queue(DELIVERY_QUEUE.name)),
             mirror=not args.no_mirror,
         )

@@ -32,11 +32,14 @@ class SessionApiClient:
     url: str
     token: str | None = None  # local mode
     region: str | None = None  # deployed: the API's region (read from its URL when None)
+    profile: str | None = None  # a named profile's sessions (None: the deployment's own)
 
     def call(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         import urllib.error
         import urllib.request
 
+        if self.profile:
+            body = {**body, "profile": self.profile}
         data = json.dumps(body).encode("utf-8")
         headers = {"content-type": "application/json"}
         if self.token is not None:
@@ -88,11 +91,12 @@ def region_of(url: str) -> str | None:
 
 
 def client_for(args: argparse.Namespace) -> SessionApiClient:
+    profile = getattr(args, "profile", None)
     if args.local:
         api = local_state().get("session_api")
         if not isinstance(api, dict) or not api.get("url") or not api.get("token"):
             raise ConfigError("the running local mode has no session API (restart it with this version)")
-        return SessionApiClient(str(api["url"]), token=str(api["token"]))
+        return SessionApiClient(str(api["url"]), token=str(api["token"]), profile=profile)
     stage = args.stage
     if stage is None:
         from pathlib import Path
@@ -103,7 +107,7 @@ def client_for(args: argparse.Namespace) -> SessionApiClient:
     url = stack_outputs(stage).get(SESSION_API_OUTPUT)
     if not url:
         raise ConfigError(f"the stack has no {SESSION_API_OUTPUT} output: deploy this version first")
-    return SessionApiClient(url)
+    return SessionApiClient(url, profile=profile)
 
 
 def add_commands(commands: Any) -> None:
@@ -113,6 +117,7 @@ def add_commands(commands: Any) -> None:
     def action(name: str, help_text: str, run: Any) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = actions.add_parser(name, help=help_text)
         parser.add_argument("--json", action="store_true", help="print the API's JSON answer")
+        parser.add_argument("--profile", default=None, help="a named profile's sessions (default: the deployment's)")
         add_target_arguments(parser)
         parser.set_defaults(run=run)
         return parser

@@ -91,9 +91,11 @@ def log_group_output_key(function: str) -> str:
 SESSION_API_OUTPUT = "SessionApiUrl"  # the session API's endpoint (`hermes-gateway sessions`)
 
 
-def webhook_output_key(platform: str) -> str:
-    """The stack output that carries a platform's webhook URL, e.g. `GoogleChatWebhookUrl`."""
-    return "".join(part.capitalize() for part in platform.split("_")) + "WebhookUrl"
+def webhook_output_key(platform: str, profile: str | None = None) -> str:
+    """The stack output that carries a platform's webhook URL, e.g. `GoogleChatWebhookUrl`; a named
+    profile's, e.g. `TelegramWebhookUrlForMyBot` (CloudFormation ids are alphanumeric)."""
+    key = "".join(part.capitalize() for part in platform.split("_")) + "WebhookUrl"
+    return key + "For" + "".join(part.capitalize() for part in profile.split("_")) if profile else key
 
 
 def stack_outputs(stage: str) -> dict[str, str]:

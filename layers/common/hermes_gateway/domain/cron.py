@@ -136,6 +136,7 @@ class Job:
             "deliver": list(self.deliver),
             "origin": self.origin,
             "run_id": run_id,
+            "profile": self.profile,  # the profile whose settings and bots run it
         }
 
 

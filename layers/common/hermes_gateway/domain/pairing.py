@@ -119,11 +119,12 @@ class PairingStore(Protocol):
     def clear_pending(self, platform: str) -> int: ...
 
 
-def pairing_reply(platform: str, code: str) -> str:
+def pairing_reply(platform: str, code: str, profile: str | None = None) -> str:
+    """What an unknown user is told; a named profile's bot names itself in the command."""
     return (
         f"Hi! I don't know you yet. Your pairing code is {code} (valid for one hour).\n"
         f"Ask the operator of this bot to run:\n"
-        f"hermes-gateway pairing approve {platform} {code}"
+        f"hermes-gateway pairing approve {platform} {code}" + (f" --profile {profile}" if profile else "")
     )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -104,8 +104,18 @@ class SessionRules:
     time_zone: str = "UTC"
     resume_window_seconds: int = DEFAULT_RESUME_WINDOW_SECONDS
 
+    # A named profile's rules, by its key namespace (`agent:coder`); the rest use these.
+    by_namespace: Mapping[str, SessionRules] = field(default_factory=dict)
+
     def policy_for(self, platform: str, chat_type: str) -> ResetPolicy:
         return self.policies.policy_for(platform, chat_type)
+
+    def for_key(self, session_key: str) -> SessionRules:
+        """The rules of the profile whose namespace the session key is in."""
+        for namespace, rules in self.by_namespace.items():
+            if session_key.startswith(namespace + ":"):
+                return rules
+        return self
 
 
 @lru_cache(maxsize=16)
@@ -202,7 +212,18 @@ def route_decision(state: RouteState, rules: SessionRules, now: float) -> RouteD
 
 
 def rules_from_settings(settings: Settings) -> SessionRules:
-    """The store's rules from validated settings (load_settings already checked every policy)."""
+    """The store's rules from validated settings (load_settings already checked every policy),
+    with each named profile's own."""
+    from hermes_gateway.domain.session_key import key_namespace
+
+    own = _profile_rules(settings)
+    if not settings.profiles:
+        return own
+    named = {key_namespace(p.profile): _profile_rules(p) for p in settings.profiles.values()}
+    return replace(own, by_namespace=named)
+
+
+def _profile_rules(settings: Settings) -> SessionRules:
     s = settings.sessions
     default = ResetPolicy(s.reset_mode, s.reset_idle_minutes, s.reset_at_hour)
     by_platform = {

@@ -463,6 +463,15 @@ class SessionStore(Protocol):
         """End a session with `reason` (detach, expiry). False when it had already ended."""
         ...
 
+    def mark_memory_flushed(self, session_id: str, now: float) -> None:
+        """The session's memory flush turn is over (saved, or given up): the session that replaced
+        it may answer now (BEHAVIOUR §3: memories are flushed first)."""
+        ...
+
+    def memory_flushed(self, session_id: str) -> bool:
+        """Whether `mark_memory_flushed` was called for the session (a consistent read)."""
+        ...
+
 
 class SessionSweepStore(Protocol):
     """What the expiry sweep needs (services/session_sweep.py): indexes, never scans."""

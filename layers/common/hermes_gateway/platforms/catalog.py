@@ -47,14 +47,19 @@ class PlatformSpec:
         """Every secret or setting the inbound side needs before it can accept a webhook."""
         return self.inbound_secrets + self.verify_settings
 
-    def webhook_paths(self) -> tuple[str, ...]:
-        """The deployed routes' paths (API Gateway syntax)."""
-        base = f"/webhooks/{self.name}"
+    def webhook_paths(self, profile: str | None = None) -> tuple[str, ...]:
+        """The deployed routes' paths (API Gateway syntax); a named profile's under `/p/<profile>`."""
+        base = webhook_path(self.name, profile)
         return (base, base + "/{proxy+}") if self.subpaths else (base,)
 
     @property
     def secrets(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(self.inbound_secrets + self.send_secrets))
+
+
+def webhook_path(platform: str, profile: str | None = None) -> str:
+    """`/webhooks/<platform>`, or `/p/<profile>/webhooks/<platform>` for a named profile's bot."""
+    return f"/p/{profile}/webhooks/{platform}" if profile else f"/webhooks/{platform}"
 
 
 _M = "hermes_gateway.platforms."

@@ -154,6 +154,7 @@ class DeliveryJob:
     session: str | None = None  # the hashed session key, for logs
     cron: tuple[str, str] | None = None  # (job id, run id) of a cron run's result
     buttons: tuple[Button, ...] = ()  # quick replies under the message's last chunk (an approval's)
+    profile: str | None = None  # the named profile whose bot sends it (None: the deployment's own)
 
     @classmethod
     def from_dict(cls, data: Any) -> DeliveryJob:
@@ -186,6 +187,7 @@ class DeliveryJob:
             session=_optional_id(data.get("session")),
             cron=_cron_run(data.get("cron")),
             buttons=Button.parse_all(data.get("buttons")),
+            profile=_optional_id(target.get("profile")),
         )
 
 

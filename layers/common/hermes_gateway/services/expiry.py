@@ -47,7 +47,8 @@ def recover_expired_leases(deps: LeaseRecovery, now: float, batch: int = 100) ->
     counts = {"leases_released": 0, "approvals_timed_out": 0, "queues_recovered": 0}
     for expired in deps.lease.expired(now, limit=batch):
         key = expired.session_key
-        ctx = TurnCommandContext(deps.settings, deps.store, deps.lease, deps.control, deps.starter, key, now)
+        own = deps.settings.for_session_key(key)  # a named profile's session: its profile's settings
+        ctx = TurnCommandContext(own, deps.store, deps.lease, deps.control, deps.starter, key, now)
         if expire_approval(ctx):
             counts["approvals_timed_out"] += 1
             logger.info("approval timed out: denied, turn resumed", extra={"session": hash_id(key)})
@@ -83,7 +84,7 @@ def _hand_queue_on(deps: LeaseRecovery, expired: ExpiredLease, now: float) -> bo
         deps.control,
         deps.store,
         deps.starter,
-        deps.settings,
+        deps.settings.for_session_key(expired.session_key),
         now,
         session_key=expired.session_key,
         session_id=entry.session_id,

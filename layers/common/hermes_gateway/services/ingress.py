@@ -4,6 +4,10 @@ Nothing is acknowledged before the event is durable in the inbound queue. The or
 the contract: unknown or disabled platform 404, wrong method 405, too large 413, failed
 verification 401 (nothing enqueued), malformed 400, handshake answered, ignorable 200, duplicate
 200, enqueued 200 (or the platform's own acknowledgement), queue down 503 (the platform retries).
+
+A named profile's bot posts to `/p/<profile>/webhooks/<platform>`: its request is verified with
+that profile's secrets, and its messages carry the profile (never read from the platform's
+payload), so the router, the turn and the delivery all act as that profile.
 """
 
 from __future__ import annotations
@@ -12,12 +16,19 @@ import base64
 import binascii
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from hermes_gateway.domain.session_key import build_session_key
 from hermes_gateway.domain.source import InboundMessage
-from hermes_gateway.errors import BadRequest, InvalidIdentifier, PayloadTooLarge, TransientError, Unauthorized
+from hermes_gateway.errors import (
+    BadRequest,
+    InvalidIdentifier,
+    PayloadTooLarge,
+    TransientError,
+    Unauthorized,
+    UnknownProfile,
+)
 from hermes_gateway.observability import MetricUnit, hash_id, logger, metrics
 from hermes_gateway.platforms import catalog
 from hermes_gateway.settings import Settings
@@ -126,17 +137,39 @@ def _reject(status: int, reason: str, platform: str) -> HttpResponse:
     return HttpResponse(status, {"ok": False, "error": reason})
 
 
+def webhook_route(raw_path: str) -> tuple[str | None, str]:
+    """(profile, platform) of a webhook path: `/webhooks/<platform>[/...]` is the deployment's own
+    profile (None), `/p/<profile>/webhooks/<platform>[/...]` a named one's; platform "" when the
+    path is neither."""
+    parts = [p for p in raw_path.split("/") if p]
+    for i, part in enumerate(parts):  # the leftmost match: a sub-path never decides
+        if part == "p" and i + 3 < len(parts) and parts[i + 2] == "webhooks":
+            return parts[i + 1], parts[i + 3]
+        if part == "webhooks" and i + 1 < len(parts):
+            return None, parts[i + 1]
+    return None, ""
+
+
 def handle_webhook(
     platform: str,
     request: HttpRequest,
     *,
     settings: Settings,
-    adapters: Callable[[str], InboundAdapter | None],
+    adapters: Callable[..., InboundAdapter | None],
     enqueue_once: EnqueueOnce,
     received_at: float,
+    profile: str | None = None,
 ) -> HttpResponse:
+    """`settings` are the deployment's; `profile` names the bot the request is for (None: the
+    deployment's own). `adapters(platform)`, or `adapters(platform, profile)` for a named one."""
+    try:
+        settings = settings.for_profile(profile)
+    except UnknownProfile:
+        return _reject(404, "unknown profile", platform)
     spec = catalog.spec(platform)
-    adapter = adapters(platform) if spec is not None and settings.platform(platform) is not None else None
+    adapter = None
+    if spec is not None and settings.platform(platform) is not None:
+        adapter = adapters(platform, profile) if profile else adapters(platform)
     if spec is None or adapter is None:
         return _reject(404, "unknown or disabled platform", platform)
     if request.method not in spec.methods:
@@ -195,6 +228,14 @@ def _enqueue_one(platform: str, item: InboundMessage | Ignored, settings: Settin
         logger.info("webhook ignored", extra={"platform": platform, "reason": item.reason})
         metrics.add_metric(name="InboundIgnored", unit=MetricUnit.Count, value=1)
         return item.reason
+    if settings.served_profile:
+        # A named profile's messages say so, and its event ids are its own: two bots in one chat
+        # may both see an event numbered 7, and neither may be dropped as the other's duplicate.
+        item = replace(
+            item,
+            source=replace(item.source, profile=settings.served_profile),
+            event_id=f"p:{settings.served_profile}:{item.event_id}",
+        )
     session_key = build_session_key(
         item.source,
         group_sessions_per_user=settings.sessions.group_sessions_per_user,

@@ -106,7 +106,7 @@ def offer_pairing(message: InboundMessage, access: Access, now: float) -> RouteO
     result = access.pairing.request_code(source.platform, source.user_id, source.user_name, source.chat_id, now)
     logger.info("pairing requested", extra={"platform": source.platform, "status": result.status})
     if result.status == "issued" and result.code:
-        text, redact = pairing_reply(source.platform, result.code), [result.code]
+        text, redact = pairing_reply(source.platform, result.code, source.profile), [result.code]
         access.events.emit("pairing:requested", {"platform": source.platform, "user": hash_id(source.user_id)})
     elif result.tell_try_later:
         text, redact = TRY_LATER_REPLY, []
@@ -206,7 +206,8 @@ def _session_started(entry: SessionEntry, source: SessionSource, access: Access,
 
 def _session_notes(entry: SessionEntry, platform: str) -> dict[str, Any]:
     """What the turn reads from the route at its start: a cut-short turn to continue, the model
-    override, and (Slack, Discord) the session a reset with activity replaced."""
+    override, the replaced session whose memory flush goes first, and (Slack, Discord) the
+    session a reset with activity replaced."""
     notes: dict[str, Any] = {}
     if entry.auto_continue is not None:
         notes["resumed"] = entry.auto_continue.reason  # the engine answers the cut-short message too
@@ -214,6 +215,9 @@ def _session_notes(entry: SessionEntry, platform: str) -> dict[str, Any]:
         notes["model_override"] = entry.model_override.to_dict()
     if entry.created and entry.reset_had_activity and entry.prev_session_id and platform in ("slack", "discord"):
         notes["continuity_from"] = entry.prev_session_id
+    if entry.is_fresh_reset and entry.reset_had_activity and entry.prev_session_id:
+        # the replaced session's memory flush runs first (BEHAVIOUR §3): the turn waits for it
+        notes["after_flush"] = entry.prev_session_id
     return notes
 
 

@@ -2,8 +2,9 @@
 
 Verbs: `session.create`, `session.resume` (a snapshot with the fences a later mutation carries),
 `session.mutate` (`rename, delete, rewind, reset, branch, model, compress`), `session.detach`,
-`session.list`, `session.search`. Sessions are scoped to the deployment's profile: another
-profile's sessions are never listed, found or changed.
+`session.list`, `session.search`. Sessions are scoped to one profile: the deployment's own, or
+the named profile the body's optional `"profile"` names. Another profile's sessions are never
+listed, found or changed.
 
 Every mutating call carries a `request_id`: its first answer is stored as a receipt (a
 conditional put claims the id, `domain.receipts`) and a retry gets that receipt back, changing
@@ -22,7 +23,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from hermes_gateway.domain.events import LifecycleEvents
 from hermes_gateway.domain.receipts import ReceiptStore
@@ -111,6 +112,10 @@ class ApiResponse:
         return cls(REASONS[exc.reason], {"ok": False, "error": {"reason": exc.reason, "message": exc.message}})
 
 
+class FlushStarter(Protocol):
+    def start(self, name: str, turn: dict[str, Any]) -> bool: ...
+
+
 @dataclass(frozen=True)
 class SessionApiDeps:
     settings: Settings
@@ -121,12 +126,15 @@ class SessionApiDeps:
     sleep: Callable[[float], None] = time.sleep
     in_progress_wait: float = IN_PROGRESS_WAIT_SECONDS
     caller: str = field(default="unknown")  # who signed the request (hashed in logs)
+    # Starts the memory flush of a session a `reset` replaced (None: no flush, e.g. in tests).
+    starter: FlushStarter | None = None
 
 
 def handle_request(body: Any, deps: SessionApiDeps) -> ApiResponse:
     """Answer one request body (already parsed JSON). Never raises for bad input or a store refusal."""
     try:
         verb, request_id = _envelope(body)
+        deps = _for_profile(body, deps)
     except ApiError as exc:
         return ApiResponse.error(exc)
     extra = {"verb": verb, "caller": hash_id(deps.caller)}
@@ -138,6 +146,23 @@ def handle_request(body: Any, deps: SessionApiDeps) -> ApiResponse:
     reason = response.body.get("error", {}).get("reason") if not response.body.get("ok") else None
     logger.info("session api call", extra={**extra, "status": response.status, "reason": reason})
     return response
+
+
+def _for_profile(body: dict[str, Any], deps: SessionApiDeps) -> SessionApiDeps:
+    """The deps of the profile the request names (`"profile"`; absent: the deployment's own)."""
+    from dataclasses import replace
+
+    from hermes_gateway.errors import UnknownProfile
+
+    profile = body.get("profile")
+    if profile is None:
+        return deps
+    if not isinstance(profile, str):
+        raise ApiError("invalid", "profile must be a profile name")
+    try:
+        return replace(deps, settings=deps.settings.for_profile(profile))
+    except UnknownProfile:
+        raise ApiError("not_found", "no such profile in this deployment") from None
 
 
 def _envelope(body: Any) -> tuple[str, str | None]:
@@ -426,6 +451,12 @@ def _mutate(body: dict[str, Any], deps: SessionApiDeps) -> dict[str, Any]:
         }
     if op == "reset":
         entry = store.reset(info.session_key, fence=fence, now=now)
+        if deps.starter is not None:  # BEHAVIOUR §3: the replaced session's memories are flushed
+            from hermes_gateway.services.session_sweep import flush_replaced_session
+
+            route = store.get_route(info.session_key)
+            origin = (route.origin if route is not None else None) or {}
+            flush_replaced_session(deps.starter, entry, origin, now)
         _emit(deps, "session:reset", entry.session_id, info.session_key, reason="forced", previous=info.session_id)
         return {"op": op, "previous": info.session_id, "session": _entry_view(entry)}
     if op == "branch":

@@ -82,7 +82,8 @@ def sweep_expired_sessions(
     expired = skipped = 0
     for entry in store.due_for_expiry(now, limit):
         last = entry.last_activity_at if entry.last_activity_at is not None else entry.updated_at
-        reason = reset_reason(rules.policy_for(entry.platform, entry.chat_type), last, now, rules.time_zone)
+        own = rules.for_key(entry.session_key)  # a named profile's session: its profile's policy
+        reason = reset_reason(own.policy_for(entry.platform, entry.chat_type), last, now, own.time_zone)
         if entry.lease_token is not None and (entry.lease_expires_at or 0) > now:
             skipped += 1  # active work is never expired; the next sweep looks again
             continue

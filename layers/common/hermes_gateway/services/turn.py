@@ -14,6 +14,7 @@ starts `<turn>-a<n>`; a turn that would outrun one execution starts `<turn>-c<n>
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -43,6 +44,8 @@ FLUSH_PROMPT = (
     "This conversation is about to end. Save anything worth remembering about the user with the "
     "memory tool (facts, preferences, ongoing work); skip what is already saved. Then reply NO_REPLY."
 )
+FLUSH_WAIT_SECONDS = 12.0  # Prepare may run 20 s (infra/statemachines/turn.asl.json)
+FLUSH_POLL_SECONDS = 0.5
 _MAX_TOOL_RESULT_CHARS = 8000  # the loop state rides in the execution input (256 KB)
 # Platforms whose ids are personal data: the model gets stable hashed handles (BEHAVIOUR §10).
 _HASHED_ID_PLATFORMS = ("telegram", "whatsapp", "signal", "bluebubbles")
@@ -90,6 +93,9 @@ class TurnDeps:
     jobs: JobRecorder | None = None
     home_channels: Callable[[], dict[str, str]] = dict  # platform -> home channel (system prompt)
     memory: Callable[[], MemoryManager] | None = None  # the memory providers, built per turn task
+    sleep: Callable[[float], None] = time.sleep
+    # The first turn after a reset waits this long at most for the replaced session's memory flush.
+    flush_wait_seconds: float = FLUSH_WAIT_SECONDS
 
 
 # -- the session context (BEHAVIOUR §10) ---------------------------------------------------------
@@ -238,11 +244,26 @@ def _notes(turn: dict[str, Any]) -> list[str]:
     return notes
 
 
+def _await_flush(replaced_session_id: str, deps: TurnDeps) -> bool:
+    """BEHAVIOUR §3: a reset flushes the replaced session's memories first. The new session's
+    first turn waits (in Prepare, within its time limit) until that flush turn is over, so what it
+    saved is remembered in this answer; a flush that takes longer is not waited for."""
+    for _ in range(int(deps.flush_wait_seconds / FLUSH_POLL_SECONDS) + 1):
+        if deps.store.memory_flushed(replaced_session_id):
+            return True
+        deps.sleep(FLUSH_POLL_SECONDS)
+    logger.warning("the replaced session's memory flush is still running; answering without it")
+    return False
+
+
 def prepare(turn: dict[str, Any], deps: TurnDeps) -> dict[str, Any]:
     kind = _kind(turn)
+    if kind == "chat" and turn.get("after_flush") and not turn.get("loop"):
+        _await_flush(str(turn["after_flush"]), deps)
     now = deps.now()
     stop = _hold_lease(turn, deps)
     state = dict(turn)
+    state.pop("after_flush", None)  # a continuation or a resumed approval does not wait again
     if kind == "chat":
         # A queued turn's messages were appended when the lease was handed on; appending again
         # (de-duplicated by event id) gives this turn the seq it answers.
@@ -451,6 +472,7 @@ def _tool_context(turn: dict[str, Any], deps: TurnDeps, *, memory: bool = True) 
         turn_id=turn["turn_id"],
         profile=deps.settings.profile,
         now=deps.now(),
+        sends_as=deps.settings.served_profile,
         session_id=turn.get("session_id"),
         session_key=turn.get("session_key"),
         # per platform: user 42 on Telegram is not user 42 on Discord
@@ -600,6 +622,8 @@ def _queue_delivery(
     buttons: list[dict[str, str]] | None = None,
 ) -> None:
     reply_to = dict(target or turn["reply_to"])
+    if deps.settings.served_profile:  # a named profile's bot sends what its turns say
+        reply_to["profile"] = deps.settings.served_profile
     if buttons:
         # Senders that know native buttons show these under the message; every platform gets the text.
         extra = {**(extra or {}), "buttons": buttons}
@@ -798,6 +822,7 @@ def commit(turn: dict[str, Any], deps: TurnDeps) -> dict[str, Any]:
         manager = _memory(turn, deps)
         if manager is not None:
             manager.on_session_end(_transcript(turn, deps))  # external providers see the transcript too
+        deps.store.mark_memory_flushed(turn["session_id"], deps.now())  # the new session's turn goes on
     latency = max(0.0, deps.now() - float(turn.get("started_at", deps.now())))
     metrics.add_metric(name="TurnCompleted", unit=MetricUnit.Count, value=1)
     metrics.add_metric(name="TurnLatency", unit=MetricUnit.Seconds, value=latency)
@@ -822,6 +847,10 @@ def fail(turn: dict[str, Any], deps: TurnDeps) -> dict[str, Any]:
         return {"turn_id": turn["turn_id"], "failed": error_name}
     if kind == "flush":
         _emit(deps, "agent:end", turn, status="failed", error=error_name[:64])
+        try:
+            deps.store.mark_memory_flushed(turn["session_id"], deps.now())  # given up: nobody waits on it
+        except Exception:  # noqa: BLE001 - the waiting turn stops waiting after its limit anyway
+            logger.warning("could not mark a failed memory flush as over", extra={"turn_id": turn["turn_id"]})
         return {"turn_id": turn["turn_id"], "failed": error_name}
     lease_lost = error_name == LeaseLost.__name__
     reply = turn.get("reply")
@@ -865,6 +894,15 @@ STEPS: dict[str, Callable[[dict[str, Any], TurnDeps], dict[str, Any]]] = {
     "commit": commit,
     "fail": fail,
 }
+
+
+def turn_profile(turn: dict[str, Any]) -> str | None:
+    """The profile a turn runs as: its message's (or, for a cron run, its job's); None for the
+    deployment's own. Resolve it with `Settings.for_profile` (a job names even the deployment's own)."""
+    source = turn.get("source") or {}
+    job = turn.get("job") or {}
+    found = source.get("profile") or job.get("profile")
+    return str(found) if found else None
 
 
 def run_step(step: str, turn: dict[str, Any], deps: TurnDeps) -> dict[str, Any]:

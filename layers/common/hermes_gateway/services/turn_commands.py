@@ -207,6 +207,8 @@ def reply_target(message: InboundMessage) -> dict[str, Any]:
     """Where replies to this message go: its chat and thread, plus the platform's reply details."""
     source = message.source
     target: dict[str, Any] = {"platform": source.platform, "chat_id": source.chat_id, "thread_id": source.thread_id}
+    if source.profile:  # a named profile's bot answers, never the deployment's own
+        target["profile"] = source.profile
     if message.reply_context:
         target["context"] = dict(message.reply_context)
     return target

@@ -63,6 +63,7 @@ class ToolContext:
     turn_id: str
     profile: str
     now: float
+    sends_as: str | None = None  # the named profile whose bots send a push (None: the deployment's own)
     session_id: str | None = None
     session_key: str | None = None
     user_hash: str | None = None  # `user_hash(platform, user id)` of the sender: the memory scope

@@ -64,13 +64,12 @@ def send_message(arguments: dict[str, Any], ctx: ToolContext) -> str:
             "kind": "push",
             "mirror": True,
             "turn_id": ctx.turn_id,
-            "target": target.to_dict(),
+            "target": {**target.to_dict(), **({"profile": ctx.sends_as} if ctx.sends_as else {})},
             "text": text,
             "correlation_id": ctx.correlation_id,
             "session": hash_id(ctx.session_key),
         },
-        group_id=f"{target.platform}:{target.chat_id}",
-        dedup_id=delivery_id,
+        dedup_id=delivery_id,  # the group is the target chat's, as every reply to it has
     )
     where = (
         "stored locally (not sent)" if target.platform == "local" else f"queued for {target.label or target.platform}"
