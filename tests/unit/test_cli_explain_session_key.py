@@ -136,6 +136,24 @@ def test_explain_normalizes_keys_and_authorizes_without_a_deployment(
     assert explained["authorized"] is True and "allow" in explained["reason"]
 
 
+def test_explain_as_a_named_profile_uses_its_namespace_and_its_allowlist(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], settings_file: Path
+) -> None:
+    payload = write(tmp_path, "u.json", telegram_update())
+    settings_file.write_text(
+        "stage: test\nplatforms:\n  telegram:\n    allowed_users: ['42']\n"
+        "profiles:\n  coder:\n    platforms:\n      telegram: {enabled: true, allowed_users: ['7']}\n"
+    )
+    explained = json.loads(
+        run(["explain", "--platform", "telegram", "--payload", payload, "--profile", "coder"], capsys)[1]
+    )
+    assert explained["session_key"] == "agent:coder:telegram:dm:99"
+    assert explained["source"]["profile"] == "coder"
+    assert explained["authorized"] is False  # the deployment's bot allows 42; the coder bot does not
+    code, _, err = run(["explain", "--platform", "telegram", "--payload", payload, "--profile", "writer"], capsys)
+    assert code == 2 and "not served" in err
+
+
 def test_explain_refuses_unknown_platforms_and_malformed_payloads(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -44,6 +44,9 @@ def add_commands(commands: Any) -> None:
     explain.add_argument(
         "--header", action="append", default=[], metavar="NAME:VALUE", help="a request header the parser reads"
     )
+    explain.add_argument(
+        "--profile", default=None, help="as the named profile's bot sees it (default: the deployment's own)"
+    )
     add_target_arguments(explain)
     explain.set_defaults(run=_explain)
 
@@ -125,7 +128,8 @@ def parse_payload(platform: str, body: bytes, headers: dict[str, str], settings:
     platform_settings = replace(settings.platforms[platform], enabled=True)
     # Secrets from the environment only (some payloads are encrypted): never fetched from a stack.
     env = {k: v for k, v in os.environ.items() if k != "HERMES_SECRETS_PREFIX"}
-    adapter = catalog.load(spec.inbound)(AdapterContext(platform_settings, settings, Secrets(env)))
+    secrets = Secrets(env).for_profile(settings.served_profile)
+    adapter = catalog.load(spec.inbound)(AdapterContext(platform_settings, settings, secrets))
     request = HttpRequest(
         method="POST", path=f"/webhooks/{platform}", headers={k.lower(): v for k, v in headers.items()}, body=body
     )
@@ -133,7 +137,12 @@ def parse_payload(platform: str, body: bytes, headers: dict[str, str], settings:
     if isinstance(parsed, Handshake):
         return []
     items = parsed.items if isinstance(parsed, Accepted) else (parsed,)
-    return [item for item in items if not isinstance(item, Ignored)]
+    profile = settings.served_profile  # as ingress stamps a named profile's messages
+    return [
+        replace(item, source=replace(item.source, profile=profile)) if profile else item
+        for item in items
+        if not isinstance(item, Ignored)
+    ]
 
 
 def explain_message(
@@ -179,7 +188,11 @@ def _explain(args: argparse.Namespace) -> int:
             print(f"error: --header must be NAME:VALUE, got {header!r}", file=sys.stderr)
             return 2
         headers[name.strip()] = value.strip()
-    settings = _settings(args.local)
+    try:
+        settings = _settings(args.local).for_profile(args.profile)
+    except BadRequest as exc:  # UnknownProfile
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         messages = parse_payload(args.platform, _read(args.payload), headers, settings)
     except BadRequest as exc:
@@ -193,10 +206,11 @@ def _explain(args: argparse.Namespace) -> int:
         from hermes_gateway.adapters.dynamo_access import DynamoAccessStore
         from hermes_gateway.adapters.dynamo_sessions import DynamoSessionStore
         from hermes_gateway.cli.target import bindings_for
+        from hermes_gateway.domain.profiles import pairing_for
 
         bindings = bindings_for(args)
         store = DynamoSessionStore(bindings)
-        is_paired = DynamoAccessStore(bindings).is_approved
+        is_paired = pairing_for(DynamoAccessStore(bindings), settings.served_profile).is_approved
     explained = [
         explain_message(m, settings, is_paired=is_paired or (lambda platform, user: False), store=store)
         for m in messages
