@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hermes_gateway.domain.split import split_message
@@ -36,6 +36,13 @@ def rejoins(bodies: list[str], original: str) -> bool:
     """
     pattern = r"\s*".join(re.escape(body) for body in bodies)
     return re.fullmatch(r"\s*" + pattern + r"\s*", original) is not None
+
+
+def edges_trimmed(bodies: list[str]) -> bool:
+    """True when no body of a split starts with a blank line or ends with whitespace."""
+    if len(bodies) == 1:
+        return True  # a reply within the limit is sent unchanged
+    return all(body == body.rstrip() and not re.match(r"[^\S\n]*\n", body) for body in bodies)
 
 
 def fences_balanced(chunk: str) -> bool:
@@ -122,6 +129,24 @@ def test_a_fence_cut_right_before_its_closing_line_does_not_leave_an_empty_block
             assert "```sh\n```" not in body
 
 
+def test_blank_lines_at_a_cut_are_dropped_but_indentation_is_kept() -> None:
+    text = "alpha beta gamma delta\n   \n\t\n    epsilon zeta eta theta"
+    assert split_message(text, 33) == ["alpha beta gamma delta (1/2)", "    epsilon zeta eta theta (2/2)"]
+
+
+def test_a_block_left_with_only_blank_lines_adds_no_chunk() -> None:
+    # Found by Hypothesis: the rest after the first chunk is blank lines and the closing line, one
+    # character too long to fit with the reopened fence, and no cut in it left any text.
+    text = "`a``aaaaaaaaaaaa`\n````sh\n   \n      \n      \n      \n  \n````"
+    assert split_message(text, 40) == ["`a``aaaaaaaaaaaa`\n````sh\n````"]
+
+
+def test_indentation_that_leaves_no_room_for_its_line_is_dropped() -> None:
+    # 26 spaces, "y" and the closer after it are one character more than the reopened chunk holds.
+    text = "```\n" + "x" * 13 + "\n" + " " * 26 + "y\n```"
+    assert split_message(text, 40) == ["```\n" + "x" * 13 + "\n``` (1/2)", "```\ny\n``` (2/2)"]
+
+
 def test_text_after_an_opening_fence_is_not_cut_from_its_language() -> None:
     text = "intro text " * 3 + "\n```js\nlet a = 1\n```"
     chunks = split_message(text, 40)
@@ -201,11 +226,14 @@ def test_plain_text_chunks_fit_and_rejoin_to_the_original(text: str, limit: int)
     assert all(chunk.strip() for chunk in chunks)
     if text.strip():
         assert rejoins(bodies_of(chunks), text)
+        assert edges_trimmed(bodies_of(chunks))
     else:
         assert chunks == []
 
 
 @given(text=fenced_text(), limit=st.integers(min_value=40, max_value=300))
+# A block left with only blank lines and its closing line, one character too long for the chunk.
+@example(text="`a``aaaaaaaaaaaa`\n````sh\n   \n      \n      \n      \n  \n````", limit=40)
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 def test_fenced_text_chunks_fit_keep_fences_balanced_and_lose_nothing(text: str, limit: int) -> None:
     chunks = split_message(text, limit)
@@ -213,6 +241,7 @@ def test_fenced_text_chunks_fit_keep_fences_balanced_and_lose_nothing(text: str,
     assert all(len(chunk) <= limit for chunk in chunks)
     bodies = bodies_of(chunks)
     assert all(fences_balanced(body) for body in bodies)
+    assert edges_trimmed(bodies)
 
     def content(value: str) -> str:
         return re.sub(r"\s+", "", FENCE_LINE.sub("", value))

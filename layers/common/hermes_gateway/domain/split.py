@@ -6,10 +6,12 @@ Rules, in order of preference for each cut:
 3. any newline;
 4. a space or newline inside inline code or a fence line, when nothing else fits;
 5. a hard cut, moved back before an inline code span or a fence line that it would break.
-The whitespace at a cut is dropped (trailing whitespace of the chunk, the separator and repeats of
-it), so chunks neither end with blank lines nor start with them; indentation after a newline cut
-is kept because it matters in code. A cut inside a ``` block closes the block at the end of the
-chunk and reopens it, with its language, at the start of the next one.
+The whitespace at a cut is dropped (trailing whitespace of the chunk, and the whitespace after the
+cut up to the next text, or up to the start of its line when a line break lies between), so chunks
+neither end with blank lines nor start with them; indentation after a line break is kept because it
+matters in code, unless it alone leaves no room for the text after it. A cut inside a ``` block
+closes the block at the end of the chunk and reopens it, with its language, at the start of the
+next one.
 
 When there is more than one chunk each ends with " (i/N)", and that suffix counts toward the limit.
 
@@ -88,6 +90,10 @@ class _Layout:
         self.content_end = [0] * (len(text) + 1)
         for k, char in enumerate(text, 1):
             self.content_end[k] = self.content_end[k - 1] if char.isspace() else k
+        # content_start[k]: where the text from k starts once leading whitespace is dropped.
+        self.content_start = [len(text)] * (len(text) + 1)
+        for k in range(len(text) - 1, -1, -1):
+            self.content_start[k] = self.content_start[k + 1] if text[k].isspace() else k
 
     def _mark(self, lo: int, hi: int) -> None:
         if hi - lo > 1:
@@ -126,14 +132,21 @@ class _Layout:
         fence = self.fence_at(pos)
         # The closer already ended this block, so its own closing line would open an empty one.
         if fence is not None and pos == fence.close_start < len(self.text):
-            return fence.end + 1
+            return self.after_cut(fence.end)
         return pos
 
-    def skip_separator(self, cut: int, separator: str) -> int:
-        pos = cut + 1
-        while pos < len(self.text) and self.text[pos] == separator:
-            pos += 1
-        return pos
+    def after_cut(self, cut: int) -> int:
+        """Where the text after a cut at `cut` starts: past the whitespace there, but at the start of
+        the next text's line when a line break lies between, to keep its indentation."""
+        if cut == len(self.text) or not self.text[cut].isspace():
+            return cut
+        return self.line_of_text(cut)
+
+    def line_of_text(self, pos: int) -> int:
+        """Where the next text from `pos` starts, or the start of its line if a line break lies between."""
+        text_start = self.content_start[pos]
+        line_break = self.text.rfind("\n", pos, text_start)
+        return text_start if line_break < 0 else line_break + 1
 
 
 @dataclass
@@ -165,27 +178,20 @@ def _scan(layout: _Layout, start: int, room: int) -> _Best:
     return best
 
 
-def _choose_cut(best: _Best, start: int, room: int) -> tuple[int, str]:
-    """The cut position and the separator it drops ("" for a hard cut)."""
+def _choose_cut(best: _Best, start: int, room: int) -> int | None:
+    """The cut position; None when no cut leaves text in the chunk."""
     if best.newline >= 0 and best.newline - start >= room // 2:
-        return best.newline, "\n"
-    for cut, separator in (
-        (best.space, " "),
-        (best.newline, "\n"),
-        (best.space_avoided, " "),
-        (best.newline_avoided, "\n"),
-        (best.hard, ""),
-        (best.hard_avoided, ""),
-    ):
+        return best.newline
+    for cut in (best.space, best.newline, best.space_avoided, best.newline_avoided, best.hard, best.hard_avoided):
         if cut >= 0:
-            return cut, separator
-    raise ValueError("the limit leaves no room for text in a chunk")
+            return cut
+    return None
 
 
 def _split_bodies(layout: _Layout, budget: int) -> list[str]:
     text = layout.text
     bodies: list[str] = []
-    start = 0
+    start = layout.line_of_text(0)
     while layout.content_end[len(text)] > start:
         prefix = layout.reopener(start, budget)
         room = budget - len(prefix)
@@ -193,13 +199,17 @@ def _split_bodies(layout: _Layout, budget: int) -> list[str]:
         if rest_end - start <= room:
             bodies.append(prefix + text[start:rest_end])
             break
-        if text[start : start + room].isspace():
-            # Nothing but whitespace fits; it carries no meaning at a chunk edge.
-            start = layout.resume_at(len(text) - len(text[start:].lstrip()))
+        cut = _choose_cut(_scan(layout, start, room), start, room)
+        if cut is None and text[start].isspace():
+            # The indentation before the next text leaves no room for it, counting the closer a
+            # chunk inside a block needs, or the rest of the block is blank up to its closing line:
+            # the chunk starts at that text.
+            start = layout.resume_at(layout.content_start[start])
             continue
-        cut, separator = _choose_cut(_scan(layout, start, room), start, room)
+        if cut is None:
+            raise ValueError("the limit leaves no room for text in a chunk")
         bodies.append(prefix + text[start : layout.body_end(start, cut)] + layout.closer(cut))
-        start = layout.resume_at(layout.skip_separator(cut, separator) if separator else cut)
+        start = layout.resume_at(layout.after_cut(cut))
     return bodies
 
 
