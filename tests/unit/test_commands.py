@@ -120,6 +120,14 @@ def test_whoami_and_help() -> None:
     assert "/sethome" not in help_text.reply and "/model" not in help_text.reply
 
 
+def test_whoami_names_a_named_profiles_bot() -> None:
+    profiles = make_settings({"GATEWAY_PROFILES": '{"coder": {"TELEGRAM_ENABLED": "true"}}'})
+    who = answer_command("/whoami", context(ALICE, profiles.for_profile("coder")))
+    assert who is not None and "on telegram (profile coder)" in who.reply
+    plain = answer_command("/whoami", context(ALICE, profiles))
+    assert plain is not None and "profile" not in plain.reply
+
+
 def test_help_lists_the_running_turns_commands_too() -> None:
     import hermes_gateway.services.turn_commands  # noqa: F401 - registers its commands' help lines
 

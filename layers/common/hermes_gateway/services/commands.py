@@ -268,7 +268,8 @@ def _whoami(call: CommandCall) -> str:
     source = call.source
     who = source.user_name or "you"
     role = "admin" if is_admin(source, call.settings) else "user"
-    return f"{who}: user id {source.user_id} on {source.platform}, {role}. Here: {source.description}."
+    bot = f" (profile {call.settings.served_profile})" if call.settings.served_profile else ""
+    return f"{who}: user id {source.user_id} on {source.platform}{bot}, {role}. Here: {source.description}."
 
 
 def _sethome(call: CommandCall) -> str:
@@ -385,6 +386,8 @@ def _status(call: CommandCall) -> str:
             f"cache {info.cache_read_tokens}/{info.cache_write_tokens})"
         )
     lines.append(f"Model: {model}")
+    if call.settings.served_profile:
+        lines.append(f"Profile: {call.settings.served_profile}")
     lines.append(f"State: {state}" + (", resuming an interrupted turn" if route.resume_pending else ""))
     return "\n".join(lines)
 
