@@ -311,7 +311,12 @@ def route_message(
     session_key = pre_route(
         access.events,
         session_key,
-        {"platform": source.platform, "chat_type": source.chat_type, "session": hash_id(session_key)},
+        {
+            "platform": source.platform,
+            "chat_type": source.chat_type,
+            "session": hash_id(session_key),
+            "profile": settings.profile,
+        },
         {"source": source.to_dict(), "text": message.text},
     )
     logger.append_keys(correlation_id=message.event_id, session=hash_id(session_key))

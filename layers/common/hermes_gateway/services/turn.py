@@ -178,6 +178,7 @@ def _emit(deps: TurnDeps, name: str, turn: dict[str, Any], **extra: Any) -> None
         "kind": _kind(turn),
         "session": hash_id(turn.get("session_key")),
         "platform": (turn.get("source") or {}).get("platform"),
+        "profile": deps.settings.profile,  # which bot's agent (several may share a deployment)
         **extra,
     }
     try:
