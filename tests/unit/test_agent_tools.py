@@ -416,3 +416,19 @@ def test_the_memory_user_handle_differs_per_platform_and_hides_the_id() -> None:
     assert telegram == user_hash("telegram", "42")
     assert len(telegram) == 12  # a short digest, not the id
     assert user_hash("telegram", None) is None
+
+
+def test_a_named_profiles_tools_send_through_its_own_bot() -> None:
+    from hermes_gateway.services.cron import report_failure
+
+    ctx = _ctx(profile="coder", sends_as="coder", session_key="agent:coder:telegram:dm:99")
+    _run(ctx, "send_message", {"target": "telegram:55", "text": "hello"})
+    [push] = ctx.delivery.bodies  # type: ignore[union-attr]
+    assert push["target"] == {"platform": "telegram", "chat_id": "55", "thread_id": None, "profile": "coder"}
+    created = _run(ctx, "cronjob", {"action": "create", "prompt": "stretch", "schedule": "every 2h"})["created"]
+    stored = ctx.jobs.get(created["id"])  # type: ignore[union-attr]
+    assert (stored.profile, stored.origin["profile"]) == ("coder", "coder")
+    # a failed run's notice goes to the origin chat through the coder bot too
+    notices = FakeDeliveryQueue()
+    assert report_failure(notices, {**stored.turn_job("r1"), "name": "stretch"}, "boom")
+    assert notices.bodies[0]["target"]["profile"] == "coder"

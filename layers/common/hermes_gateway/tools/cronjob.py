@@ -104,7 +104,7 @@ def _create(arguments: dict[str, Any], ctx: ToolContext, jobs: JobStore) -> str:
         prompt=prompt,
         schedule=schedule.text,
         deliver=tuple(deliver),
-        origin=ctx.origin.to_dict() if ctx.origin is not None else None,
+        origin=_origin(ctx),
         created_at=ctx.now,
         next_run_at=next_run_at,
         repeat=Repeat(times=1 if schedule.once else repeat),
@@ -135,6 +135,14 @@ def _own_job(jobs: JobStore, arguments: dict[str, Any], ctx: ToolContext) -> Job
     if job is None or (job.profile or ctx.profile) != ctx.profile:
         raise ToolError(f"there is no job {job_id}; use action=list to see the ids")
     return job
+
+
+def _origin(ctx: ToolContext) -> dict[str, Any] | None:
+    """Where `origin` points, and (for a named profile) the bot that answers there: a failure
+    notice goes straight to this target, so it must say which bot sends it."""
+    if ctx.origin is None:
+        return None
+    return {**ctx.origin.to_dict(), **({"profile": ctx.sends_as} if ctx.sends_as else {})}
 
 
 def _check_target(target: str, ctx: ToolContext) -> None:
