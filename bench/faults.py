@@ -4,7 +4,16 @@ Local mode runs in-process (moto as the AWS, the five handlers, queue pollers as
 sources, Step Functions executions inside moto) with a fake Telegram and a fake OpenAI-compatible
 model on loopback. Chats send numbered messages concurrently, each chat in order and waiting for
 its acknowledgement, as Telegram does; the model echoes the message, so every reply names the
-message it answers. Faults are injected at the adapters:
+message it answers.
+
+Two bots serve the chats (docs/profiles.md): the deployment's own, and a named profile's, `coder`,
+with a bot token and webhook secret of its own. Every `coder_every`-th session (sessions 1, 5, 9,
+… at the default 4) talks to the coder bot through `/p/coder/webhooks/telegram`, the others to
+`/webhooks/telegram`. Each bot numbers its updates from the same start, so the two bots' update
+ids overlap (both send an update 100001, …): the ingress's per-profile event ids keep them apart,
+under every fault below. The fake Telegram accepts both tokens and records which one each send
+used; every chat is one session's, so each reply's bot can be checked against the session's.
+Faults are injected at the adapters:
 
 - AWS: a fraction of the DynamoDB, SQS (SendMessage, ChangeMessageVisibility) and Step Functions
   (StartExecution) calls the functions make raise the service's throttling error, as a call whose
@@ -39,12 +48,15 @@ dead-letter queues; nothing depends on how the turn engine works inside:
   answered_and_apologized: messages that got both;
 - lost: acknowledged, never answered (no answer, no apology) and in no dead-letter queue;
 - order_violations: answers that reached a chat after the answer to a later message of that chat;
+- wrong_bot: replies (answers, apologies, notices) the platform accepted for a session's chat
+  through a bot other than the session's (the deployment's token on a coder chat, or the
+  reverse); replies_by_bot and received_by_bot count each bot's share;
 - dead_lettered: entries in both DLQs. The delivery DLQ's entries carry a `reason` attribute (the
   delivery function dead-letters a refused job at once); the inbound DLQ's carry none: SQS moves a
   message there after `maxReceiveCount` failed receives, so the reason is only in the router's logs;
 - log_scan: the functions' log lines at DEBUG and everything written to standard error (local mode's
-  notes on failed invocations, as Lambda would log an unhandled error) hold no secret and no
-  message text.
+  notes on failed invocations, as Lambda would log an unhandled error) hold no secret (both bots'
+  tokens and webhook secrets, the model's key) and no message text.
 
 Usage: .venv/bin/python bench/faults.py [--size full|ci] [--seed S] [--sessions N] [--messages M]
 Writes bench/results/faults-latest.json.
@@ -85,6 +97,15 @@ from tests.fakes.telegram_server import SERVER_ERROR, FakeTelegram, too_many_req
 
 WEBHOOK_SECRET = "faults-webhook-secret-" + hashlib.sha256(b"webhook").hexdigest()[:16]
 BOT_TOKEN = "7000001:FAULTS-" + hashlib.sha256(b"bot").hexdigest()[:24]
+# A second bot from the same deployment: the named profile `coder`, with secrets of its own
+CODER = "coder"
+CODER_WEBHOOK_SECRET = "faults-coder-webhook-secret-" + hashlib.sha256(b"coder-webhook").hexdigest()[:16]
+CODER_BOT_TOKEN = "7000002:FAULTS-" + hashlib.sha256(b"coder-bot").hexdigest()[:24]
+MAIN = "main"  # the deployment's own bot
+BOTS = {  # bot -> (webhook path, webhook secret, bot token)
+    MAIN: ("/webhooks/telegram", WEBHOOK_SECRET, BOT_TOKEN),
+    CODER: (f"/p/{CODER}/webhooks/telegram", CODER_WEBHOOK_SECRET, CODER_BOT_TOKEN),
+}
 API_KEY = "sk-faults-" + hashlib.sha256(b"key").hexdigest()[:32]
 PLATFORM_TIMEOUT_SECONDS = 1.0
 PROVIDER_TIMEOUT_SECONDS = 1
@@ -122,6 +143,7 @@ class Profile:
     inbound_redelivery: float = 0.05  # per message: its envelope queued again past the idempotency record
     delivery_job_duplicate: float = 0.1  # per delivery job
     delivery_workers: int = 3
+    coder_every: int = 4  # sessions 1, 1 + n, 1 + 2n, … talk to the coder bot, the others to the deployment's
     time_scale: int = 10  # retry delays, visibility timeouts and the outbox's stale-claim age are divided by this
     think_seconds: float = 0.3  # at most this long between two messages of a chat
     deadline_seconds: float = 420.0  # to reach quiescence after the last message
@@ -441,9 +463,10 @@ class Worker:
 class Message:
     session: int
     n: int
-    update_id: int
+    update_id: int  # numbered per bot: the coder bot's updates reuse the deployment bot's numbers
     chat_id: int
     text: str
+    bot: str = MAIN  # MAIN or CODER: the bot the chat talks to
     accepted: bool = False
     accepted_at: float = 0.0
     envelope: dict[str, Any] | None = None
@@ -451,6 +474,11 @@ class Message:
     @property
     def key(self) -> str:
         return f"s{self.session}m{self.n}"
+
+    @property
+    def ref(self) -> tuple[str, int]:
+        """The bot and the update id: what identifies the message across both bots."""
+        return (self.bot, self.update_id)
 
     @property
     def event_id(self) -> str | None:
@@ -483,17 +511,22 @@ class Traffic:
 
     def build(self, profile: Profile, seed: int) -> None:
         rng = random.Random(seed)
+        chats: Counter[str] = Counter()  # each bot numbers its chats' updates from the same start
         for s in range(profile.sessions):
+            bot = CODER if s % profile.coder_every == 1 else MAIN
+            first = 100_000 + chats[bot] * 1000
+            chats[bot] += 1
             for n in range(1, profile.messages + 1):
                 tag = "".join(rng.choice("abcdefghjkmnpqrstuvwxyz23456789") for _ in range(6))
-                self.messages.append(Message(s, n, 100_000 + s * 1000 + n, 9_000_000 + s, f"s{s} m{n} {tag}"))
+                self.messages.append(Message(s, n, first + n, 9_000_000 + s, f"s{s} m{n} {tag}", bot))
 
     def post(self, message: Message, deadline: float) -> bool:
         body = json.dumps(message.update()).encode()
-        headers = {"content-type": "application/json", "x-telegram-bot-api-secret-token": WEBHOOK_SECRET}
+        path, secret, _ = BOTS[message.bot]
+        headers = {"content-type": "application/json", "x-telegram-bot-api-secret-token": secret}
         pause = 0.2
         while time.time() < deadline:
-            request = urllib.request.Request(self.url + "/webhooks/telegram", body, headers, method="POST")
+            request = urllib.request.Request(self.url + path, body, headers, method="POST")
             try:
                 with urllib.request.urlopen(request, timeout=30) as response:
                     status = response.status
@@ -586,6 +619,7 @@ class LogCapture(logging.Handler):
         return {
             "log_lines": len(self.lines),
             "stderr_lines": printed.count("\n"),
+            "secrets_checked": sorted(secrets),
             "secrets_found": sorted(name for name, value in secrets.items() if value in everything),
             "message_texts_found": sum(1 for text in texts if text in everything),
         }
@@ -597,6 +631,10 @@ def _environ(telegram: FakeTelegram, openai: FakeOpenAI, state: Path) -> dict[st
         "HERMES_LOCAL_STATE": str(state),
         "TELEGRAM_WEBHOOK_SECRET": WEBHOOK_SECRET,
         "TELEGRAM_BOT_TOKEN": BOT_TOKEN,
+        # The coder bot: Telegram on, everyone allowed, every other setting the deployment's
+        "GATEWAY_PROFILES": json.dumps({CODER: {"TELEGRAM_ENABLED": "true", "TELEGRAM_ALLOW_ALL_USERS": "true"}}),
+        "TELEGRAM_WEBHOOK_SECRET__CODER": CODER_WEBHOOK_SECRET,
+        "TELEGRAM_BOT_TOKEN__CODER": CODER_BOT_TOKEN,
         "TELEGRAM_API_BASE_URL": telegram.base_url,
         "GATEWAY_PROVIDER": "openai",
         "GATEWAY_MODEL": "faults-model",
@@ -687,13 +725,13 @@ def _capture_envelopes(traffic: Traffic, queues: dict[str, str]) -> Callable[[],
     """Keep each message's inbound envelope (for the redeliveries); returns the undo."""
     from hermes_gateway.adapters import aws as aws_adapters
 
-    by_update = {m.update_id: m for m in traffic.messages}
+    by_ref = {m.ref: m for m in traffic.messages}
     current = aws_adapters.SqsQueue.send
 
     def send(queue: Any, body: dict[str, Any], **kwargs: Any) -> str:
         message_id = current(queue, body, **kwargs)
         if queue.url == queues["inbound"]:
-            found = by_update.get(int(str(body.get("event_id", "")).rsplit(":", 1)[-1] or 0))
+            found = by_ref.get(_ref(body.get("event_id")) or ("", -1))
             if found is not None:
                 found.envelope = body
         return str(message_id)
@@ -719,7 +757,7 @@ def run(profile: Profile, seed: int = 7, logs: Path | None = None) -> dict[str, 
     capture = LogCapture()
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        telegram = stack.enter_context(FaultyTelegram(token=BOT_TOKEN, faults=faults))
+        telegram = stack.enter_context(FaultyTelegram(token=BOT_TOKEN, other_tokens=(CODER_BOT_TOKEN,), faults=faults))
         openai = stack.enter_context(EchoingOpenAI(faults=faults))
         state = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "local.json"
         stack.enter_context(patched(faults, queues))
@@ -749,7 +787,13 @@ def run(profile: Profile, seed: int = 7, logs: Path | None = None) -> dict[str, 
         settled = _wait_quiet(sqs, sfn, queues, time.time() + profile.deadline_seconds)
         report = account(traffic, telegram, sqs, sfn, queues)
         report["log_scan"] = capture.scan(
-            {"TELEGRAM_BOT_TOKEN": BOT_TOKEN, "TELEGRAM_WEBHOOK_SECRET": WEBHOOK_SECRET, "OPENAI_API_KEY": API_KEY},
+            {
+                "TELEGRAM_BOT_TOKEN": BOT_TOKEN,
+                "TELEGRAM_WEBHOOK_SECRET": WEBHOOK_SECRET,
+                "TELEGRAM_BOT_TOKEN__CODER": CODER_BOT_TOKEN,
+                "TELEGRAM_WEBHOOK_SECRET__CODER": CODER_WEBHOOK_SECRET,
+                "OPENAI_API_KEY": API_KEY,
+            },
             [m.text for m in traffic.messages],
         )
         if logs is not None:
@@ -787,6 +831,15 @@ def _update_id(event_id: str | None) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
+def _ref(event_id: str | None) -> tuple[str, int] | None:
+    """The bot and update id an event id names: a named profile's are `p:<profile>:telegram:…`."""
+    text = str(event_id or "")
+    update_id = _update_id(text)
+    if update_id is None:
+        return None
+    return (text.split(":")[1] if text.startswith("p:") else MAIN, update_id)
+
+
 @dataclass
 class Turns:
     """The turns Step Functions ran, read from the executions' input (the documented turn input:
@@ -794,7 +847,7 @@ class Turns:
 
     outcomes: Counter[str] = field(default_factory=Counter)  # execution status -> count
     failures: Counter[str] = field(default_factory=Counter)  # the error each failed execution's Fail state got
-    answers: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))  # turn id -> update ids
+    answers: dict[str, set[tuple[str, int]]] = field(default_factory=lambda: defaultdict(set))  # turn id -> refs
     times: dict[str, tuple[float, float]] = field(default_factory=dict)  # turn id -> started, stopped
 
     @classmethod
@@ -807,7 +860,7 @@ class Turns:
                 turn = json.loads(described.get("input") or "{}")
                 turn_id = str(turn.get("turn_id") or execution["name"])
                 events = [turn.get("event_id")] + [q.get("event_id") for q in turn.get("queued") or []]
-                turns.answers[turn_id].update(u for u in map(_update_id, events) if u is not None)
+                turns.answers[turn_id].update(r for r in map(_ref, events) if r is not None)
                 turns.outcomes[execution["status"]] += 1
                 stop = execution.get("stopDate")
                 started = turns.times.get(turn_id, (execution["startDate"].timestamp(), 0.0))[0]
@@ -822,23 +875,29 @@ def account(traffic: Traffic, telegram: FakeTelegram, sqs: Any, sfn: Any, queues
     queues and the executions."""
     from hermes_gateway import wiring
 
-    by_update = {m.update_id: m for m in traffic.messages}
+    by_ref = {m.ref: m for m in traffic.messages}
     turns = Turns.read(sfn)
     rows = wiring.outbox().recent(limit=10**9)
+    bot_of = {token: bot for bot, (_, _, token) in BOTS.items()}
     with telegram._lock:
-        sent = list(telegram.sent)
+        sent = [{**s, "bot": bot_of.get(t, t[:8])} for s, t in zip(telegram.sent, telegram.sent_tokens, strict=True)]
     ledger = Ledger.read(sent, traffic.messages, rows, turns)
-    dead = _dead_letters(sqs, queues, by_update)
+    dead = _dead_letters(sqs, queues, by_ref)
+    wrong_bot = _wrong_bot(sent, traffic.messages)
     accepted = [m for m in traffic.messages if m.accepted]
     lost = [m.key for m in accepted if not ledger.answered(m.key) and m.key not in dead["messages"]]
     kinds = [kind for replies in ledger.replies.values() for kind in replies]
     return {
         "received": len(accepted),
+        "received_by_bot": dict(sorted(Counter(m.bot for m in accepted).items())),
         "not_acknowledged": len(traffic.messages) - len(accepted),
         "turns": len(turns.answers),
         "turn_outcomes": dict(turns.outcomes),
         "turn_failures": dict(sorted(turns.failures.items())),
         "replies": len(sent),
+        "replies_by_bot": dict(sorted(Counter(str(s["bot"]) for s in sent).items())),
+        "wrong_bot": len(wrong_bot),
+        "wrong_bot_replies": wrong_bot[:20],
         "answers": len([p for p in ledger.posted if p == "answer"]),
         "messages_answered_together": sum(1 for n in ledger.covered if n > 1),
         "apologies": kinds.count("apology"),
@@ -884,8 +943,8 @@ class Ledger:
     def read(cls, sent: list[dict[str, Any]], messages: list[Message], rows: list[Any], turns: Turns) -> Ledger:
         from hermes_gateway.services.turn import APOLOGY
 
-        by_update = {m.update_id: m for m in messages}
-        of_turn = {t: [by_update[u] for u in sorted(us) if u in by_update] for t, us in turns.answers.items()}
+        by_ref = {m.ref: m for m in messages}
+        of_turn = {t: [by_ref[r] for r in sorted(rs) if r in by_ref] for t, rs in turns.answers.items()}
         rows_of: dict[str, list[Any]] = defaultdict(list)
         for row in rows:
             for message in of_turn.get(row.turn_id or "", []):
@@ -1023,14 +1082,24 @@ def _failure(sfn: Any, arn: str) -> str:
     return "unknown"
 
 
-def _dead_letters(sqs: Any, queues: dict[str, str], by_update: dict[int, Message]) -> dict[str, Any]:
+def _wrong_bot(sent: list[dict[str, Any]], messages: list[Message]) -> list[dict[str, Any]]:
+    """Replies that reached a session's chat through a bot other than the one the session talks to."""
+    bot_of_chat = {str(m.chat_id): m.bot for m in messages}
+    return [
+        {"chat": f"s{traffic_session(int(s['chat_id']))}", "bot": s["bot"], "expected": expected}
+        for s in sent
+        if (expected := bot_of_chat.get(str(s["chat_id"]))) is not None and s["bot"] != expected
+    ]
+
+
+def _dead_letters(sqs: Any, queues: dict[str, str], by_ref: dict[tuple[str, int], Message]) -> dict[str, Any]:
     entries: list[dict[str, Any]] = []
     messages: set[str] = set()
     for name in ("inbound-dlq", "delivery-dlq"):
         for item in _drain(sqs, queues[name]):
             body = json.loads(item["Body"])
             event_id = body.get("event_id") if name == "inbound-dlq" else body.get("correlation_id")
-            message = by_update.get(_update_id(event_id) or -1)
+            message = by_ref.get(_ref(event_id) or ("", -1))
             reason = (item.get("MessageAttributes") or {}).get("reason", {}).get("StringValue")
             if reason is None:
                 receives = item.get("Attributes", {}).get("ApproximateReceiveCount", "?")
@@ -1070,8 +1139,8 @@ def main() -> None:
 
 
 SUMMARY = (
-    "received", "turns", "replies", "duplicate_replies", "lost", "order_violations", "dead_lettered",
-    "dlq_reasons", "turn_outcomes", "quiescent", "seconds",
+    "received", "received_by_bot", "turns", "replies", "replies_by_bot", "duplicate_replies", "lost",
+    "order_violations", "wrong_bot", "dead_lettered", "dlq_reasons", "turn_outcomes", "quiescent", "seconds",
 )  # fmt: skip
 
 

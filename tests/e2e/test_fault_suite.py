@@ -1,9 +1,11 @@
 """The fault run of bench/faults.py at its reduced size, in the suite: local mode under concurrent
 chats with faults injected at every adapter (DynamoDB and SQS throttling, Step Functions throttling,
 model and platform 429/500/timeouts, turn tasks crashing after their work, duplicate webhooks and
-duplicates reaching the router and the delivery workers out of order). No reply is duplicated, none
-is lost, none overtakes an earlier one in its chat; what is dead-lettered says why; no log line
-carries a secret or a message's text. Below it, one minimal reproduction per bug the run found.
+duplicates reaching the router and the delivery workers out of order), the chats split between two
+bots of one deployment (its own and the named profile `coder`, whose update ids overlap its own).
+No reply is duplicated, none is lost, none overtakes an earlier one in its chat, none comes from the
+other bot; what is dead-lettered says why; no log line carries a secret (either bot's) or a message's
+text. Below it, one minimal reproduction per bug the run found.
 """
 
 from __future__ import annotations
@@ -42,6 +44,16 @@ def test_every_accepted_message_is_answered_or_dead_lettered(report: dict[str, A
     assert report["unexpected_replies"] == []
 
 
+def test_each_bot_answers_its_own_chats(report: dict[str, Any]) -> None:
+    # Both bots took messages (numbered alike: none was dropped as the other bot's duplicate) and
+    # answered, and every reply reached its chat through the bot the chat talks to
+    profile = SIZES["ci"]
+    coder = len(range(1, profile.sessions, profile.coder_every)) * profile.messages
+    assert report["received_by_bot"] == {"coder": coder, "main": report["received"] - coder}
+    assert set(report["replies_by_bot"]) == {"coder", "main"} and min(report["replies_by_bot"].values()) > 0
+    assert report["wrong_bot"] == 0, report["wrong_bot_replies"]
+
+
 def test_dead_letters_are_the_refused_sends_with_their_reason(report: dict[str, Any]) -> None:
     # Nothing else reaches a dead-letter queue: no message exhausts its retries under these faults
     for entry in report["dlq"]:
@@ -57,6 +69,7 @@ def test_every_kind_of_fault_was_injected(report: dict[str, Any]) -> None:
 def test_no_secret_or_message_text_reaches_a_log_line(report: dict[str, Any]) -> None:
     scan = report["log_scan"]
     assert scan["log_lines"] > 0  # DEBUG and up, every function
+    assert {"TELEGRAM_BOT_TOKEN__CODER", "TELEGRAM_WEBHOOK_SECRET__CODER"} <= set(scan["secrets_checked"])
     assert scan["secrets_found"] == []
     assert scan["message_texts_found"] == 0
 
@@ -65,6 +78,7 @@ def test_no_reply_is_duplicated_reordered_or_contradicted(report: dict[str, Any]
     assert report["duplicate_replies"] == 0, report["duplicated"]
     assert report["order_violations"] == 0, report["out_of_order"]
     assert report["answered_and_apologized"] == []
+    assert report["wrong_bot"] == 0, report["wrong_bot_replies"]
 
 
 # --- the bugs the run found, one minimal reproduction each ---------------------------------

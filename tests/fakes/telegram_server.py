@@ -3,9 +3,11 @@
 Use the `fake_telegram` fixture (register this module with
 `pytest_plugins = ("tests.fakes.telegram_server",)`) or `FakeTelegram` as a context manager.
 Point a `TelegramSender` (or `TELEGRAM_API_BASE_URL`) at `fake.base_url` with `fake.token`.
+Further bots on the same fake: `FakeTelegram(other_tokens=(token, …))` accepts their tokens too.
 
 - Every request is recorded in `fake.requests`, in arrival order, failures included.
-- `sendMessage` answers with message ids 1, 2, 3, …; `fake.sent` lists what was accepted.
+- `sendMessage` answers with message ids 1, 2, 3, …; `fake.sent` lists what was accepted, and
+  `fake.sent_tokens` the bot token each of those sends used (same order).
 - Other Bot API methods answer `{"ok": true, "result": true}`.
 - `fake.answer_next(status, body, times=n)` makes the next n requests fail (or hang, with `delay`);
   the module's `too_many_requests`, `CANT_PARSE_ENTITIES`, `BOT_BLOCKED` and `CHAT_NOT_FOUND`
@@ -60,6 +62,8 @@ class FakeTelegram(LoopbackFake[RecordedRequest]):
     token: str = DEFAULT_TOKEN
     sent: list[dict[str, Any]] = field(default_factory=list)  # accepted sendMessage bodies + "message_id"
     _next_message_id: int = 1
+    other_tokens: tuple[str, ...] = ()  # further bots' tokens this fake also accepts
+    sent_tokens: list[str] = field(default_factory=list)  # the bot token of each send in `sent`
 
     def calls(self, api_method: str) -> list[Any]:
         """The JSON bodies of every request to one Bot API method."""
@@ -72,7 +76,8 @@ class FakeTelegram(LoopbackFake[RecordedRequest]):
         return RecordedRequest(http_method, path, api_method, body, headers)
 
     def _default_answer(self, request: RecordedRequest) -> ScriptedAnswer:
-        if not request.path.startswith(f"/bot{self.token}/"):
+        token = next((t for t in (self.token, *self.other_tokens) if request.path.startswith(f"/bot{t}/")), None)
+        if token is None:
             return ScriptedAnswer(401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
         if request.api_method != "sendMessage":
             return ScriptedAnswer(200, {"ok": True, "result": True})
@@ -87,6 +92,7 @@ class FakeTelegram(LoopbackFake[RecordedRequest]):
         message_id = self._next_message_id
         self._next_message_id += 1
         self.sent.append({**payload, "message_id": message_id})
+        self.sent_tokens.append(token)
         result = {"message_id": message_id, "date": int(time.time()), "chat": {"id": payload["chat_id"]}, "text": text}
         return ScriptedAnswer(200, {"ok": True, "result": result})
 
