@@ -392,4 +392,15 @@ def check_switch_session_resumes_an_older_one(make: Make) -> None:
         store.switch_session(KEY, other.session_id, fence=fence(route(store)), now=T0 + 4)
 
 
+def check_a_memory_flush_is_marked_once_over(make: Make) -> None:
+    store = make(SessionRules())
+    entry = store.get_or_create(DM, KEY, T0)
+    assert not store.memory_flushed(entry.session_id)
+    store.mark_memory_flushed(entry.session_id, T0 + 1)
+    store.mark_memory_flushed(entry.session_id, T0 + 2)  # again: no error
+    assert store.memory_flushed(entry.session_id)
+    store.mark_memory_flushed("20261129T000000-nosuchsession", T0)  # nobody waits on a missing one
+    assert not store.memory_flushed("20261129T000000-nosuchsession")
+
+
 CHECKS = [value for name, value in sorted(globals().items()) if name.startswith("check_")]

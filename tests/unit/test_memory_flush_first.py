@@ -78,3 +78,18 @@ def test_a_session_that_was_not_reset_does_not_wait() -> None:
     turn = world.route("hello", source=DM)
     assert "after_flush" not in turn
     assert world.clock == NOW
+
+
+def test_a_flush_started_again_saves_nothing_twice() -> None:
+    world = World()
+    flush, _ = routed_after_new(world)
+    steps: list[str] = []
+    for _attempt in range(2):
+        state = run_step("prepare", flush, world.deps)
+        # the state machine goes from Prepare straight to Commit when it says "stopped"
+        rest = ["commit"] if state.get("next") == "stopped" else ["call_model", "deliver", "commit"]
+        steps += ["prepare", *rest]
+        for name in rest:
+            state = run_step(name, state, world.deps)
+    assert steps == ["prepare", "call_model", "deliver", "commit", "prepare", "commit"]
+    assert state["status"] == "stopped" and world.store.memory_flushed(flush["session_id"])

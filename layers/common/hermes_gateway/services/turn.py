@@ -263,6 +263,11 @@ def prepare(turn: dict[str, Any], deps: TurnDeps) -> dict[str, Any]:
         _await_flush(str(turn["after_flush"]), deps)
     now = deps.now()
     stop = _hold_lease(turn, deps)
+    if kind == "flush" and not turn.get("loop") and deps.store.memory_flushed(turn["session_id"]):
+        # Started again (the sweep ended the session and a later message replaced it, or an
+        # Express start was repeated): the memories were saved once; no second model call.
+        logger.info("memory flush already done", extra={"turn_id": turn["turn_id"]})
+        stop = True
     state = dict(turn)
     state.pop("after_flush", None)  # a continuation or a resumed approval does not wait again
     if kind == "chat":
@@ -819,7 +824,7 @@ def commit(turn: dict[str, Any], deps: TurnDeps) -> dict[str, Any]:
     elif kind == "cron" and deps.jobs is not None:
         job = turn["job"]
         deps.jobs.record_run(job["id"], job["run_id"], "ok", None, deps.now())
-    elif kind == "flush":
+    elif kind == "flush" and not stopped:
         manager = _memory(turn, deps)
         if manager is not None:
             manager.on_session_end(_transcript(turn, deps))  # external providers see the transcript too
