@@ -225,3 +225,9 @@ def test_a_profile_with_its_own_bedrock_model_may_invoke_it(tmp_path_factory: py
     assert "foundation-model/anthropic.claude-3-haiku-20240307-v1:0" in text
     assert "foundation-model/anthropic.claude-sonnet-4-5-20250929-v1:0" in text
     assert synth.nag_violations == []
+
+
+def test_cfn_lint_finds_nothing_in_a_stack_with_named_profiles(profiled: Synthesized) -> None:
+    from tests.infra.test_infra_cfn_lint import lint_findings
+
+    assert lint_findings(profiled) == []
