@@ -4,6 +4,7 @@ with a clear message and a non-zero exit when it cannot do what was asked."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,7 +45,11 @@ def test_the_cli_against_local_mode(
 
     assert cli(["send", "local", "--text", "note to self", "--local"]) == 0
     assert json.loads(capsys.readouterr().out)["target"]["platform"] == "local"
-    assert [r["status"] for r in client.wait_outbox(1, platform="local")] == ["recorded"]
+    # the row appears as `pending` when the delivery claims it, and is `recorded` a moment later
+    deadline = time.time() + 15
+    while [r["status"] for r in client.wait_outbox(1, platform="local")] != ["recorded"] and time.time() < deadline:
+        time.sleep(0.05)
+    assert [r["status"] for r in client.outbox(platform="local")] == ["recorded"]
     assert cli(["send", "#nowhere", "--text", "x", "--local"]) == 2
     assert "no chat named" in capsys.readouterr().err
 

@@ -59,9 +59,12 @@ def test_existing_session_is_reused_and_force_new_replaces_it_once(aws: Any) -> 
     made = [r for r in replaced if r.created]
     final = store.get_route("k")
     assert final is not None and made and final.session_id in {r.session_id for r in made}
-    assert final.revision == fresh.revision + len(made)
-    assert sorted(r.revision for r in made) == list(range(fresh.revision + 1, final.revision + 1))
-    assert count(aws.bindings.table("sessions")) == 2 + len(made)
+    # Each replacement is one route write and one new session. A caller whose replacement was
+    # itself replaced before it read the route back answers with the newer session (created False),
+    # so `made` may count fewer than were made; the sessions table counts them all.
+    replacements = count(aws.bindings.table("sessions")) - 2
+    assert len(made) <= replacements and final.revision == fresh.revision + replacements
+    assert {r.revision for r in made} <= set(range(fresh.revision + 1, final.revision + 1))
     live = [s for s in store.models.session.scan() if s.ended_at is None]
     assert [s.session_id for s in live] == [final.session_id]
 
