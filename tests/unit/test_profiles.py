@@ -24,6 +24,7 @@ from hermes_gateway.services.router import Access, route_message
 from hermes_gateway.services.turn import turn_profile
 from hermes_gateway.services.turn_commands import reply_target
 from hermes_gateway.settings import MAX_PROFILES, load_settings
+from tests.fakes import platforms
 from tests.fakes.access import FakePairingStore
 from tests.fakes.services import FakeDeliveryQueue, FakeDirectory, FakeEnqueue, FakeEvents, FakeStarter
 from tests.fakes.sessions import FakeSessionStore
@@ -227,22 +228,15 @@ CODER_PATH = "/p/coder/webhooks/telegram"
 
 def _post(request: HttpRequest, profile: str | None, env: dict[str, str], enqueue: FakeEnqueue) -> Any:
     base = settings()
-
-    def adapters(platform: str, named: str | None = None) -> Any:
-        chosen = base.for_profile(named)
-        return _adapter(platform, chosen, env, named)
-
     return handle_webhook(
-        "telegram", request, settings=base, adapters=adapters, enqueue_once=enqueue, received_at=NOW, profile=profile
+        "telegram",
+        request,
+        settings=base,
+        adapters=platforms.adapters(base, env, lambda: NOW),
+        enqueue_once=enqueue,
+        received_at=NOW,
+        profile=profile,
     )
-
-
-def _adapter(platform: str, chosen: Any, env: dict[str, str], profile: str | None) -> Any:
-    from hermes_gateway.platforms import catalog
-    from hermes_gateway.platforms.base import AdapterContext
-
-    context = AdapterContext(chosen.platforms[platform], chosen, Secrets(env).for_profile(profile), lambda: NOW)
-    return catalog.load(BY_NAME[platform].inbound)(context)
 
 
 def test_a_named_profiles_webhook_is_verified_with_its_own_secret_and_carries_the_profile() -> None:
@@ -275,7 +269,7 @@ def test_an_unserved_profile_or_a_platform_it_does_not_enable_is_404() -> None:
         "slack",
         HttpRequest("POST", "/p/coder/webhooks/slack", {}, b"{}"),
         settings=base,
-        adapters=lambda platform, named=None: _adapter(platform, base.for_profile(named), env, named),
+        adapters=platforms.adapters(base, env, lambda: NOW),
         enqueue_once=enqueue,
         received_at=NOW,
         profile="coder",

@@ -101,6 +101,12 @@ class InboundAdapter(Protocol):
         ...
 
 
+class AdapterLookup(Protocol):
+    """A profile's inbound adapter of a platform (`wiring.inbound_adapter`); None when unknown."""
+
+    def __call__(self, platform: str, profile: str | None = None) -> InboundAdapter | None: ...
+
+
 def json_payload(request: HttpRequest) -> Any:
     """The body as JSON, or BadRequest."""
     try:
@@ -155,21 +161,19 @@ def handle_webhook(
     request: HttpRequest,
     *,
     settings: Settings,
-    adapters: Callable[..., InboundAdapter | None],
+    adapters: AdapterLookup,
     enqueue_once: EnqueueOnce,
     received_at: float,
     profile: str | None = None,
 ) -> HttpResponse:
     """`settings` are the deployment's; `profile` names the bot the request is for (None: the
-    deployment's own). `adapters(platform)`, or `adapters(platform, profile)` for a named one."""
+    deployment's own); `adapters(platform, profile)` builds that bot's inbound adapter."""
     try:
         settings = settings.for_profile(profile)
     except UnknownProfile:
         return _reject(404, "unknown profile", platform)
     spec = catalog.spec(platform)
-    adapter = None
-    if spec is not None and settings.platform(platform) is not None:
-        adapter = adapters(platform, profile) if profile else adapters(platform)
+    adapter = adapters(platform, profile) if spec is not None and settings.platform(platform) is not None else None
     if spec is None or adapter is None:
         return _reject(404, "unknown or disabled platform", platform)
     if request.method not in spec.methods:
