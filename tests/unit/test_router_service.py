@@ -16,14 +16,13 @@ from hypothesis import strategies as st
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import SessionBusy
 from hermes_gateway.services.router import (
-    LEASE_MARGIN_SECONDS,
     Access,
     RouteOutcome,
     lease_token_for,
     route_message,
     turn_id_for,
 )
-from hermes_gateway.settings import Settings
+from hermes_gateway.settings import LEASE_MARGIN_SECONDS, Settings
 from tests.fakes.access import FakePairingStore
 from tests.fakes.services import FakeDeliveryQueue, FakeEvents, FakeStarter, make_settings
 from tests.fakes.sessions import FakeSessionStore

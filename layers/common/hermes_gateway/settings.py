@@ -330,6 +330,11 @@ class SessionSettings:
     resume_window_seconds: int = 3600
     route_max_idle_days: int = 90
 
+    @property
+    def lease_ttl_seconds(self) -> int:
+        """How long a turn's lease lasts: its time limit, and a margin."""
+        return self.turn_timeout_seconds + LEASE_MARGIN_SECONDS
+
 
 @dataclass(frozen=True)
 class CronSettings:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from hermes_gateway.domain.sessions import ExpiredLease, SessionStore, TurnLease
 from hermes_gateway.observability import MetricUnit, hash_id, logger, metrics
-from hermes_gateway.settings import LEASE_MARGIN_SECONDS, Settings
+from hermes_gateway.settings import Settings
 
 if TYPE_CHECKING:
     from hermes_gateway.domain.turns import TurnControl
@@ -73,7 +73,7 @@ def _hand_queue_on(deps: LeaseRecovery, expired: ExpiredLease, now: float) -> bo
 
     digest = hashlib.sha256(f"recover|{expired.lease_token}".encode()).hexdigest()
     turn_id, token = f"recover-{digest[:32]}", digest[32:64]
-    ttl = deps.settings.sessions.turn_timeout_seconds + LEASE_MARGIN_SECONDS
+    ttl = deps.settings.sessions.lease_ttl_seconds
     if not deps.lease.acquire(expired.session_key, turn_id, token, now, ttl):
         return False  # a new message took the session first: its router hands the queue on
     entry = deps.store.get_route(expired.session_key)

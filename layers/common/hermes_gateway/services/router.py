@@ -41,7 +41,7 @@ from hermes_gateway.services.turn_commands import (
     queue_busy_message,
     reply_target,
 )
-from hermes_gateway.settings import LEASE_MARGIN_SECONDS, Settings, busy_retry_delay
+from hermes_gateway.settings import Settings, busy_retry_delay
 
 
 class DeliveryQueue(Protocol):
@@ -74,7 +74,7 @@ def lease_token_for(turn_id: str) -> str:
 
 
 def _busy_retry_after(entry: SessionEntry, settings: Settings, now: float) -> int:
-    ttl = settings.sessions.turn_timeout_seconds + LEASE_MARGIN_SECONDS
+    ttl = settings.sessions.lease_ttl_seconds
     lease_age = now - (entry.lease_expires_at - ttl) if entry.lease_expires_at is not None else 0.0
     return busy_retry_delay(settings.sessions.busy_retry_seconds, lease_age)
 
@@ -128,10 +128,6 @@ def _reply_job(message: InboundMessage, kind: str, text: str, redact: list[str] 
     }
 
 
-def _lease_ttl(settings: Settings) -> int:
-    return settings.sessions.turn_timeout_seconds + LEASE_MARGIN_SECONDS
-
-
 def _turn_command(message: InboundMessage, ctx: TurnCommandContext, access: Access) -> str | None:
     """Commands about the running turn (/stop, /approve, /deny, yes/no, /yolo, a bare /queue),
     answered before the busy check. An approval nobody answered in time is denied first."""
@@ -148,7 +144,8 @@ def _turn_command(message: InboundMessage, ctx: TurnCommandContext, access: Acce
 
 def _lease_or_retry_later(entry: SessionEntry, lease: TurnLease, turn_id: str, settings: Settings, now: float) -> None:
     """Without turn control a busy session's message goes back to the inbound queue for later."""
-    if not lease.acquire(entry.session_key, turn_id, lease_token_for(turn_id), now, _lease_ttl(settings)):
+    ttl = settings.sessions.lease_ttl_seconds
+    if not lease.acquire(entry.session_key, turn_id, lease_token_for(turn_id), now, ttl):
         metrics.add_metric(name="SessionBusy", unit=MetricUnit.Count, value=1)
         raise SessionBusy("another turn holds the session", _busy_retry_after(entry, settings, now))
 
@@ -181,7 +178,7 @@ def _take_lease_or_queue(
     mode = "queue" if forced_queue else busy_mode(message.source, ctx.settings)
     token = lease_token_for(turn_id)
     for _ in range(3):
-        if ctx.lease.acquire(ctx.session_key, turn_id, token, ctx.now, _lease_ttl(ctx.settings)):
+        if ctx.lease.acquire(ctx.session_key, turn_id, token, ctx.now, ctx.settings.sessions.lease_ttl_seconds):
             if entry.resume_pending or entry.auto_continue is not None:
                 return _behind_stranded_queue(message, entry, ctx, token)
             return None

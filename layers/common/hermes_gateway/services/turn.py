@@ -29,7 +29,7 @@ from hermes_gateway.errors import PermanentError
 from hermes_gateway.observability import MetricUnit, hash_id, logger, metrics
 from hermes_gateway.providers.base import ChatMessage, ModelReply, Provider, ToolCall, ToolSpec, Usage
 from hermes_gateway.services.cron import finish_run
-from hermes_gateway.settings import LEASE_MARGIN_SECONDS, Settings
+from hermes_gateway.settings import Settings
 from hermes_gateway.tools.base import Tool, ToolContext, ToolResult, execute, user_hash
 
 if TYPE_CHECKING:
@@ -165,10 +165,6 @@ def _leased(turn: dict[str, Any]) -> bool:
     return _kind(turn) == "chat"
 
 
-def _ttl(deps: TurnDeps) -> int:
-    return deps.settings.sessions.turn_timeout_seconds + LEASE_MARGIN_SECONDS
-
-
 def _emit(deps: TurnDeps, name: str, turn: dict[str, Any], **extra: Any) -> None:
     """Lifecycle events carry no text and no raw ids (BEHAVIOUR §8)."""
     if deps.events is None:
@@ -192,7 +188,7 @@ def _hold_lease(turn: dict[str, Any], deps: TurnDeps) -> bool:
     whether /stop (or an interrupting message) asked this turn to stop."""
     if not _leased(turn):
         return False
-    until = deps.now() + _ttl(deps)
+    until = deps.now() + deps.settings.sessions.lease_ttl_seconds
     if deps.control is not None:
         state = deps.control.extend(turn["session_key"], turn["lease_token"], until)
         if state is None:
@@ -739,7 +735,7 @@ def release_or_hand_off(
 ) -> str:
     """Release the lease, or hand it to the next queued message and start that turn: the check
     and the release are one conditional write, so nothing queued is left without a turn."""
-    ttl = settings.sessions.turn_timeout_seconds + LEASE_MARGIN_SECONDS
+    ttl = settings.sessions.lease_ttl_seconds
     plan = _next_turn_planner(session_key, session_id, settings, now, model_override)
     finished = control.finish(session_key, token, plan, ttl, now)
     if finished.status == "handed_off" and finished.next_turn is not None:

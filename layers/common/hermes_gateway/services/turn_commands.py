@@ -17,7 +17,7 @@ from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.domain.turns import PendingApproval, QueuedInput, TurnControl
 from hermes_gateway.observability import MetricUnit, logger, metrics
 from hermes_gateway.services.commands import describe, parse_command
-from hermes_gateway.settings import LEASE_MARGIN_SECONDS, Settings
+from hermes_gateway.settings import Settings
 
 TURN_COMMANDS = ("stop", "approve", "deny", "yolo", "queue")
 for _name, _summary in (
@@ -93,7 +93,7 @@ def resume_after_answer(approval: PendingApproval, ctx: TurnCommandContext) -> b
     state = ctx.control.paused_state(approval.session_id, approval.turn_id)
     if state is None or approval.decision is None:
         return False
-    ttl = ctx.settings.sessions.turn_timeout_seconds + LEASE_MARGIN_SECONDS
+    ttl = ctx.settings.sessions.lease_ttl_seconds
     # The lease is normally still held (its expiry was the approval's); after an expiry sweep it
     # is free again and the same token takes it back.
     if not ctx.lease.acquire(ctx.session_key, approval.turn_id, state["lease_token"], ctx.now, ttl):
