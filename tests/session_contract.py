@@ -271,6 +271,21 @@ def check_titles_are_unique_per_profile(make: Make) -> None:
         store.rename(a.session_id, "   ", fence=fence(route(store)), now=T0 + 8)
 
 
+def check_a_taken_title_is_refused_as_taken_whatever_the_session_had(make: Make) -> None:
+    store = make(SessionRules())
+    a = store.get_or_create(DM, KEY, T0)
+    store.rename(a.session_id, "Trip plans", fence=fence(route(store)), now=T0 + 1)
+    b = store.get_or_create(DM, "agent:main:telegram:dm:100", T0 + 2)
+    with pytest.raises(Conflict, match="title"):  # an untitled session
+        store.rename(b.session_id, "trip plans", fence=fence(route(store, b.session_key)), now=T0 + 3)
+    store.rename(b.session_id, "Other", fence=fence(route(store, b.session_key)), now=T0 + 4)
+    with pytest.raises(Conflict, match="title"):  # a titled one (its old title is released in the same write)
+        store.rename(b.session_id, "Trip plans", fence=fence(route(store, b.session_key)), now=T0 + 5)
+    with pytest.raises(Conflict, match="title"):  # a branch named like another session
+        store.branch(b.session_id, fence=fence(route(store, b.session_key)), now=T0 + 6, title="TRIP plans")
+    assert store.get_session(b.session_id).title == "Other"
+
+
 def check_branch_copies_active_rows_into_a_child(make: Make) -> None:
     store = make(SessionRules())
     parent = store.get_or_create(DM, KEY, T0)

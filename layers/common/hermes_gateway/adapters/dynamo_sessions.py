@@ -86,6 +86,38 @@ def _lost_race(exc: TransactWriteError) -> bool:
     return CONDITION_FAILED in codes or TRANSACTION_CONFLICT in codes
 
 
+class _OrderedWrite(TransactWrite):  # type: ignore[type-arg]
+    """A TransactWrite that remembers the order its operations were written in. DynamoDB gives a
+    cancelled transaction's reasons in the order of the items sent, and pynamodb sends condition
+    checks, then deletes, then puts, then updates, whatever order they were written in."""
+
+    _SENT_ORDER = ("condition_check", "delete", "save", "update")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.written: list[str] = []
+
+    def condition_check(self, *args: Any, **kwargs: Any) -> None:
+        self.written.append("condition_check")
+        super().condition_check(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> None:
+        self.written.append("delete")
+        super().delete(*args, **kwargs)
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.written.append("save")
+        super().save(*args, **kwargs)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self.written.append("update")
+        super().update(*args, **kwargs)
+
+    def written_index_of_sent(self) -> list[int]:
+        """For each item as sent, the index of the operation as written."""
+        return sorted(range(len(self.written)), key=lambda i: self._SENT_ORDER.index(self.written[i]))
+
+
 def _dedupe_seq(dedupe_key: str) -> int:
     """Markers sit at negative sort keys in the session's own partition (48 bits of a hash)."""
     return -(int(hashlib.sha256(dedupe_key.encode()).hexdigest()[:12], 16) + 1)
@@ -269,15 +301,18 @@ class DynamoSessionStore:
         return route
 
     def _transact(self, write: Callable[[TransactWrite], None], errors: Sequence[Exception | None]) -> None:
-        """Run one transaction; a failed condition on item i raises `errors[i]` (None: not expected)."""
+        """Run one transaction; a failed condition on the i-th operation `write` wrote raises
+        `errors[i]` (None: not expected)."""
         for attempt in range(_MAX_ATTEMPTS):
+            tx = _OrderedWrite(connection=self._connection)
             try:
-                with throttling_is_transient(), TransactWrite(connection=self._connection) as tx:
+                with throttling_is_transient(), tx:
                     write(tx)
                 return
             except TransactWriteError as exc:
                 codes = cancellation_codes(exc)
-                for code, error in zip(codes, errors, strict=False):
+                for code, written in zip(codes, tx.written_index_of_sent(), strict=False):
+                    error = errors[written] if written < len(errors) else None
                     if code == CONDITION_FAILED and error is not None:
                         raise error from None
                 if TRANSACTION_CONFLICT in codes:
@@ -536,9 +571,7 @@ class DynamoSessionStore:
                         condition=Session.session_id.exists() & Session.ended_at.does_not_exist(),
                     )
         except TransactWriteError as exc:
-            if fence is not None and cancellation_codes(exc)[:1] == [CONDITION_FAILED]:
-                raise _stale() from None
-            if _lost_race(exc):
+            if _lost_race(exc):  # a fenced caller (reset) reports None as stale
                 return None
             raise
         fresh = self._route(old.session_key)
