@@ -432,3 +432,19 @@ def test_a_named_profiles_tools_send_through_its_own_bot() -> None:
     notices = FakeDeliveryQueue()
     assert report_failure(notices, {**stored.turn_job("r1"), "name": "stretch"}, "boom")
     assert notices.bodies[0]["target"]["profile"] == "coder"
+
+
+def test_the_memory_tool_takes_notes_as_long_as_the_setting_allows() -> None:
+    long_note = "n" * 1500  # over the default 1000, within the configured 2000
+    for kind in ("chat", "flush"):
+        settings = make_settings({"GATEWAY_MEMORY_MAX_NOTE_CHARS": "2000"})
+        ctx = _ctx(
+            kind=kind,
+            memory=MemoryManager([BuiltinMemory(FakeNoteStore(), NoteLimits(max_notes=3, max_note_chars=2000))]),
+        )
+        result = execute(ToolCall("c1", "memory", {"action": "add", "text": long_note}), tools_for(kind, settings), ctx)
+        assert not result.is_error, result.content
+    refused = execute(
+        ToolCall("c2", "memory", {"action": "add", "text": long_note}), tools_for("chat", make_settings()), _ctx()
+    )
+    assert refused.is_error  # the default still holds a note to 1000 characters

@@ -8,12 +8,12 @@ from hermes_gateway.memory.honcho import HONCHO_TOOL_SPECS, HonchoMemory
 from hermes_gateway.memory.manager import MemoryManager, MemoryProvider
 from hermes_gateway.providers.base import ToolSpec
 from hermes_gateway.settings import Settings
-from hermes_gateway.tools.memory import MEMORY_SPEC, NoteLimits, NoteStore
+from hermes_gateway.tools.memory import NoteLimits, NoteStore, memory_spec
 
 
 def memory_tool_specs(settings: Settings) -> list[ToolSpec]:
     """The built-in `memory` tool, then the enabled external provider's tools."""
-    specs = [MEMORY_SPEC]
+    specs = [memory_spec(settings.memory.max_note_chars)]
     if settings.memory.external == "honcho":
         specs += HONCHO_TOOL_SPECS
     return specs

@@ -17,6 +17,22 @@ from hermes_gateway.tools.base import ToolError, result_text
 MAX_NOTE_CHARS = 1000
 MAX_NOTES = 100
 
+
+def memory_spec(max_note_chars: int = MAX_NOTE_CHARS) -> ToolSpec:
+    """The tool's schema; a note may be as long as the deployment's `memory.max_note_chars`."""
+    return ToolSpec(
+        name=MEMORY_SPEC.name,
+        description=MEMORY_SPEC.description,
+        parameters={
+            **MEMORY_SPEC.parameters,
+            "properties": {
+                **MEMORY_SPEC.parameters["properties"],
+                "text": {"type": "string", "minLength": 1, "maxLength": max_note_chars},
+            },
+        },
+    )
+
+
 MEMORY_SPEC = ToolSpec(
     name="memory",
     description=(

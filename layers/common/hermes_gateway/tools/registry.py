@@ -15,7 +15,7 @@ from hermes_gateway.memory.registry import memory_tool_specs
 from hermes_gateway.settings import Settings
 from hermes_gateway.tools.base import SpecTool, Tool, TurnKind
 from hermes_gateway.tools.cronjob import CRONJOB
-from hermes_gateway.tools.memory import MEMORY_SPEC
+from hermes_gateway.tools.memory import memory_spec
 from hermes_gateway.tools.send_message import SEND_MESSAGE
 from hermes_gateway.tools.session_search import SESSION_SEARCH
 
@@ -27,7 +27,7 @@ def tools_for(kind: TurnKind, settings: Settings) -> list[Tool]:
         raise ValueError(f"unknown turn kind {kind!r}")
     approval = set(settings.tools.needs_approval)
     if kind == "flush":
-        return [MemoryTool(MEMORY_SPEC, needs_approval="memory" in approval)]
+        return [MemoryTool(memory_spec(settings.memory.max_note_chars), needs_approval="memory" in approval)]
     chosen: list[Tool] = [
         MemoryTool(spec, needs_approval=spec.name in approval) for spec in memory_tool_specs(settings)
     ]
