@@ -43,7 +43,7 @@ def queue_message(
     by the bot of the profile `settings` are (give the directory as that profile sees it)."""
     target = resolve_target(target_spec, origin=None, home_channels=home_channels(settings), directory=directory)
     delivery_id = f"send-{uuid.uuid4().hex}"
-    job_target = {**target.to_dict(), **({"profile": settings.served_profile} if settings.served_profile else {})}
+    job_target = target.to_dict(settings.served_profile)
     queue.send({"delivery_id": delivery_id, "kind": "push", "mirror": mirror, "target": job_target, "text": text})
     return target, delivery_id
 

@@ -35,8 +35,13 @@ class ResolvedTarget:
     thread_id: str | None = None
     label: str = ""  # how the target was named, for messages and logs
 
-    def to_dict(self) -> dict[str, str | None]:
-        return {"platform": self.platform, "chat_id": self.chat_id, "thread_id": self.thread_id}
+    def to_dict(self, profile: str | None = None) -> dict[str, str | None]:
+        """The target as a delivery job carries it; `profile` names the named profile whose bot
+        sends (None: the deployment's own, and no key)."""
+        found: dict[str, str | None] = {"platform": self.platform, "chat_id": self.chat_id, "thread_id": self.thread_id}
+        if profile:
+            found["profile"] = profile
+        return found
 
 
 @dataclass(frozen=True)

@@ -623,9 +623,8 @@ def _queue_delivery(
     extra: dict[str, Any] | None = None,
     buttons: list[dict[str, str]] | None = None,
 ) -> None:
+    # The reply target names a named profile's bot already (turn_commands.reply_target).
     reply_to = dict(target or turn["reply_to"])
-    if deps.settings.served_profile:  # a named profile's bot sends what its turns say
-        reply_to["profile"] = deps.settings.served_profile
     if buttons:
         # Senders that know native buttons show these under the message; every platform gets the text.
         extra = {**(extra or {}), "buttons": buttons}
@@ -682,7 +681,7 @@ def deliver(turn: dict[str, Any], deps: TurnDeps) -> dict[str, Any]:
                 turn,
                 delivery_id,
                 text,
-                target=target.to_dict(),
+                target=target.to_dict(deps.settings.served_profile),  # sent by the job's profile's bot
                 extra={"kind": "push", "mirror": True, "cron": {"job_id": job["id"], "run_id": job["run_id"]}},
             )
         return {**turn, "delivery": "queued"}

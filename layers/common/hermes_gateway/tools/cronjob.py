@@ -142,7 +142,7 @@ def _origin(ctx: ToolContext) -> dict[str, Any] | None:
     notice goes straight to this target, so it must say which bot sends it."""
     if ctx.origin is None:
         return None
-    return {**ctx.origin.to_dict(), **({"profile": ctx.sends_as} if ctx.sends_as else {})}
+    return ctx.origin.to_dict(ctx.sends_as)
 
 
 def _check_target(target: str, ctx: ToolContext) -> None:

@@ -64,7 +64,7 @@ def send_message(arguments: dict[str, Any], ctx: ToolContext) -> str:
             "kind": "push",
             "mirror": True,
             "turn_id": ctx.turn_id,
-            "target": {**target.to_dict(), **({"profile": ctx.sends_as} if ctx.sends_as else {})},
+            "target": target.to_dict(ctx.sends_as),
             "text": text,
             "correlation_id": ctx.correlation_id,
             "session": hash_id(ctx.session_key),
