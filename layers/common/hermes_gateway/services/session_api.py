@@ -454,9 +454,7 @@ def _mutate(body: dict[str, Any], deps: SessionApiDeps) -> dict[str, Any]:
         if deps.starter is not None:  # BEHAVIOUR §3: the replaced session's memories are flushed
             from hermes_gateway.services.session_sweep import flush_replaced_session
 
-            route = store.get_route(info.session_key)
-            origin = (route.origin if route is not None else None) or {}
-            flush_replaced_session(deps.starter, entry, origin, now)
+            flush_replaced_session(deps.starter, entry, entry.origin or {}, now)  # the route keeps its origin
         _emit(deps, "session:reset", entry.session_id, info.session_key, reason="forced", previous=info.session_id)
         return {"op": op, "previous": info.session_id, "session": _entry_view(entry)}
     if op == "branch":
