@@ -128,10 +128,7 @@ class HermesGatewayStack(Stack):
             layer=layer.layer,
             environment=function_environment(settings),
             secrets_prefix=secrets_prefix(stage),
-            named_profiles={
-                named.profile: [spec for profile, spec in served if profile == named.profile]
-                for named in settings.profiles.values()
-            },
+            named_profiles={named.profile: enabled_platforms(named) for named in settings.profiles.values()},
         )
         # Each profile may use its own model; a model several profiles share is granted once.
         for provider in {(p.provider.name, p.provider.model): p.provider for p in settings.all_profiles()}.values():
