@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hermes_gateway.cli.target import add_target_arguments, bindings_for, cli_events, local_state
+from hermes_gateway.cli.target import add_target_arguments, bindings_for, cli_events, local_state, profile_settings
 from hermes_gateway.domain.events import LoggedEvents
 from hermes_gateway.domain.pairing import normalize_code
 from hermes_gateway.domain.profiles import pairing_for
@@ -63,20 +63,19 @@ def served_profile(args: argparse.Namespace) -> str | None:
     name = getattr(args, "profile", None)
     if not name:
         return None
-    if args.local:
-        state = local_state()
-        own, named = state.get("profile"), list(state.get("profiles") or {})
-        where = "the running local mode"
-    else:
+    if not args.local:
         from hermes_gateway.settings import load_settings_file
 
         settings = load_settings_file(Path(os.environ.get("GATEWAY_CONFIG", "gateway.yaml")))
-        own, named = settings.profile, list(settings.profiles)
-        where = "the configuration"
+        return profile_settings(settings, name).served_profile
+    state = local_state()
+    own, named = state.get("profile"), list(state.get("profiles") or {})
     if name == own:
         return None
     if name not in named:
-        raise ConfigError(f"no profile {name!r} in {where} (named profiles: {', '.join(named) or 'none'})")
+        raise ConfigError(
+            f"no profile {name!r} in the running local mode (named profiles: {', '.join(named) or 'none'})"
+        )
     return str(name)
 
 

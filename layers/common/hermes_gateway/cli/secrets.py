@@ -24,7 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hermes_gateway.errors import ConfigError, UnknownProfile
+from hermes_gateway.cli.target import profile_settings
+from hermes_gateway.errors import ConfigError
 from hermes_gateway.platforms import catalog
 from hermes_gateway.resources import SECRET_NAMES, secrets_prefix
 from hermes_gateway.secrets import PLATFORM_SECRETS, profile_secret_name
@@ -74,19 +75,9 @@ def read_value(name: str) -> str:
     return value
 
 
-def profile_of(settings: Settings, name: str | None) -> str | None:
-    """The named profile `--profile` picks (None: the deployment's own); a clear error for a
-    profile gateway.yaml does not declare."""
-    try:
-        return settings.for_profile(name).served_profile
-    except UnknownProfile:
-        known = ", ".join(settings.profiles) or "none"
-        raise ConfigError(f"no profile {name!r} in the configuration (named profiles: {known})") from None
-
-
 def _set(args: argparse.Namespace) -> int:
     settings = _settings()
-    secret = profile_secret_name(args.name, profile_of(settings, args.profile))
+    secret = profile_secret_name(args.name, profile_settings(settings, args.profile).served_profile)
     value = read_value(secret)
     name = secrets_prefix(args.stage or settings.stage) + secret
     _ssm().put_parameter(Name=name, Value=value, Type="SecureString", Overwrite=True, Tier="Standard")

@@ -18,6 +18,7 @@ from hermes_gateway.resources import QUEUES, TABLES, Bindings
 
 if TYPE_CHECKING:
     from hermes_gateway.domain.events import LoggedEvents
+    from hermes_gateway.settings import Settings
 
 LOCAL_STATE_ENV = "HERMES_LOCAL_STATE"
 
@@ -157,3 +158,15 @@ def cli_events() -> LoggedEvents:
     from hermes_gateway.domain.events import LoggedEvents
 
     return LoggedEvents(Logger(service="hermes-gateway-cli", level="INFO", logger_handler=_CurrentStandardError()))
+
+
+def profile_settings(settings: Settings, name: str | None) -> Settings:
+    """The settings of the profile `--profile NAME` picks (None, or the deployment's own name: the
+    deployment's); a clear error for a profile the configuration does not declare."""
+    from hermes_gateway.errors import UnknownProfile
+
+    try:
+        return settings.for_profile(name)
+    except UnknownProfile:
+        known = ", ".join(settings.profiles) or "none"
+        raise ConfigError(f"no profile {name!r} in the configuration (named profiles: {known})") from None

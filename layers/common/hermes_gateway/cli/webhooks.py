@@ -26,8 +26,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hermes_gateway.cli.target import add_target_arguments, local_state, stack_outputs, webhook_output_key
-from hermes_gateway.errors import ConfigError, GatewayError, UnknownProfile
+from hermes_gateway.cli.target import (
+    add_target_arguments,
+    local_state,
+    profile_settings,
+    stack_outputs,
+    webhook_output_key,
+)
+from hermes_gateway.errors import ConfigError, GatewayError
 from hermes_gateway.platforms import catalog
 from hermes_gateway.resources import secrets_prefix
 
@@ -69,15 +75,6 @@ def _settings() -> Settings:
     from hermes_gateway.settings import load_settings_file
 
     return load_settings_file(Path(os.environ.get("GATEWAY_CONFIG", "gateway.yaml")))
-
-
-def _profile_settings(settings: Settings, name: str | None) -> Settings:
-    """The profile's settings; a clear error for a profile gateway.yaml does not declare."""
-    try:
-        return settings.for_profile(name)
-    except UnknownProfile:
-        known = ", ".join(settings.profiles) or "none"
-        raise ConfigError(f"no profile {name!r} in the configuration (named profiles: {known})") from None
 
 
 ProfileUrls = tuple[str, str | None, dict[str, str]]
@@ -152,7 +149,7 @@ def _context(args: argparse.Namespace, platform: str) -> Any:
     from hermes_gateway.platforms.base import AdapterContext
     from hermes_gateway.secrets import Secrets
 
-    settings = _profile_settings(_settings(), getattr(args, "profile", None))
+    settings = profile_settings(_settings(), getattr(args, "profile", None))
     env = dict(os.environ)
     if not args.local:
         env.setdefault("HERMES_SECRETS_PREFIX", secrets_prefix(_stage(args)))
