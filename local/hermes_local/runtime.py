@@ -182,6 +182,7 @@ class LocalGateway:
         self._threads: list[threading.Thread] = []
         self._saved_environ: dict[str, str] | None = None
         self.started_at = 0.0
+        self.settings: Settings | None = None  # what the functions run with, once started
 
     def enabled_platforms(self) -> list[str]:
         """The platforms whose webhooks this local mode accepts."""
@@ -189,7 +190,7 @@ class LocalGateway:
 
     def profile_platforms(self) -> dict[str, list[str]]:
         """Each named profile's enabled platforms (its webhooks are `/p/<profile>/webhooks/<platform>`)."""
-        return profile_platforms(load_settings(env=os.environ, config={}))
+        return profile_platforms(self.settings) if self.settings is not None else {}
 
     @property
     def url(self) -> str:
@@ -207,7 +208,8 @@ class LocalGateway:
         settings_env, self.notices = local_settings_env(self.config_path, self.base_environ)
         for name in ("TELEGRAM_WEBHOOK_SECRET", "WEBCHAT_TOKEN", "SESSION_API_TOKEN"):
             self.local_secrets[name] = self.base_environ.get(name) or secrets.token_urlsafe(24)
-        named = profile_platforms(load_settings(env=settings_env, config={}))
+        self.settings = load_settings(env=settings_env, config={})
+        named = profile_platforms(self.settings)
         for profile in (p for p, platforms in named.items() if "telegram" in platforms):
             name = profile_secret_name("TELEGRAM_WEBHOOK_SECRET", profile)  # each bot its own, as above
             self.local_secrets[name] = self.base_environ.get(name) or secrets.token_urlsafe(24)
@@ -257,7 +259,7 @@ class LocalGateway:
                 "url": self.url,
                 "platforms": self.enabled_platforms(),
                 # the deployment's own profile's name, and each named profile's enabled platforms
-                "profile": load_settings(env=os.environ, config={}).profile,
+                "profile": self.settings.profile,
                 "profiles": self.profile_platforms(),
                 "aws_environment": local_aws_environment(self.moto_port, REGION),
                 "resources": resource_env,
