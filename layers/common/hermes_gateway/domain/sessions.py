@@ -173,6 +173,10 @@ class SessionEntry:
     policy_deadline: float | None = None  # when the reset policy next expires this session
     auto_continue: AutoContinue | None = None  # set by get_or_create (see AutoContinue)
 
+    def lease_held(self, now: float) -> bool:
+        """A turn holds the session: its lease is taken and has not expired."""
+        return self.lease_token is not None and (self.lease_expires_at or 0) > now
+
 
 @dataclass(frozen=True)
 class SessionInfo:

@@ -226,10 +226,6 @@ def _store(call: CommandCall) -> tuple[SessionStore, str]:
     return store, key
 
 
-def _running(route: SessionEntry, now: float) -> bool:
-    return bool(route.lease_token) and (route.lease_expires_at or 0) > now
-
-
 def _full_fence(route: SessionEntry) -> Fence:
     return Fence(route.revision, route.execution_generation)
 
@@ -331,7 +327,7 @@ def _undo(call: CommandCall) -> str:
     route = call.route
     if route is None:
         return "Nothing to undo."
-    if _running(route, call.now):
+    if route.lease_held(call.now):
         return BUSY_REPLY
     try:
         result = store.undo(route.session_id, int(arg), fence=_full_fence(route), now=call.now)
@@ -349,7 +345,7 @@ def _retry(call: CommandCall) -> str | CommandResult:
     route = call.route
     if route is None:
         return "Nothing to retry."
-    if _running(route, call.now):
+    if route.lease_held(call.now):
         return BUSY_REPLY
     try:
         result = store.retry(route.session_id, fence=_full_fence(route), now=call.now)
@@ -373,7 +369,7 @@ def _status(call: CommandCall) -> str:
         if override
         else f"{provider.name}:{provider.model or 'default'}"
     )
-    state = "busy (a reply is being written)" if _running(route, call.now) else "idle"
+    state = "busy (a reply is being written)" if route.lease_held(call.now) else "idle"
     lines = [f"Session {_label(info, route.session_id)}"]
     if info is not None:
         active = len(store.transcript(route.session_id))
@@ -406,7 +402,7 @@ def _model(call: CommandCall) -> str:
         name = f"{current.provider or call.settings.provider.name}:{current.model}"
         return f"Model: {name} (this session; default {default})."
     route = _current_route(call)
-    if _running(route, call.now):
+    if route.lease_held(call.now):
         return BUSY_REPLY
     if arg.lower() == "default":
         override = None
@@ -483,7 +479,7 @@ def _resume(call: CommandCall) -> str:
     route = _current_route(call)
     if route.session_id == target.session_id:
         return f"Already in {_label(target, target.session_id)}."
-    if _running(route, call.now):
+    if route.lease_held(call.now):
         return BUSY_REPLY
     try:
         store.switch_session(key, target.session_id, fence=_full_fence(route), now=call.now)

@@ -308,7 +308,7 @@ def _not_running(info: SessionInfo, deps: SessionApiDeps) -> None:
     """A session whose turn is running is not changed under it (a turn that starts after this
     check bumps the execution generation, so the fenced write is refused instead)."""
     route = _route_for(info, deps)
-    if route is not None and route.lease_token and (route.lease_expires_at or 0) > deps.now():
+    if route is not None and route.lease_held(deps.now()):
         raise ApiError("busy")
 
 
@@ -343,7 +343,7 @@ def session_view(info: SessionInfo, route: SessionEntry | None, now: float) -> d
     }
     if route is not None:
         view.update(
-            busy=bool(route.lease_token) and (route.lease_expires_at or 0) > now,
+            busy=route.lease_held(now),
             suspended=route.suspended,
             resume_pending=route.resume_pending,
             model_override=route.model_override.to_dict() if route.model_override else None,

@@ -84,7 +84,7 @@ def sweep_expired_sessions(
         last = entry.last_activity_at if entry.last_activity_at is not None else entry.updated_at
         own = rules.for_key(entry.session_key)  # a named profile's session: its profile's policy
         reason = reset_reason(own.policy_for(entry.platform, entry.chat_type), last, now, own.time_zone)
-        if entry.lease_token is not None and (entry.lease_expires_at or 0) > now:
+        if entry.lease_held(now):
             skipped += 1  # active work is never expired; the next sweep looks again
             continue
         claimed = store.claim_expiry(entry, now)
