@@ -30,6 +30,7 @@ from hermes_gateway.domain.sessions import (
     new_session_id,
     normalize_title,
     profile_of_key,
+    search_hit,
     undo_point,
 )
 from hermes_gateway.domain.source import SessionSource
@@ -308,9 +309,9 @@ class FakeSessionStore:
         with self._lock:
             for info in self.list_sessions(profile, limit=sessions):
                 for row in reversed(self._active_rows(info.session_id)):
-                    at = row.content.casefold().find(needle)
-                    if at >= 0 and row.role in ("user", "assistant"):
-                        hits.append(_hit(info, row, at, len(needle)))
+                    hit = search_hit(info, row, needle)
+                    if hit is not None:
+                        hits.append(hit)
                         if len(hits) >= limit:
                             return hits
         return hits
@@ -698,9 +699,3 @@ class FakeSessionStore:
             if route is not None:
                 self._mark_failed(route, "lease_expired", now, stop_turn_id=None)
             return True
-
-
-def _hit(info: SessionInfo, row: TranscriptRow, at: int, length: int) -> SearchHit:
-    start = max(0, at - 60)
-    snippet = row.content[start : at + length + 100]
-    return SearchHit(info.session_id, row.seq, row.role, snippet, row.created_at, info.title)

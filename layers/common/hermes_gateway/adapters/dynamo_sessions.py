@@ -63,6 +63,7 @@ from hermes_gateway.domain.sessions import (
     new_session_id,
     normalize_title,
     profile_of_key,
+    search_hit,
     undo_point,
 )
 from hermes_gateway.domain.source import SessionSource
@@ -612,18 +613,11 @@ class DynamoSessionStore:
             item = self._session_item(info.session_id)
             hidden = _ranges(item.hidden_ranges if item else None)
             for row in Message.query(info.session_id, Message.seq > 0, scan_index_forward=False):
-                if not row.active or is_hidden(int(row.seq), hidden) or row.role not in ("user", "assistant"):
+                if not row.active or is_hidden(int(row.seq), hidden):
                     continue
-                text = row.content or ""
-                at = text.casefold().find(needle)
-                if at >= 0:
-                    start = max(0, at - 60)
-                    snippet = text[start : at + len(needle) + 100]
-                    hits.append(
-                        SearchHit(
-                            info.session_id, int(row.seq), row.role, snippet, float(row.created_at or 0), info.title
-                        )
-                    )
+                hit = search_hit(info, _row(row), needle)
+                if hit is not None:
+                    hits.append(hit)
                     if len(hits) >= limit:
                         return hits
         return hits

@@ -229,6 +229,18 @@ class SearchHit:
     title: str | None = None
 
 
+def search_hit(info: SessionInfo, row: TranscriptRow, needle: str) -> SearchHit | None:
+    """The hit a user or assistant row gives for a case-folded `needle`: the text from 60
+    characters before the match to 100 after it. None when the row does not match."""
+    if row.role not in ("user", "assistant"):
+        return None
+    at = row.content.casefold().find(needle)
+    if at < 0:
+        return None
+    snippet = row.content[max(0, at - 60) : at + len(needle) + 100]
+    return SearchHit(info.session_id, row.seq, row.role, snippet, row.created_at, info.title)
+
+
 @dataclass(frozen=True)
 class UndoResult:
     """What undo/retry removed: the rows made inactive and the first removed user turn's text."""
