@@ -34,6 +34,7 @@ from hermes_gateway.adapters.dynamo_errors import (
     throttling_is_transient_everywhere,
 )
 from hermes_gateway.adapters.models import (
+    LEASE_ATTRS,
     LEASE_SHARD,
     ROUTE_SHARDS,
     BoundModels,
@@ -41,6 +42,7 @@ from hermes_gateway.adapters.models import (
     RouteModelBase,
     SessionModelBase,
     dynamodb_endpoint,
+    marker_seq,
 )
 from hermes_gateway.domain.cost import estimate_cost, session_cost_status
 from hermes_gateway.domain.reset_policy import RouteState, SessionRules, next_deadline, route_decision
@@ -117,11 +119,6 @@ class _OrderedWrite(TransactWrite):  # type: ignore[type-arg]
     def written_index_of_sent(self) -> list[int]:
         """For each item as sent, the index of the operation as written."""
         return sorted(range(len(self.written)), key=lambda i: self._SENT_ORDER.index(self.written[i]))
-
-
-def _dedupe_seq(dedupe_key: str) -> int:
-    """Markers sit at negative sort keys in the session's own partition (48 bits of a hash)."""
-    return -(int(hashlib.sha256(dedupe_key.encode()).hexdigest()[:12], 16) + 1)
 
 
 def _shard(session_key: str) -> str:
@@ -597,7 +594,7 @@ class DynamoSessionStore:
     def find_session_by_title(self, profile: str, title: str) -> SessionInfo | None:
         _, key = normalize_title(title)
         try:
-            claim = self.models.message.get(_titles_partition(profile), _dedupe_seq(key), consistent_read=True)
+            claim = self.models.message.get(_titles_partition(profile), marker_seq(key), consistent_read=True)
         except DoesNotExist:
             return None
         item = self._session_item(claim.content or "")
@@ -665,7 +662,7 @@ class DynamoSessionStore:
                 with throttling_is_transient(), TransactWrite(connection=self._connection) as tx:
                     tx.save(row, condition=Message.seq.does_not_exist())
                     if dedupe_key:
-                        marker = Message(session_id, _dedupe_seq(dedupe_key), dedupe_key=dedupe_key, role="marker")
+                        marker = Message(session_id, marker_seq(dedupe_key), dedupe_key=dedupe_key, role="marker")
                         marker.content = str(seq)
                         tx.save(marker, condition=Message.seq.does_not_exist())
                     # Token usage rides in the same transaction, so a repeated append counts nothing twice.
@@ -678,7 +675,7 @@ class DynamoSessionStore:
             except TransactWriteError as exc:
                 codes = cancellation_codes(exc)
                 if dedupe_key and len(codes) > 1 and codes[1] == CONDITION_FAILED:
-                    existing = Message.get(session_id, _dedupe_seq(dedupe_key), consistent_read=True)
+                    existing = Message.get(session_id, marker_seq(dedupe_key), consistent_read=True)
                     return int(existing.content or 0)
                 if codes and codes[-1] == CONDITION_FAILED:
                     raise SessionNotFound("no such session (deleted?)") from None
@@ -691,14 +688,14 @@ class DynamoSessionStore:
 
     def turn_started(self, session_id: str, dedupe_key: str) -> bool:
         try:
-            marker = self.models.message.get(session_id, _dedupe_seq(dedupe_key), consistent_read=True)
+            marker = self.models.message.get(session_id, marker_seq(dedupe_key), consistent_read=True)
         except DoesNotExist:
             return False
         return marker.turn_id is not None
 
     def mark_turn_started(self, session_id: str, dedupe_key: str, turn_id: str) -> None:
         Message = self.models.message
-        Message(session_id, _dedupe_seq(dedupe_key)).update(
+        Message(session_id, marker_seq(dedupe_key)).update(
             actions=[Message.turn_id.set(turn_id)], condition=Message.dedupe_key == dedupe_key
         )
 
@@ -739,7 +736,7 @@ class DynamoSessionStore:
         cost = estimate_cost(usage, model, provider)
         marker = Message(
             session_id,
-            _dedupe_seq(f"usage|{turn_id}"),
+            marker_seq(f"usage|{turn_id}"),
             role="usage",
             turn_id=turn_id,
             created_at=now,
@@ -780,7 +777,7 @@ class DynamoSessionStore:
 
     def turn_usage(self, session_id: str, turn_id: str) -> TokenUsage | None:
         try:
-            m = self.models.message.get(session_id, _dedupe_seq(f"usage|{turn_id}"), consistent_read=True)
+            m = self.models.message.get(session_id, marker_seq(f"usage|{turn_id}"), consistent_read=True)
         except DoesNotExist:
             return None
         return TokenUsage(
@@ -809,6 +806,11 @@ class DynamoSessionStore:
             ]
 
         self._cas_route(session_key, change)
+
+    def _lease_cleared(self) -> list[Action]:
+        """The route's lease released: its attributes, and a stop asked of its turn, removed."""
+        Route = self.models.route
+        return [getattr(Route, name).remove() for name in (*LEASE_ATTRS, "stop_turn_id")]
 
     def _failure_actions(self, route: RouteModelBase, reason: str, now: float) -> list[Action]:
         Route = self.models.route
@@ -873,11 +875,11 @@ class DynamoSessionStore:
             self._route_update(tx, session.session_key, fence, generation=False, actions=self._bump(now))
             tx.update(Session(session_id), actions=[Session.title.set(text)], condition=Session.session_id.exists())
             if old_key != key:
-                claim = Message(partition, _dedupe_seq(key), role="title", content=session_id, dedupe_key=key)
+                claim = Message(partition, marker_seq(key), role="title", content=session_id, dedupe_key=key)
                 tx.save(claim, condition=Message.seq.does_not_exist() | (Message.content == session_id))
                 if old_key:
                     tx.delete(
-                        Message(partition, _dedupe_seq(old_key)),
+                        Message(partition, marker_seq(old_key)),
                         condition=Message.seq.does_not_exist() | (Message.content == session_id),
                     )
 
@@ -903,7 +905,7 @@ class DynamoSessionStore:
             tx.delete(Session(session_id), condition=Session.session_id.exists())
             if title_key:
                 tx.delete(
-                    Message(_titles_partition(profile), _dedupe_seq(title_key)),
+                    Message(_titles_partition(profile), marker_seq(title_key)),
                     condition=Message.seq.does_not_exist() | (Message.content == session_id),
                 )
 
@@ -1047,7 +1049,7 @@ class DynamoSessionStore:
             if normalized:
                 claim = Message(
                     _titles_partition(profile),
-                    _dedupe_seq(normalized[1]),
+                    marker_seq(normalized[1]),
                     role="title",
                     content=child.session_id,
                     dedupe_key=normalized[1],
@@ -1252,15 +1254,7 @@ class DynamoSessionStore:
         Route = self.models.route
         try:
             Route(session_key).update(
-                actions=[
-                    Route.lease_token.remove(),
-                    Route.lease_turn_id.remove(),
-                    Route.lease_started_at.remove(),
-                    Route.lease_expires_at.remove(),
-                    Route.lease_shard.remove(),
-                    Route.stop_turn_id.remove(),
-                    Route.revision.set(Route.revision + 1),
-                ],
+                actions=[*self._lease_cleared(), Route.revision.set(Route.revision + 1)],
                 condition=Route.lease_token == token,
             )
         except UpdateError as exc:
@@ -1290,12 +1284,7 @@ class DynamoSessionStore:
                 return None
             return [
                 *self._failure_actions(route, "lease_expired", now),
-                Route.lease_token.remove(),
-                Route.lease_turn_id.remove(),
-                Route.lease_started_at.remove(),
-                Route.lease_expires_at.remove(),
-                Route.lease_shard.remove(),
-                Route.stop_turn_id.remove(),
+                *self._lease_cleared(),
             ]
 
         guard = (Route.lease_token == lease.lease_token) & (Route.lease_expires_at < now)

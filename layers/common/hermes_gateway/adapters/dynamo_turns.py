@@ -12,7 +12,6 @@ as expressions than through the model classes, and the route model never learns 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from decimal import Decimal
@@ -20,7 +19,7 @@ from functools import cached_property
 from typing import Any
 
 from hermes_gateway.adapters.dynamo_errors import CONDITION_FAILED_EXCEPTION, THROTTLED
-from hermes_gateway.adapters.models import dynamodb_endpoint
+from hermes_gateway.adapters.models import LEASE_ATTRS, dynamodb_endpoint, marker_seq
 from hermes_gateway.domain.turns import (
     ControlState,
     Enqueued,
@@ -33,12 +32,11 @@ from hermes_gateway.errors import TransientError
 from hermes_gateway.resources import Bindings
 
 _FINISH_ATTEMPTS = 8
-_LEASE_ATTRS = ("lease_token", "lease_turn_id", "lease_started_at", "lease_expires_at", "lease_shard")
 
 
 def _state_seq(turn_id: str) -> int:
-    """A paused turn's state row: a negative sort key in the session's partition."""
-    return -(int(hashlib.sha256(f"paused|{turn_id}".encode()).hexdigest()[:12], 16) + 1)
+    """A paused turn's state row: a marker row in the session's partition."""
+    return marker_seq(f"paused|{turn_id}")
 
 
 def _plain(value: Any) -> Any:
@@ -213,7 +211,7 @@ class DynamoTurnControl:
             if not queue:
                 released = self._update(
                     session_key,
-                    "REMOVE " + ", ".join(_LEASE_ATTRS) + ", stop_turn_id, busy_acked",
+                    "REMOVE " + ", ".join(LEASE_ATTRS) + ", stop_turn_id, busy_acked",
                     "#tok = :tok AND (attribute_not_exists(#q) OR size(#q) = :zero)",
                     {"#tok": "lease_token", "#q": "turn_queue"},
                     {":tok": token, ":zero": 0},

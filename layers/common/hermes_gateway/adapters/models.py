@@ -7,6 +7,7 @@ Table names are deployment-specific, so the classes are made per binding by the 
 
 from __future__ import annotations
 
+import hashlib
 import os
 from functools import cached_property, lru_cache
 
@@ -21,6 +22,8 @@ from pynamodb.models import Model
 from hermes_gateway.resources import Bindings
 
 LEASE_SHARD = "lease"
+# A turn lease on the route item: removed together when it is released or expires.
+LEASE_ATTRS = ("lease_token", "lease_turn_id", "lease_started_at", "lease_expires_at", "lease_shard")
 ROUTE_SHARDS = 4  # `policy_shard` and `activity_shard` spread their index over this many partitions
 
 
@@ -236,3 +239,9 @@ class OutboxModelBase(Model):
 @lru_cache(maxsize=8)
 def bind_outbox(outbox_table: str, region: str | None, host: str | None = None) -> type[OutboxModelBase]:
     return type("Outbox", (OutboxModelBase,), {"Meta": table_meta(outbox_table, region, host), "__module__": __name__})
+
+
+def marker_seq(key: str) -> int:
+    """The sort key of a marker row in the messages table (a dedupe marker, a title claim, a usage
+    record, a paused turn's state): negative, so it never meets a transcript row (48 bits of a hash)."""
+    return -(int(hashlib.sha256(key.encode()).hexdigest()[:12], 16) + 1)
