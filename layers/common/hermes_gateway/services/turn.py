@@ -794,19 +794,20 @@ def _commit_chat(turn: dict[str, Any], deps: TurnDeps, reply: dict[str, Any] | N
         manager = _memory(turn, deps)
         if manager is not None:
             manager.sync_turn(_last_user_text(turn, deps), reply["text"])
-        deps.store.append_message(
-            turn["session_id"],
-            "assistant",
-            reply["text"],
-            deps.now(),
-            dedupe_key=f"{turn['turn_id']}:reply",
-            turn_id=turn["turn_id"],
-        )
+        _append_reply(turn, deps, reply["text"])
     # A stopped turn's tokens were spent all the same.
     _record_usage(turn, deps, reply or (turn.get("loop") or {}).get("usage") or {})
     if not stopped:
         deps.store.turn_succeeded(turn["session_key"], turn["session_id"], deps.now())
     return _release(turn, deps)
+
+
+def _append_reply(turn: dict[str, Any], deps: TurnDeps, text: str) -> None:
+    """The turn's answer in the transcript, once however often Commit or Fail runs."""
+    turn_id = turn["turn_id"]
+    deps.store.append_message(
+        turn["session_id"], "assistant", text, deps.now(), dedupe_key=f"{turn_id}:reply", turn_id=turn_id
+    )
 
 
 def commit(turn: dict[str, Any], deps: TurnDeps) -> dict[str, Any]:
@@ -863,14 +864,7 @@ def fail(turn: dict[str, Any], deps: TurnDeps) -> dict[str, Any]:
             # outbox drops it if Deliver queued it before failing), never an apology on top.
             if turn.get("delivery") != "queued":
                 _queue_delivery(deps, turn, turn["turn_id"], text)
-            deps.store.append_message(
-                turn["session_id"],
-                "assistant",
-                text,
-                deps.now(),
-                dedupe_key=f"{turn['turn_id']}:reply",
-                turn_id=turn["turn_id"],
-            )
+            _append_reply(turn, deps, text)
             outcome = "reply"
     elif not lease_lost:
         # One apology per turn (its own deterministic id); the user's message stays for /retry.
