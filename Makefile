@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: install run test lint typecheck unit synth deploy bench faults clean
+.PHONY: install run test lint typecheck unit reference synth deploy bench faults clean
 
 $(STAMP): pyproject.toml requirements/dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,9 @@ test: lint typecheck ## every check CI runs: lint, types, unit, integration, e2e
 
 unit: install
 	$(BIN)/python -m pytest tests/unit -q
+
+reference: install ## rewrite docs/configuration.md from the settings' declarations (a test fails when it is stale)
+	$(BIN)/python -m hermes_gateway.settings.reference > docs/configuration.md
 
 synth: install ## the real stack to cdk.out, offline, layer bundled without docker, cdk-nag checked
 	$(BIN)/python infra/app.py

@@ -10,11 +10,14 @@ webhook and the platform send request.
 2. Hops: one message traced through local mode (echo provider, a stub Telegram as the platform):
    the ordered (function, service, operation) of every AWS call the functions make, and from it
    the calls on the path from webhook receipt to the platform send request. A stage's calls count
-   up to the one that hands the message on (SQS SendMessage, StartExecution) or, in the delivery
-   function, up to the platform request; what a stage does after that (the idempotency record's
-   completion, the turn's Commit) runs beside the rest of the path and is not counted. The model
-   request is not an AWS call; the hand-offs themselves (Lambda's SQS pollers, Step Functions'
-   task invokes) are listed apart.
+   up to the one that hands the message on, found from how the next stage was invoked (a write to
+   the queue or table its event source reads, a StartExecution, a Lambda Invoke) and, when none
+   did (a workflow's next task starts when this one returns), up to the next stage's start; in the
+   last stage, up to the platform request. What a stage does after its hand-off (the idempotency
+   record's completion), work it hands to a thread of its own (lifecycle events) and the turn's
+   Commit run beside the path and are not counted. The model request is not an AWS call; the
+   hand-offs themselves (Lambda's pollers, Step Functions' task invokes) are listed apart. Nothing
+   here names a queue or table: the same rule follows a path without SQS.
 
 Usage: .venv/bin/python bench/ack_path.py [--requests N] [--no-hops]
 Writes bench/results/ack-path-latest.json.
@@ -43,7 +46,6 @@ for extra in (ROOT, ROOT / "layers" / "common", ROOT / "local"):
 from bench.message_cost import (  # noqa: E402
     RESULTS,
     SECRET,
-    Meter,
     Session,
     Step,
     counted_logs,
@@ -53,9 +55,9 @@ from bench.message_cost import (  # noqa: E402
     table_specs,
     telegram_update,
 )
+from bench.meter import ESM_TRIGGERS, Meter  # noqa: E402
 
-HANDOFFS = {("sqs", "SendMessage"), ("stepfunctions", "StartExecution")}
-OFF_PATH_STEPS = {"commit", "fail"}  # turn tasks after Deliver: they run beside the delivery
+OFF_PATH_STEPS = {"finish", "fail"}  # turn tasks after Deliver: they run after the platform send
 
 
 @contextmanager
@@ -144,7 +146,7 @@ def ack(requests: int = 500) -> dict[str, Any]:
                             response = handler(event, context)
                             elapsed = time.perf_counter() - started
                         statuses[int(response["statusCode"])] += 1
-                        made = [e for e in meter.events if e["invocation"] == invocation]
+                        made = [e for e in meter.events if e["invocation"] == invocation and e["service"] != "external"]
                         (new_times if kind == "new" else duplicate_times).append(elapsed)
                         (calls_new if kind == "new" else calls_duplicate)[len(made)] += 1
                         if kind == "new":
@@ -186,7 +188,7 @@ def trace_hops() -> dict[str, Any]:
                 if post_update(gateway.url, telegram_update(100 + n, f"hello {n}", session)) != 200:
                     raise RuntimeError("the webhook was refused")
                 sent_at = platform.wait(*session.key, count=n, timeout=60)[n - 1][0]
-                time.sleep(1.0)  # the turn's Commit and the idempotency record's completion
+                meter.wait_idle()  # the turn's Commit and the idempotency record's completion
                 traced[label] = _path(list(meter.events), list(meter.invocations), sent_at)
     finally:
         meter.uninstall()
@@ -204,37 +206,71 @@ def trace_hops() -> dict[str, Any]:
 
 def _path(events: list[dict[str, Any]], invocations: list[Any], sent_at: float) -> dict[str, Any]:
     """The calls on the path to the platform send, in order, and the hand-offs between stages."""
+    aws = sorted((e for e in events if e["service"] != "external"), key=lambda e: e["t"])
+    calls = [f"{_label(i)}: {_call(e)}" for i in sorted(invocations, key=lambda i: i.started) for e in aws
+             if e["invocation"] == i.id]  # fmt: skip
+    stages = [
+        i for i in sorted(invocations, key=lambda i: i.started) if i.started < sent_at and i.step not in OFF_PATH_STEPS
+    ]
     hops: list[str] = []
     path: list[str] = []
-    calls: list[str] = []
-    for invocation in sorted(invocations, key=lambda i: i.started):
-        label = invocation.function + (f" ({invocation.step})" if invocation.step else "")
-        mine = sorted((e for e in events if e["invocation"] == invocation.id), key=lambda e: e["t"])
-        calls.extend(f"{label}: {e['service']}.{e['operation']} {e['resource']}".rstrip() for e in mine)
-        if invocation.step in OFF_PATH_STEPS:
-            continue
+    for n, invocation in enumerate(stages):
+        following = stages[n + 1] if n + 1 < len(stages) else None
         path.append(_handoff(invocation))
-        for event in mine:
-            if invocation.function == "delivery" and event["t"] >= sent_at:
-                break
-            hop = f"{label}: {event['service']}.{event['operation']} {event['resource']}".rstrip()
+        mine = [e for e in aws if e["invocation"] == invocation.id and not e["background"] and e["t"] < sent_at]
+        for event in on_path(mine, following):
+            hop = f"{_label(invocation)}: {_call(event)}"
             hops.append(hop)
             path.append(hop)
-            if (event["service"], event["operation"]) in HANDOFFS and invocation.step not in ("prepare", "call_model"):
-                break
-        if invocation.step == "call_model":
+        if "model" in invocation.step:
             path.append("(the model request: not an AWS call)")
-    path.append("delivery: the platform's sendMessage request")
+    path.append("(the platform's send request)")
     return {"hops": hops, "path": path, "calls": calls, "all_calls": len(calls)}
 
 
+def on_path(calls: list[dict[str, Any]], following: Any) -> list[dict[str, Any]]:
+    """A stage's calls up to the one that hands the message to the next stage: a write to the queue
+    or table whose event source invokes it, its StartExecution, its Lambda Invoke. When no call of
+    the stage did (the workflow runs its next task when this one returns), the calls made before
+    the next stage began. The last stage's calls all count (they are cut at the platform send)."""
+    if following is None:
+        return calls
+    for n, call in enumerate(calls):
+        if hands_on(call, following):
+            return calls[: n + 1]
+    return [c for c in calls if c["t"] < following.started]
+
+
+def hands_on(call: dict[str, Any], following: Any) -> bool:
+    service, operation, resource = call["service"], call["operation"], call["resource"]
+    if following.trigger in ESM_TRIGGERS:
+        return resource == following.source and operation.startswith(WRITES)
+    if following.trigger == "stepfunctions":
+        return (service, operation) == ("stepfunctions", "StartExecution")
+    return (service, operation, resource) == ("lambda", "Invoke", following.function)
+
+
+WRITES = ("Send", "Put", "Update", "TransactWrite", "BatchWrite")
+
+
+def _call(event: dict[str, Any]) -> str:
+    return f"{event['service']}.{event['operation']} {event['resource']}".rstrip()
+
+
+def _label(invocation: Any) -> str:
+    return invocation.function + (f" ({invocation.step})" if invocation.step else "")
+
+
 def _handoff(invocation: Any) -> str:
-    if invocation.function == "ingress":
-        return "(API Gateway invokes ingress)"
-    if invocation.function in ("router", "delivery"):
-        queue = "inbound" if invocation.function == "router" else "delivery"
-        return f"(Lambda's SQS poller: sqs.ReceiveMessage {queue}, invokes {invocation.function})"
-    return f"(Step Functions invokes agent: {invocation.step})"
+    """What invoked a stage, read from its trigger."""
+    name = invocation.function
+    return {
+        "api": f"(API Gateway invokes {name})",
+        "sqs": f"(Lambda's SQS poller: sqs.ReceiveMessage {invocation.source}, invokes {name})",
+        "stream": f"(Lambda's stream poller: the {invocation.source} stream, invokes {name})",
+        "stepfunctions": f"(Step Functions invokes {name}: {invocation.step})",
+        "schedule": f"(EventBridge Scheduler invokes {name})",
+    }.get(invocation.trigger, f"(invoked: {name})")
 
 
 def _percentile(values: list[float], pct: float) -> float:

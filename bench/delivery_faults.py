@@ -1,12 +1,15 @@
-"""Delivery under injected platform faults, end to end through the delivery handler on moto.
+"""Delivery under injected platform faults, end to end through the delivery function on moto.
 
-N reply jobs (some long enough to split) are put on the delivery queue; a fake Telegram on loopback
-answers each request with a fault drawn at random (429, 500, a permanent 400, 403 "blocked", a 200
-without a message id) or a success; a loop plays Lambda's SQS event source (retries come back at
-once instead of after their backoff, so the run is fast; the receive count and redrive policy are
-the queue's own). The queue is FIFO, one group per chat, as deployed: 50 chats get their replies in
-the order queued. At the end every job must be accounted for: sent, gone, unknown or dead-lettered,
-no chunk may reach the platform twice, and no chat may get a reply before an earlier one.
+N reply jobs (some long enough to split) for 50 chats are handed to the delivery function as the
+transport does: each chat's jobs one after the other through the waiting path a turn uses
+(`WaitingDeliveries`: invoked, waited for, retried, or handed to the asynchronous path), and some
+jobs a second time as an asynchronous invoke run beside it (Lambda may run an event twice; several
+instances of the function at once: the asynchronous invokes have their own worker threads, with
+Lambda's two retries, here at once, and its dead-letter queue). A fake Telegram on loopback answers
+each request with a fault drawn at random (429, 500, a permanent 400, 403 "blocked", a 200 without
+a message id) or a success. At the end every job must be accounted for: sent, gone, unknown or
+dead-lettered; no chunk may reach the platform twice, and no chat may get a reply before an
+earlier one (a chat's jobs are a session's replies, one turn after another).
 
 Usage: .venv/bin/python bench/delivery_faults.py [--jobs N] [--seed S]
 Writes bench/results/delivery-faults-latest.json.
@@ -19,6 +22,7 @@ import json
 import os
 import random
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -39,7 +43,9 @@ FAULTS = (  # (name, probability) per send request; the rest succeed
 
 
 def _faulty_telegram(rng: random.Random) -> Any:
-    """A fake Bot API that answers each request with a fault drawn from FAULTS, or a success."""
+    """A fake Bot API that answers each request with a fault drawn from FAULTS, or a success. A
+    refusal is about the message (a 400 for what it says), so a message refused once is refused
+    every time it comes again (a duplicate run of its job, a redrive)."""
     from tests.fakes.loopback import ScriptedAnswer
     from tests.fakes.telegram_server import FakeTelegram, too_many_requests
 
@@ -53,61 +59,63 @@ def _faulty_telegram(rng: random.Random) -> Any:
 
     class FaultyTelegram(FakeTelegram):
         injected: Counter[str] = Counter()
+        refused: set[str] = set()
 
         def _default_answer(self, request: Any) -> ScriptedAnswer:
+            text = str((request.json or {}).get("text"))
+            if text in self.refused:
+                return answers["refused"]
             roll, edge = rng.random(), 0.0
             for name, probability in FAULTS:
                 edge += probability
                 if roll < edge:
                     self.injected[name] += 1
+                    if name == "refused":
+                        self.refused.add(text)
                     return answers[name]
             return super()._default_answer(request)
 
     return FaultyTelegram()
 
 
-def _drain(queue_url: str, deadline: float) -> tuple[int, int]:
-    """Play Lambda's SQS event source until the queue is empty; (retried records, invocations)."""
-    import boto3
+CHATS = 50
+DUPLICATE_INVOKE = 0.15  # per job: the event run a second time, asynchronously, beside the first
 
-    from hermes_gateway.resources import function
-    from hermes_local import pollers
-    from hermes_local.runtime import LambdaContext, load_handler_module
 
-    sqs = boto3.client("sqs")
-    handler = load_handler_module(function("delivery")).lambda_handler
-    arn = "arn:aws:lambda:us-east-1:1:function:delivery"
-    retried = invocations = 0
-    while time.time() < deadline:
-        batch = sqs.receive_message(
-            QueueUrl=queue_url, MaxNumberOfMessages=5, AttributeNames=["All"], VisibilityTimeout=30
-        ).get("Messages", [])
-        if not batch:
-            counts = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])["Attributes"]
-            if not int(counts["ApproximateNumberOfMessages"]) + int(counts["ApproximateNumberOfMessagesNotVisible"]):
-                break
-            time.sleep(0.05)  # a chat's jobs are in flight: its group is held until they come back
-            continue
-        event = pollers.sqs_event(batch, "arn:aws:sqs:us-east-1:1:delivery", "us-east-1")
-        result = handler(event, LambdaContext("delivery", 256, arn, deadline=time.time() + 30))
-        invocations += 1
-        failed = {f["itemIdentifier"] for f in result["batchItemFailures"]}
-        retried += len(failed)
-        for message in batch:
-            if message["MessageId"] not in failed:
-                sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
-    return retried, invocations
+def _send_all(function_arn: str, jobs: list[dict[str, Any]], rng: random.Random) -> int:
+    """Each chat's jobs in order through the waiting path (one thread per chat), some also run
+    again as asynchronous invokes; how many were invoked twice."""
+    from hermes_gateway.adapters.aws import LambdaDeliveries, WaitingDeliveries
+
+    waiting, again = WaitingDeliveries(function_arn), LambdaDeliveries(function_arn)
+    twice = {job["delivery_id"] for job in jobs if rng.random() < DUPLICATE_INVOKE}
+    by_chat: dict[str, list[dict[str, Any]]] = {}
+    for job in jobs:
+        by_chat.setdefault(job["target"]["chat_id"], []).append(job)
+
+    def chat(own: list[dict[str, Any]]) -> None:
+        for job in own:
+            if job["delivery_id"] in twice:
+                again.send(job)
+            waiting.send(job)
+
+    threads = [threading.Thread(target=chat, args=(own,), name=f"chat-{c}") for c, own in by_chat.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return len(twice)
 
 
 def run(jobs: int = 200, seed: int = 7) -> dict[str, Any]:
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")  # before the logger is first imported
-    import boto3
     from moto import mock_aws
 
     from hermes_gateway import wiring
-    from hermes_gateway.adapters import aws as aws_adapters
-    from hermes_gateway.resources import DELIVERY_QUEUE
-    from hermes_local.aws import configure_moto, create_resources, honour_fifo_groups
+    from hermes_gateway.resources import function
+    from hermes_gateway.services.dead_letters import peek
+    from hermes_local.aws import AsyncInvokes, configure_moto, create_resources, install_lambda_dispatch
+    from hermes_local.runtime import LambdaContext, load_handler_module
 
     rng = random.Random(seed)
     saved = dict(os.environ)
@@ -117,37 +125,56 @@ def run(jobs: int = 200, seed: int = 7) -> dict[str, Any]:
     )  # fmt: skip
     for name in ("AWS_ENDPOINT_URL", "HERMES_SECRETS_PREFIX", "HERMES_LOCAL_MODE"):
         os.environ.pop(name, None)
-    # Retries come back at once: the schedule is tested elsewhere; here only the outcome counts.
-    original_delay = aws_adapters.SqsQueue.delay_retry
-    aws_adapters.SqsQueue.delay_retry = lambda self, receipt_handle, seconds: original_delay(self, receipt_handle, 0)  # type: ignore[method-assign]
     configure_moto()
-    honour_fifo_groups()
     started = time.perf_counter()
+    runner: AsyncInvokes | None = None
     try:
         with mock_aws(), _faulty_telegram(rng) as fake:
             _, env = create_resources("us-east-1", prefix="bench")
             os.environ.update(env, TELEGRAM_BOT_TOKEN=fake.token, TELEGRAM_API_BASE_URL=fake.base_url)
             wiring.reset()
-            sqs = boto3.client("sqs")
-            queue_url, dlq_url = env[DELIVERY_QUEUE.env_var], env[DELIVERY_QUEUE.dead_letter_env_var]
-            queue = aws_adapters.SqsQueue(queue_url)
-            job_ids = []
+            arn = env[function("delivery").env_var]
+            delivery = load_handler_module(function("delivery")).lambda_handler
+            invocations: Counter[str] = Counter()
+
+            def handler(event: dict[str, Any], context: Any) -> Any:
+                kind = "asynchronous" if threading.current_thread().name.startswith("lambda-async") else "waited"
+                invocations[kind] += 1
+                return delivery(event, context)
+
+            def context(name: str) -> Any:
+                return LambdaContext(name, 256, arn, deadline=time.time() + 30)
+
+            name = arn.rsplit(":", 1)[-1]
+            # Lambda's retries come after about one and two minutes: scaled down, not at once, so a
+            # duplicate run that met the first run's claim finds the chunk settled when it retries.
+            runner = AsyncInvokes({name: env["HERMES_DEAD_LETTERS_QUEUE_URL"]}, retry_delays=(0.5, 1.0))
+            install_lambda_dispatch(lambda called: handler if called == name else None, context, runner)
+            job_list = []
             for n in range(jobs):
                 # Every word names its job, so a chunk sent twice shows as a repeated text.
                 text = " ".join(f"j{n}w{i}" for i in range(rng.choice((3, 3, 3, 900))))
-                target = {"platform": "telegram", "chat_id": str(1000 + n % 50)}
-                queue.send({"delivery_id": f"job-{n}", "target": target, "text": text})
-                job_ids.append(f"job-{n}")
-            retried, invocations = _drain(queue_url, time.time() + 300)
-            dead = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["ApproximateNumberOfMessages"])
-            report = _report(wiring.outbox().recent(limit=1_000_000), fake, job_ids)
+                target = {"platform": "telegram", "chat_id": str(1000 + n % CHATS)}
+                job_list.append({"delivery_id": f"job-{n}", "turn_id": f"job-{n}", "target": target, "text": text})
+            twice = _send_all(arn, job_list, rng)
+            runner.wait_idle(300)
+            dead = peek(wiring.dead_letters(), 10_000)
+            dead_jobs = {job["delivery_id"] for letter in dead for job in letter.jobs}
+            report = _report(wiring.outbox().recent(limit=1_000_000), fake, [j["delivery_id"] for j in job_list])
+            failed = set(report.pop("failed_jobs"))
             report.update(
-                jobs=jobs, seed=seed, retried=retried, handler_invocations=invocations,
-                dead_lettered=int(dead["Attributes"]["ApproximateNumberOfMessages"]),
+                jobs=jobs, seed=seed, invoked_twice=twice, handler_invocations=dict(invocations),
+                dead_lettered=len(dead_jobs),
+                # a failed job the outbox shows but no dead letter holds would be lost: must be 0
+                failed_not_dead_lettered=len(failed - dead_jobs),
+                # a duplicate run that gave up while the first run was sending: a redrive sends nothing
+                dead_lettered_but_delivered=len(dead_jobs - failed),
+                dead_letter_kinds=dict(Counter(letter.kind for letter in dead)),
                 seconds=round(time.perf_counter() - started, 2),
             )  # fmt: skip
     finally:
-        aws_adapters.SqsQueue.delay_retry = original_delay  # type: ignore[method-assign]
+        if runner is not None:
+            runner.close()
         os.environ.clear()
         os.environ.update(saved)
         wiring.reset()
@@ -158,7 +185,8 @@ def _report(rows: list[Any], fake: Any, job_ids: list[str]) -> dict[str, Any]:
     by_job: dict[str, set[str]] = {}
     for row in rows:
         by_job.setdefault(row.delivery_id.split("#")[0], set()).add(row.status)
-    outcome = Counter(_job_outcome(by_job.get(job_id, set())) for job_id in job_ids)
+    outcomes = {job_id: _job_outcome(by_job.get(job_id, set())) for job_id in job_ids}
+    outcome = Counter(outcomes.values())
     delivered_texts = Counter(m["text"] for m in fake.sent)
     return {
         "chunks_recorded": len(rows),
@@ -172,6 +200,7 @@ def _report(rows: list[Any], fake: Any, job_ids: list[str]) -> dict[str, Any]:
         "lost": outcome["lost"],
         "order_violations": _order_violations(fake.sent),
         "faults_injected": dict(fake.injected),
+        "failed_jobs": sorted(job_id for job_id, found in outcomes.items() if found == "failed"),
     }
 
 

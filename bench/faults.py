@@ -1,8 +1,9 @@
 """The whole gateway under injected faults and concurrent load, in local mode.
 
-Local mode runs in-process (moto as the AWS, the five handlers, queue pollers as Lambda's event
-sources, Step Functions executions inside moto) with a fake Telegram and a fake OpenAI-compatible
-model on loopback. Chats send numbered messages concurrently, each chat in order and waiting for
+Local mode runs in-process (moto as the AWS, the handlers, a stream poller as Lambda's event
+source mapping on the inbox, asynchronous invokes on worker threads with Lambda's retries, Step
+Functions executions inside moto) with a fake Telegram and a fake OpenAI-compatible model on
+loopback. Chats send numbered messages concurrently, each chat in order and waiting for
 its acknowledgement, as Telegram does; the model echoes the message, so every reply names the
 message it answers.
 
@@ -15,29 +16,31 @@ under every fault below. The fake Telegram accepts both tokens and records which
 used; every chat is one session's, so each reply's bot can be checked against the session's.
 Faults are injected at the adapters:
 
-- AWS: a fraction of the DynamoDB, SQS (SendMessage, ChangeMessageVisibility) and Step Functions
-  (StartExecution) calls the functions make raise the service's throttling error, as a call whose
-  SDK retries were exhausted would (`botocore.client.BaseClient._make_api_call` is wrapped; the
-  calls of local mode's pollers and of this harness are left alone);
+- AWS: a fraction of the DynamoDB (the ingress's PutItem on the inbox among them: answered 503, the
+  platform retries), Lambda (Invoke of the delivery function; the workflow tasks' invokes of the
+  agent and delivery functions), SQS (SendMessage to the dead letters) and Step Functions
+  (StartExecution) calls the functions make raise the service's throttling error, as a call
+  whose SDK retries were exhausted would (`botocore.client.BaseClient._make_api_call`
+  is wrapped; the calls of local mode's pollers and of this harness are left alone);
 - the model answers some requests with 429, 500 or too slowly (GATEWAY_PROVIDER_TIMEOUT_SECONDS);
 - Telegram answers some sends with 429, 500, too slowly (the sender's timeout is 1 s here; the fake
   posts nothing before a timed-out answer) or a permanent 400 (dead-lettered at once, by design);
 - a turn task crashes once after doing its work: with an error Step Functions retries
   (`Lambda.ServiceException`: the task runs twice) or with one it does not (`Sandbox.Timedout`, a
   function that timed out after its write: the workflow's Fail state runs);
-- duplicate webhooks: an update sent twice at once, a later duplicate of an earlier message, an
-  inbound envelope put on the queue again with a new de-duplication id (past the idempotency
-  record, reaching the router out of order), a delivery job queued twice (under a de-duplication
-  id of its own, as after SQS's 5-minute window); three delivery workers poll the delivery FIFO
-  queue, each with its own copy of the handler module, as Lambda runs concurrent instances.
+- duplicates: an update sent twice at once, a later duplicate of an earlier message, an earlier
+  message put back in the inbox as a new item (as a redrive does: it reaches the router again, out
+  of order), a stream batch handed to the router twice (Lambda retries a batch, or hands it over
+  again), an asynchronous delivery invoke run twice (Lambda's at-least-once); the delivery
+  function runs as `delivery_workers` instances at once, each its own copy of the handler module.
 
-Time is compressed by the profile's `time_scale` (10 at full size, 20 in CI): each retry delay the
-functions ask for (`SqsQueue.delay_retry`: busy sessions, rate limits, backoff), the queues'
-visibility timeouts (at least 3 s) and the outbox's stale-claim age are divided by it, so their
-ratios stay as deployed; Step Functions' retry intervals and the model and platform timeouts are
-real. Outcomes are counted from the platform's side (the fake Telegram's accepted messages, in
-order), the outbox, the executions' input (the turn and the messages it answers), and the
-dead-letter queues; nothing depends on how the turn engine works inside:
+Time is compressed by the profile's `time_scale` (10 at full size, 20 in CI): the router's pause
+before a stream batch is retried, Lambda's asynchronous retry delays (about 60 and 120 s) and the
+outbox's stale-claim age are divided by it, so their ratios stay as deployed; Step Functions'
+retry intervals and the model and platform timeouts are real. Outcomes are counted from the
+platform's side (the fake Telegram's accepted messages, in order), the outbox, the executions'
+input (the turn and the messages it answers), and the dead-letter queue; nothing depends on how
+the turn engine works inside:
 
 - received: messages acknowledged 200 by the webhook; turns: the turns run (their executions'
   outcomes and, for failed ones, the error the Fail state got); replies: messages the platform
@@ -51,9 +54,9 @@ dead-letter queues; nothing depends on how the turn engine works inside:
 - wrong_bot: replies (answers, apologies, notices) the platform accepted for a session's chat
   through a bot other than the session's (the deployment's token on a coder chat, or the
   reverse); replies_by_bot and received_by_bot count each bot's share;
-- dead_lettered: entries in both DLQs. The delivery DLQ's entries carry a `reason` attribute (the
-  delivery function dead-letters a refused job at once); the inbound DLQ's carry none: SQS moves a
-  message there after `maxReceiveCount` failed receives, so the reason is only in the router's logs;
+- dead_lettered: entries in the shared dead-letter queue, each with its kind and reason (a refused
+  delivery, a message the router gave up on, an asynchronous delivery out of retries, a stream
+  batch the mapping gave up on: its messages read back through the stream);
 - log_scan: the functions' log lines at DEBUG and everything written to standard error (local mode's
   notes on failed invocations, as Lambda would log an unhandled error) hold no secret (both bots'
   tokens and webhook secrets, the model's key) and no message text.
@@ -69,9 +72,9 @@ import contextlib
 import hashlib
 import importlib.util
 import io
+import itertools
 import json
 import logging
-import math
 import os
 import random
 import sys
@@ -113,9 +116,11 @@ DYNAMODB_OPERATIONS = frozenset(
     {"GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "TransactWriteItems", "TransactGetItems"}
 )
 OUTBOX_STATUSES = frozenset({"sending", "sent", "failed", "unknown", "gone", "recorded"})
-SQS_OPERATIONS = frozenset({"SendMessage", "ChangeMessageVisibility"})
+SQS_OPERATIONS = frozenset({"SendMessage"})
+LAMBDA_OPERATIONS = frozenset({"Invoke"})
 SFN_OPERATIONS = frozenset({"StartExecution"})
 RETRIED_CRASH = "Lambda.ServiceException"  # Step Functions retries it: the task runs again
+LAMBDA_THROTTLED = "Lambda.TooManyRequestsException"  # a task's invoke refused: the workflow retries it
 UNRETRIED_CRASH = "Sandbox.Timedout"  # what Lambda reports for a function that timed out: caught, Fail runs
 
 
@@ -127,7 +132,9 @@ class Profile:
     messages: int  # per session, sent in order
     senders: int  # chats sending at the same time
     dynamodb_throttle: float = 0.02  # per DynamoDB call a function makes
-    sqs_throttle: float = 0.03  # per SendMessage / ChangeMessageVisibility a function makes
+    inbox_throttle: float = 0.05  # per inbox write of the ingress (its one call: answered 503, retried)
+    sqs_throttle: float = 0.03  # per SendMessage (to the dead letters) a function makes
+    lambda_throttle: float = 0.03  # per Invoke (of the delivery function) a function makes
     sfn_throttle: float = 0.03  # per StartExecution
     provider_faults: tuple[tuple[str, float], ...] = (("rate_limited", 0.05), ("server_error", 0.05), ("timeout", 0.03))
     platform_faults: tuple[tuple[str, float], ...] = (
@@ -140,11 +147,12 @@ class Profile:
     crash_unretried: float = 0.01  # per turn task
     webhook_duplicate_concurrent: float = 0.1  # per message
     webhook_duplicate_late: float = 0.1  # per message: an earlier message of the chat sent again
-    inbound_redelivery: float = 0.05  # per message: its envelope queued again past the idempotency record
-    delivery_job_duplicate: float = 0.1  # per delivery job
-    delivery_workers: int = 3
+    inbound_redelivery: float = 0.05  # per message: an earlier one put back in the inbox (a redrive)
+    stream_batch_duplicate: float = 0.1  # per stream batch: handed to the router twice
+    delivery_job_duplicate: float = 0.1  # per asynchronous delivery invoke: run twice
+    delivery_workers: int = 3  # instances of the delivery function (copies of its module)
     coder_every: int = 4  # sessions 1, 1 + n, 1 + 2n, … talk to the coder bot, the others to the deployment's
-    time_scale: int = 10  # retry delays, visibility timeouts and the outbox's stale-claim age are divided by this
+    time_scale: int = 10  # retry pauses, Lambda's async retry delays and the outbox's stale-claim age: divided by this
     think_seconds: float = 0.3  # at most this long between two messages of a chat
     deadline_seconds: float = 420.0  # to reach quiescence after the last message
 
@@ -157,13 +165,17 @@ SIZES = {
         messages=4,
         senders=6,
         sqs_throttle=0.06,
+        lambda_throttle=0.06,
+        inbox_throttle=0.15,
         sfn_throttle=0.06,
         # ~24 messages make ~25 model calls and ~30 sends: at the full run's rates a run without
         # any provider or platform fault, or without a duplicate webhook, was a few percent likely
         provider_faults=(("rate_limited", 0.08), ("server_error", 0.08), ("timeout", 0.04)),
         platform_faults=(("rate_limited", 0.08), ("server_error", 0.08), ("timeout", 0.04), ("refused", 0.02)),
         webhook_duplicate_concurrent=0.25,
-        delivery_job_duplicate=0.25,
+        stream_batch_duplicate=0.25,
+        # few jobs are asynchronous invokes (the router's notices and answers): each one runs twice
+        delivery_job_duplicate=1.0,
         crash_retried=0.06,
         crash_unretried=0.03,
         think_seconds=0.1,
@@ -225,12 +237,16 @@ class Faults:
         """The throttling error to raise instead of this call, if the dice say so."""
         if self.function is None:
             return None
-        if service == "dynamodb" and operation in DYNAMODB_OPERATIONS and self.roll(self.profile.dynamodb_throttle):
+        odds = self.profile.inbox_throttle if self.function == "ingress" else self.profile.dynamodb_throttle
+        if service == "dynamodb" and operation in DYNAMODB_OPERATIONS and self.roll(odds):
             self.count(f"dynamodb_throttled:{self.function}:{operation}:{_what(params)}")
             return _dynamodb_throttle(operation, params)
         if service == "sqs" and operation in SQS_OPERATIONS and self.roll(self.profile.sqs_throttle):
             self.count(f"sqs_throttled:{self.function}:{operation}")
             return _client_error(operation, "ThrottlingException", "Rate exceeded")
+        if service == "lambda" and operation in LAMBDA_OPERATIONS and self.roll(self.profile.lambda_throttle):
+            self.count(f"lambda_throttled:{self.function}:{operation}:{params.get('InvocationType')}")
+            return _client_error(operation, "TooManyRequestsException", "Rate exceeded")
         if service == "stepfunctions" and operation in SFN_OPERATIONS and self.roll(self.profile.sfn_throttle):
             self.count(f"stepfunctions_throttled:{self.function}:{operation}")
             return _client_error(operation, "ThrottlingException", "Rate exceeded")
@@ -262,6 +278,8 @@ def _what(params: dict[str, Any]) -> str:
     ]
     names = sorted({str(t).removeprefix("hermes-local-") for t in tables if t})
     values = {str(v.get("S")) for v in (params.get("ExpressionAttributeValues") or {}).values() if isinstance(v, dict)}
+    if names == ["outbox"] and "Item" in params:
+        return "outbox(record+claim)"
     if names != ["outbox"] or not values & OUTBOX_STATUSES:
         return "+".join(names)
     if "pending" in values:
@@ -341,20 +359,23 @@ class EchoingOpenAI(FakeOpenAI):
 
 
 @contextlib.contextmanager
-def patched(faults: Faults, queues: dict[str, str]) -> Iterator[None]:
-    """The AWS fault injector, compressed retry delays, a short platform timeout, and the duplicate
-    delivery jobs; `queues` (name -> URL) is filled in once local mode has made them."""
+def patched(faults: Faults) -> Iterator[None]:
+    """The AWS fault injector, compressed retry pauses and stale-claim age, a short platform
+    timeout, stream batches handed over twice and asynchronous invokes run twice."""
     from botocore.client import BaseClient
 
-    from hermes_gateway.adapters import aws as aws_adapters
     from hermes_gateway.adapters.dynamo_outbox import SEND_CLAIM_SECONDS, DynamoOutbox
     from hermes_gateway.platforms import telegram
+    from hermes_gateway.services import consumer
+    from hermes_local.aws import AsyncInvokes
+    from hermes_local.pollers import StreamPoller
 
     original_call = BaseClient._make_api_call
-    original_delay = aws_adapters.SqsQueue.delay_retry
-    original_send = aws_adapters.SqsQueue.send
+    original_pause = consumer.retry_pause_seconds
     original_sender = telegram.build_sender
     original_settle = DynamoOutbox.settle_stale
+    original_submit = AsyncInvokes.submit
+    original_batch = StreamPoller._invoke
 
     def make_api_call(client: Any, operation: str, params: dict[str, Any]) -> Any:
         fault = faults.aws_fault(client.meta.service_model.service_name, operation, params)
@@ -362,49 +383,59 @@ def patched(faults: Faults, queues: dict[str, str]) -> Iterator[None]:
             raise fault
         return original_call(client, operation, params)
 
-    def delay_retry(queue: Any, receipt_handle: str, seconds: int) -> None:
-        original_delay(queue, receipt_handle, math.ceil(seconds / faults.profile.time_scale))
+    def retry_pause_seconds(age_seconds: float, floor_seconds: float, cap_seconds: float) -> float:
+        return original_pause(age_seconds, floor_seconds, cap_seconds) / faults.profile.time_scale
 
     def settle_stale(
         outbox: Any, delivery_id: str, now: float, stale_after_seconds: float = SEND_CLAIM_SECONDS
     ) -> bool:
         return bool(original_settle(outbox, delivery_id, now, stale_after_seconds / faults.profile.time_scale))
 
-    def send(queue: Any, body: dict[str, Any], **kwargs: Any) -> str:
-        message_id = original_send(queue, body, **kwargs)
-        if queue.url == queues.get("delivery") and faults.roll(faults.profile.delivery_job_duplicate):
-            faults.count("delivery_job_queued_twice")
-            # A de-duplication id of its own, as a job queued again after SQS's 5-minute window would
-            again = {**kwargs, "dedup_id": f"again|{body.get('delivery_id')}"}
-            with faults.inside(None):
-                original_send(queue, body, **again)
-        return message_id
+    def submit(runner: Any, name: str, handler: Any, event: dict[str, Any], context_for: Any) -> None:
+        original_submit(runner, name, handler, event, context_for)
+        if faults.roll(faults.profile.delivery_job_duplicate):
+            faults.count("delivery_invoked_twice")  # Lambda runs an asynchronous event at least once
+            original_submit(runner, name, handler, event, context_for)
+
+    def invoke_batch(poller: Any, lane: Any, batch: list[dict[str, Any]]) -> int:
+        if faults.roll(faults.profile.stream_batch_duplicate):
+            faults.count("stream_record_delivered_twice")  # the same batch once more, before it counts
+            original_batch(poller, lane, batch)
+        return int(original_batch(poller, lane, batch))
 
     def build_sender(context: Any) -> Any:
         token = context.secret("TELEGRAM_BOT_TOKEN")
         return telegram.TelegramSender(context.platform.api_base_url, token, timeout=PLATFORM_TIMEOUT_SECONDS)
 
     BaseClient._make_api_call = make_api_call  # type: ignore[method-assign,assignment]
-    aws_adapters.SqsQueue.delay_retry = delay_retry  # type: ignore[method-assign,assignment]
-    aws_adapters.SqsQueue.send = send  # type: ignore[method-assign,assignment]
+    consumer.retry_pause_seconds = retry_pause_seconds  # type: ignore[assignment]
     telegram.build_sender = build_sender  # type: ignore[assignment]
     DynamoOutbox.settle_stale = settle_stale  # type: ignore[method-assign,assignment]
+    AsyncInvokes.submit = submit  # type: ignore[method-assign]
+    StreamPoller._invoke = invoke_batch  # type: ignore[method-assign]
     try:
         yield
     finally:
         BaseClient._make_api_call = original_call  # type: ignore[method-assign,assignment]
-        aws_adapters.SqsQueue.delay_retry = original_delay  # type: ignore[method-assign,assignment]
-        aws_adapters.SqsQueue.send = original_send  # type: ignore[method-assign,assignment]
+        consumer.retry_pause_seconds = original_pause
         telegram.build_sender = original_sender
         DynamoOutbox.settle_stale = original_settle  # type: ignore[method-assign,assignment]
+        AsyncInvokes.submit = original_submit  # type: ignore[method-assign]
+        StreamPoller._invoke = original_batch  # type: ignore[method-assign]
 
 
 def instrument(gateway: Any, faults: Faults) -> None:
     """Mark each function's thread while it runs (its AWS calls may be faulted); the agent's tasks
-    may crash after their work."""
+    may crash after their work; the delivery function runs as several instances."""
 
     def marked(name: str, handler: Callable[..., Any]) -> Callable[..., Any]:
         def call(event: dict[str, Any], context: Any) -> Any:
+            # A workflow task's invoke (the agent's steps, Deliver's `deliveries`) refused by Lambda:
+            # the task fails with Lambda's throttling error, which its Retry takes
+            task = name == "agent" or (name == "delivery" and "deliveries" in event)
+            if task and faults.roll(faults.profile.lambda_throttle):
+                faults.count(f"lambda_throttled:stepfunctions:{name}:{event.get('step') or 'deliver'}")
+                raise type(LAMBDA_THROTTLED, (Exception,), {})("Rate exceeded")
             with faults.inside(name):
                 result = handler(event, context)
             crash = faults.crash(event) if name == "agent" else None
@@ -414,46 +445,37 @@ def instrument(gateway: Any, faults: Faults) -> None:
 
         return call
 
+    gateway.functions.handlers["delivery"] = Instances("delivery", faults.profile.delivery_workers)
     for name, handler in list(gateway.functions.handlers.items()):
         gateway.functions.handlers[name] = marked(name, handler)
 
 
-class Worker:
-    """One more concurrent instance of a queue consumer: its own copy of the handler module (a
-    Lambda instance has its own globals, such as the batch processor), polled as local mode does."""
+class Instances:
+    """Several instances of one function, as Lambda runs them at once: each its own copy of the
+    handler module (its own globals, such as the delivery service's memory of unrecorded claims),
+    the invocations spread over them in turn."""
 
-    def __init__(self, gateway: Any, name: str, index: int, faults: Faults) -> None:
+    def __init__(self, name: str, count: int) -> None:
         from hermes_gateway.resources import function
 
         spec = function(name)
         module_file = spec.handler.split(".", 1)[0]
-        module_spec = importlib.util.spec_from_file_location(
-            f"hermes_faults_{name}_{index}", ROOT / spec.code_dir / f"{module_file}.py"
-        )
-        assert module_spec is not None and module_spec.loader is not None
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
-        self._handler = module.lambda_handler
-        self._gateway, self._faults, self.spec = gateway, faults, spec
-        self.region = gateway.functions.region
+        self._handlers = []
+        for index in range(max(1, count)):
+            module_spec = importlib.util.spec_from_file_location(
+                f"hermes_faults_{name}_{index}", ROOT / spec.code_dir / f"{module_file}.py"
+            )
+            assert module_spec is not None and module_spec.loader is not None
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+            self._handlers.append(module.lambda_handler)
+        self._next = itertools.cycle(range(len(self._handlers)))
+        self._lock = threading.Lock()
 
-    def invoke(self, name: str, event: dict[str, Any]) -> Any:
-        from hermes_gateway.observability import metrics
-
-        try:
-            with self._faults.inside(name):
-                return self._handler(event, self._gateway.functions.context(name))
-        finally:
-            metrics.clear_metrics()
-
-    def start(self, queue_url: str, stop: threading.Event) -> threading.Thread:
-        from hermes_local.pollers import poll_queue
-
-        thread = threading.Thread(
-            target=poll_queue, args=(self, self.spec, queue_url, stop, 1), name=f"poll-{self.spec.name}-x", daemon=True
-        )
-        thread.start()
-        return thread
+    def __call__(self, event: dict[str, Any], context: Any) -> Any:
+        with self._lock:
+            index = next(self._next)
+        return self._handlers[index](event, context)
 
 
 # --- traffic ----------------------------------------------------------------------------------
@@ -482,7 +504,7 @@ class Message:
 
     @property
     def event_id(self) -> str | None:
-        """The platform event id the ingress gave it (seen on its way to the inbound queue)."""
+        """The platform event id the ingress gave it (seen on its way into the inbox)."""
         return str(self.envelope["event_id"]) if self.envelope else None
 
     def update(self) -> dict[str, Any]:
@@ -646,37 +668,13 @@ def _environ(telegram: FakeTelegram, openai: FakeOpenAI, state: Path) -> dict[st
     }
 
 
-def _queue_urls() -> dict[str, str]:
-    from hermes_gateway.resources import DELIVERY_QUEUE, INBOUND_QUEUE
-
-    return {
-        "inbound": os.environ[INBOUND_QUEUE.env_var],
-        "inbound-dlq": os.environ[INBOUND_QUEUE.dead_letter_env_var],
-        "delivery": os.environ[DELIVERY_QUEUE.env_var],
-        "delivery-dlq": os.environ[DELIVERY_QUEUE.dead_letter_env_var],
-    }
-
-
-def _busy(sqs: Any, sfn: Any, queues: dict[str, str]) -> list[str]:
-    """What is still going on: a queue with messages queued, in flight or delayed; running turns."""
-    busy = []
-    for name in ("inbound", "delivery"):
-        attributes = sqs.get_queue_attributes(QueueUrl=queues[name], AttributeNames=["All"])["Attributes"]
-        counts = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible")
-        if any(int(attributes.get(c, 0)) for c in (*counts, "ApproximateNumberOfMessagesDelayed")):
-            busy.append(name)
-    machine = os.environ["HERMES_TURN_STATE_MACHINE_ARN"]
-    if sfn.list_executions(stateMachineArn=machine, statusFilter="RUNNING")["executions"]:
-        busy.append("turns")
-    return busy
-
-
-def _wait_quiet(sqs: Any, sfn: Any, queues: dict[str, str], deadline: float) -> dict[str, float]:
-    """Until nothing has been going on for three looks in a row; for how long after the last
-    message each thing was still busy (`quiescent` false if the deadline came first)."""
+def _wait_quiet(gateway: Any, deadline: float) -> dict[str, float]:
+    """Until nothing has been going on for three looks in a row (`LocalGateway.busy`: stream
+    records not yet routed, asynchronous invokes not yet done, running turns); for how long after
+    the last message each thing was still busy (`quiescent` false if the deadline came first)."""
     started, calm, last = time.time(), 0, {}
     while time.time() < deadline:
-        busy = _busy(sqs, sfn, queues)
+        busy = gateway.busy()
         for name in busy:
             last[name] = round(time.time() - started, 1)
         calm = 0 if busy else calm + 1
@@ -686,60 +684,39 @@ def _wait_quiet(sqs: Any, sfn: Any, queues: dict[str, str], deadline: float) -> 
     return {"quiescent": False, **last}
 
 
-def _drain(sqs: Any, url: str) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    while batch := sqs.receive_message(
-        QueueUrl=url,
-        MaxNumberOfMessages=10,
-        VisibilityTimeout=300,
-        AttributeNames=["All"],
-        MessageAttributeNames=["All"],
-    ).get("Messages", []):
-        found.extend(batch)
-    return found
-
-
-def _redeliverer(sqs: Any, queues: dict[str, str], faults: Faults) -> Callable[[Message], None]:
-    """Put a message's envelope on the inbound queue again under a new de-duplication id, as if the
-    idempotency record and SQS's de-duplication window had both passed."""
+def _redeliverer(faults: Faults) -> Callable[[Message], None]:
+    """Put an earlier message back in the inbox as a new item, as a redrive does: the stream hands
+    it to the router again, after the session's later messages."""
 
     def redeliver(message: Message) -> None:
-        from hermes_gateway.adapters.aws import group_id_for
+        from hermes_gateway import wiring
 
         if message.envelope is None:
             return
-        faults.count("inbound_envelope_queued_again")
-        sqs.send_message(
-            QueueUrl=queues["inbound"],
-            MessageBody=json.dumps(message.envelope),
-            MessageGroupId=group_id_for(message.envelope["session_key"]),
-            MessageDeduplicationId=hashlib.sha256(
-                f"again|{message.envelope['event_id']}|{time.time()}".encode()
-            ).hexdigest(),
-        )
+        faults.count("inbound_message_put_back")
+        wiring.inbox().put_back(message.envelope)
 
     return redeliver
 
 
-def _capture_envelopes(traffic: Traffic, queues: dict[str, str]) -> Callable[[], None]:
-    """Keep each message's inbound envelope (for the redeliveries); returns the undo."""
-    from hermes_gateway.adapters import aws as aws_adapters
+def _capture_envelopes(traffic: Traffic) -> Callable[[], None]:
+    """Keep each message's inbox envelope (for the redeliveries); returns the undo."""
+    from hermes_gateway.adapters.dynamo_inbox import DynamoInbox
 
     by_ref = {m.ref: m for m in traffic.messages}
-    current = aws_adapters.SqsQueue.send
+    current = DynamoInbox.put_once
 
-    def send(queue: Any, body: dict[str, Any], **kwargs: Any) -> str:
-        message_id = current(queue, body, **kwargs)
-        if queue.url == queues["inbound"]:
-            found = by_ref.get(_ref(body.get("event_id")) or ("", -1))
-            if found is not None:
-                found.envelope = body
-        return str(message_id)
+    def put_once(inbox: Any, envelope: dict[str, Any]) -> bool:
+        written = current(inbox, envelope)
+        found = by_ref.get(_ref(envelope.get("event_id")) or ("", -1))
+        if found is not None:
+            found.envelope = envelope
+        return written
 
-    aws_adapters.SqsQueue.send = send  # type: ignore[method-assign,assignment]
+    DynamoInbox.put_once = put_once  # type: ignore[method-assign]
 
     def undo() -> None:
-        aws_adapters.SqsQueue.send = current  # type: ignore[method-assign,assignment]
+        DynamoInbox.put_once = current  # type: ignore[method-assign]
 
     return undo
 
@@ -749,43 +726,37 @@ def run(profile: Profile, seed: int = 7, logs: Path | None = None) -> dict[str, 
     (they hold hashed ids only, as deployed) to look into a run."""
     import boto3
 
-    from hermes_gateway.resources import QUEUES
     from hermes_local.runtime import LocalGateway
 
     faults = Faults(profile, seed)
-    queues: dict[str, str] = {}
     capture = LogCapture()
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         telegram = stack.enter_context(FaultyTelegram(token=BOT_TOKEN, other_tokens=(CODER_BOT_TOKEN,), faults=faults))
         openai = stack.enter_context(EchoingOpenAI(faults=faults))
         state = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "local.json"
-        stack.enter_context(patched(faults, queues))
+        stack.enter_context(patched(faults))
         stack.enter_context(capture.capturing())
         gateway = LocalGateway(
-            port=0, environ=_environ(telegram, openai, state), tick_seconds=3600, poll_wait_seconds=1
+            port=0,
+            environ=_environ(telegram, openai, state),
+            tick_seconds=3600,
+            poll_wait_seconds=1,
+            # Lambda tries a failed asynchronous invoke again after about 60 and 120 s
+            async_retry_delays=(60 / profile.time_scale, 120 / profile.time_scale),
         )
         gateway.start()
         stack.callback(gateway.stop)
-        queues.update(_queue_urls())
-        sqs, sfn = boto3.client("sqs"), boto3.client("stepfunctions")
-        for spec in QUEUES:
-            seconds = max(3, spec.visibility_timeout_seconds // profile.time_scale)
-            sqs.set_queue_attributes(QueueUrl=queues[spec.name], Attributes={"VisibilityTimeout": str(seconds)})
+        sfn = boto3.client("stepfunctions")
         instrument(gateway, faults)
-        stop = threading.Event()
-        stack.callback(stop.set)
-        for index in range(1, profile.delivery_workers):
-            Worker(gateway, "delivery", index, faults).start(queues["delivery"], stop)
         traffic = Traffic(gateway.url, faults)
         traffic.build(profile, seed)
-        stack.callback(_capture_envelopes(traffic, queues))
+        stack.callback(_capture_envelopes(traffic))
         send_deadline = time.time() + profile.deadline_seconds
-        redeliver = _redeliverer(sqs, queues, faults)
-        _send_all(traffic, profile, seed, send_deadline, redeliver)
+        _send_all(traffic, profile, seed, send_deadline, _redeliverer(faults))
         sent_seconds = time.perf_counter() - started
-        settled = _wait_quiet(sqs, sfn, queues, time.time() + profile.deadline_seconds)
-        report = account(traffic, telegram, sqs, sfn, queues)
+        settled = _wait_quiet(gateway, time.time() + profile.deadline_seconds)
+        report = account(traffic, telegram, sfn)
         report["log_scan"] = capture.scan(
             {
                 "TELEGRAM_BOT_TOKEN": BOT_TOKEN,
@@ -849,6 +820,20 @@ class Turns:
     failures: Counter[str] = field(default_factory=Counter)  # the error each failed execution's Fail state got
     answers: dict[str, set[tuple[str, int]]] = field(default_factory=lambda: defaultdict(set))  # turn id -> refs
     times: dict[str, tuple[float, float]] = field(default_factory=dict)  # turn id -> started, stopped
+    # turn id -> its session and the transcript rows it answers (a handed-off turn answers queued
+    # messages its input names by their rows only)
+    user_rows: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
+
+    def resolve(self, messages: list[Message], transcript: Any) -> None:
+        """Add to each turn the messages whose text its user rows hold (texts are unique per run)."""
+        by_text = {m.text: m.ref for m in messages}
+        rows_of: dict[str, list[Any]] = {}
+        for turn_id, (session_id, seqs) in self.user_rows.items():
+            rows = rows_of.setdefault(session_id, transcript.rows(session_id))
+            wanted = set(seqs)
+            for row in rows:
+                if row.seq in wanted and row.role == "user" and row.content in by_text:
+                    self.answers[turn_id].add(by_text[row.content])
 
     @classmethod
     def read(cls, sfn: Any) -> Turns:
@@ -857,10 +842,13 @@ class Turns:
         for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=machine):
             for execution in page["executions"]:
                 described = sfn.describe_execution(executionArn=execution["executionArn"])
-                turn = json.loads(described.get("input") or "{}")
+                started_with = json.loads(described.get("input") or "{}")
+                turn = started_with.get("turn") if isinstance(started_with.get("turn"), dict) else started_with
                 turn_id = str(turn.get("turn_id") or execution["name"])
                 events = [turn.get("event_id")] + [q.get("event_id") for q in turn.get("queued") or []]
                 turns.answers[turn_id].update(r for r in map(_ref, events) if r is not None)
+                if turn.get("session_id") and turn.get("user_seqs"):
+                    turns.user_rows[turn_id] = (str(turn["session_id"]), tuple(int(q) for q in turn["user_seqs"]))
                 turns.outcomes[execution["status"]] += 1
                 stop = execution.get("stopDate")
                 started = turns.times.get(turn_id, (execution["startDate"].timestamp(), 0.0))[0]
@@ -870,19 +858,20 @@ class Turns:
         return turns
 
 
-def account(traffic: Traffic, telegram: FakeTelegram, sqs: Any, sfn: Any, queues: dict[str, str]) -> dict[str, Any]:
+def account(traffic: Traffic, telegram: FakeTelegram, sfn: Any) -> dict[str, Any]:
     """What became of every message, from what the platform accepted, the outbox, the dead-letter
     queues and the executions."""
     from hermes_gateway import wiring
 
     by_ref = {m.ref: m for m in traffic.messages}
     turns = Turns.read(sfn)
+    turns.resolve(traffic.messages, wiring.session_stores().transcript)
     rows = wiring.outbox().recent(limit=10**9)
     bot_of = {token: bot for bot, (_, _, token) in BOTS.items()}
     with telegram._lock:
         sent = [{**s, "bot": bot_of.get(t, t[:8])} for s, t in zip(telegram.sent, telegram.sent_tokens, strict=True)]
     ledger = Ledger.read(sent, traffic.messages, rows, turns)
-    dead = _dead_letters(sqs, queues, by_ref)
+    dead = _dead_letters(by_ref)
     wrong_bot = _wrong_bot(sent, traffic.messages)
     accepted = [m for m in traffic.messages if m.accepted]
     lost = [m.key for m in accepted if not ledger.answered(m.key) and m.key not in dead["messages"]]
@@ -908,6 +897,7 @@ def account(traffic: Traffic, telegram: FakeTelegram, sqs: Any, sfn: Any, queues
         "answered_and_apologized": ledger.evidence(ledger.answered_and_apologized()),
         "lost": len(lost),
         "lost_messages": ledger.evidence(lost),
+        "leases_held": _leases_held(sfn),
         "order_violations": sum(_violations(numbers) for numbers in ledger.per_chat.values()),
         "out_of_order": ledger.evidence(ledger.late()),
         "reply_order": {f"s{traffic_session(c)}": ns for c, ns in ledger.per_chat.items() if _violations(ns)},
@@ -1068,6 +1058,35 @@ def _violations(numbers: list[int]) -> int:
     return count
 
 
+def _leases_held(sfn: Any) -> list[dict[str, Any]]:
+    """Routes whose lease is still held after the run (what the tick's lease recovery would take
+    over once it expires), with how the holding turn's executions went: the states they failed in."""
+    import boto3
+
+    table = os.environ["HERMES_ROUTES_TABLE"]
+    machine = os.environ["HERMES_TURN_STATE_MACHINE_ARN"]
+    held = []
+    for page in boto3.client("dynamodb").get_paginator("scan").paginate(TableName=table):
+        for item in page["Items"]:
+            turn = item.get("lease_turn_id", {}).get("S")
+            if not turn:
+                continue
+            runs = []
+            executions = sfn.get_paginator("list_executions").paginate(stateMachineArn=machine)
+            for execution in (e for page in executions for e in page["executions"]):
+                if not execution["name"].startswith(turn):
+                    continue
+                events = sfn.get_execution_history(executionArn=execution["executionArn"], maxResults=1000)["events"]
+                failed = [
+                    (e["type"], json.dumps(e.get("taskFailedEventDetails") or e.get("lambdaFunctionFailedEventDetails")
+                                           or e.get("executionFailedEventDetails") or {})[:160])
+                    for e in events if "Failed" in e["type"] or "TimedOut" in e["type"]
+                ]  # fmt: skip
+                runs.append({"name": execution["name"], "status": execution["status"], "failures": failed[-6:]})
+            held.append({"turn": turn, "queued": len(item.get("turn_queue", {}).get("L", [])), "executions": runs})
+    return held
+
+
 def _failure(sfn: Any, arn: str) -> str:
     for event in sfn.get_execution_history(executionArn=arn, maxResults=1000)["events"]:
         details = event.get("stateEnteredEventDetails") or {}
@@ -1092,29 +1111,40 @@ def _wrong_bot(sent: list[dict[str, Any]], messages: list[Message]) -> list[dict
     ]
 
 
-def _dead_letters(sqs: Any, queues: dict[str, str], by_ref: dict[tuple[str, int], Message]) -> dict[str, Any]:
+def _dead_letters(by_ref: dict[tuple[str, int], Message]) -> dict[str, Any]:
+    """The shared dead-letter queue's entries, each with its kind, reason and the message it is
+    about (a stream batch's messages read back through the stream)."""
+    from hermes_gateway import wiring
+    from hermes_gateway.services.dead_letters import peek
+
     entries: list[dict[str, Any]] = []
     messages: set[str] = set()
-    for name in ("inbound-dlq", "delivery-dlq"):
-        for item in _drain(sqs, queues[name]):
-            body = json.loads(item["Body"])
-            event_id = body.get("event_id") if name == "inbound-dlq" else body.get("correlation_id")
+    for letter in peek(wiring.dead_letters(), 10_000):
+        for event_id in _event_ids(letter):
             message = by_ref.get(_ref(event_id) or ("", -1))
-            reason = (item.get("MessageAttributes") or {}).get("reason", {}).get("StringValue")
-            if reason is None:
-                receives = item.get("Attributes", {}).get("ApproximateReceiveCount", "?")
-                reason = f"redriven by SQS after maxReceiveCount receives (no reason attribute; {receives} receives)"
             entries.append(
-                {
-                    "queue": name,
-                    "message": message.key if message else None,
-                    "reason": reason[:200],
-                    "kind": body.get("delivery_id", "envelope")[:12],
-                }
+                {"kind": letter.kind, "message": message.key if message else None, "reason": letter.reason[:200]}
             )
             if message is not None:
                 messages.add(message.key)
     return {"count": len(entries), "entries": entries, "messages": messages}
+
+
+def _event_ids(letter: Any) -> list[str | None]:
+    """The platform event ids a dead letter is about (None when it names none)."""
+    from hermes_gateway import wiring
+
+    if letter.jobs:
+        return [job.get("correlation_id") for job in letter.jobs]
+    if letter.kind == "inbound":
+        return [(letter.body.get("message") or {}).get("event_id") or (letter.body.get("key") or [None, None])[1]]
+    if letter.kind == "inbound-batch":
+        info = letter.body["DDBStreamBatchInfo"]
+        keys = wiring.inbox().batch_keys(
+            info["streamArn"], info["shardId"], info["startSequenceNumber"], info["endSequenceNumber"]
+        )
+        return [event_id for _, event_id in keys or []] or [None]
+    return [None]
 
 
 def main() -> None:

@@ -2,10 +2,12 @@
 
 Each bench runs in its own interpreter (`python bench/<name>.py`) and writes its own
 `results/<name>-latest.json`; this script then merges them: the cost per message and its split by
-service (message_cost), the idle monthly cost (idle_cost), the ingress handler's import time as a
-ratio of `import boto3` (cold_start), the ack path and the hops (ack_path), local throughput
-(throughput), and the delivery-under-faults outcome when `results/delivery-faults-latest.json`
-exists (`make faults` writes it; it is not run here). Every source file's own date is kept
+service (message_cost), the read growth and cost of a 200-message session (long_session), how
+far one deployment goes (capacity, fed with message_cost's service times, so it runs after it),
+the idle monthly cost (idle_cost), the ingress handler's import time as a ratio of `import boto3`
+(cold_start), the ack path and the hops (ack_path), local throughput (throughput), and the
+delivery-under-faults outcome when `results/delivery-faults-latest.json` exists (`make faults`
+writes it; it is not run here). Every source file's own date is kept
 under `sources`, so a number merged from an older run shows as such.
 
 Usage: .venv/bin/python bench/run_all.py [--quick] [--skip NAME ...] [--merge-only]
@@ -38,6 +40,9 @@ BENCHES: dict[str, tuple[str, list[str], list[str], dict[str, str], str]] = {
     "idle_cost": ("idle_cost.py", [], [], {"HERMES_SKIP_BUNDLING": "1", **QUIET_NODE}, "idle-cost-latest.json"),
     "ack_path": ("ack_path.py", [], ["--requests", "100"], {}, "ack-path-latest.json"),
     "message_cost": ("message_cost.py", [], ["--quick"], {}, "message-cost-latest.json"),
+    # 200 messages in both: the read growth is measured at the 200th
+    "long_session": ("long_session.py", [], [], {}, "long-session-latest.json"),
+    "capacity": ("capacity.py", ["--all"], ["--all", "--seconds", "20"], {}, "capacity-latest.json"),
     "throughput": ("throughput.py", [], ["--quick"], {}, "throughput-latest.json"),
 }
 DELIVERY_FAULTS = "delivery-faults-latest.json"
@@ -84,27 +89,11 @@ def merge(results: dict[str, dict[str, Any] | None], faults: dict[str, Any] | No
         "machine": f"{platform.machine()}, {platform.system()}, {os.cpu_count()} CPUs",
     }
     if cost:
-        latest.update(
-            cost_per_million_usd=cost["cost_per_million_usd"],
-            cost_by_service=cost["cost_by_service"],
-            # The same total with Lambda timed as AWS might (handler CPU + a round trip per call).
-            cost_per_million_usd_lambda_modelled=round(
-                cost["cost_per_million_usd"]
-                - cost["cost_by_service"]["lambda"]
-                + cost["not_in_total"]["lambda_usd_per_million_modelled"],
-                2,
-            ),
-            messages_tested=cost["messages_tested"],
-            model_wait_seconds_per_message=cost["model_wait_seconds_per_message"],
-            aws_requests_per_message=round(
-                sum(n for operations in cost["aws_requests_per_message"].values() for n in operations.values()), 3
-            ),
-            dynamodb_write_units_per_message=cost["per_message"]["dynamodb_write_units"],
-            dynamodb_read_units_per_message=cost["per_message"]["dynamodb_read_units"],
-            lambda_gb_seconds_per_message=cost["per_message"]["lambda_gb_seconds"],
-            busy_retries=cost["busy_retries"],
-            failed_invocations=cost.get("failed_invocations", 0),
-        )
+        latest.update(cost_keys(cost))
+    if results.get("long_session"):
+        latest.update(long_session_keys(results["long_session"] or {}))
+    if results.get("capacity"):
+        latest.update(capacity_keys(results["capacity"] or {}))
     if idle:
         latest["idle_cost_per_month_usd"] = idle["idle_cost_per_month_usd"]
     if cold:
@@ -130,6 +119,72 @@ def merge(results: dict[str, dict[str, Any] | None], faults: dict[str, Any] | No
     if faults:
         latest["sources"]["delivery_faults"] = {"file": f"bench/results/{DELIVERY_FAULTS}", "measured_at": ""}
     return latest
+
+
+def cost_keys(cost: dict[str, Any]) -> dict[str, Any]:
+    """The headline and what it is made of, from message_cost."""
+    apart = cost["not_in_total"]
+    per = cost["per_message"]
+    by_function = {
+        f"{r['function']} {r['service']}.{r['operation']} {r['resource']}".rstrip(): r["per_message"]
+        for r in cost["function_requests"]
+    }
+    return {
+        "cost_per_million_usd": cost["cost_per_million_usd"],
+        "cost_by_service": cost["cost_by_service"],
+        "cost_in_total": cost["in_total"],
+        # The same total with Lambda billed by each invocation's elapsed time alone instead of the CPU model.
+        "cost_per_million_usd_lambda_wall_clock": round(
+            cost["cost_per_million_usd"]
+            - cost["cost_by_service"]["lambda"]
+            + apart["lambda_usd_per_million_wall_clock"],
+            2,
+        ),
+        "cost_not_in_total": {
+            "lambda_usd_per_million_wall_clock": apart["lambda_usd_per_million_wall_clock"],
+            "stepfunctions_usd_per_million_measured_duration": apart["stepfunctions_usd_per_million_measured_duration"],
+            "model_wait_usd_per_million_per_model_second": apart["model_wait_usd_per_million_per_model_second"],
+            "xray_usd_per_million_by_traffic_when_traced": apart["xray_usd_per_million_by_traffic_when_traced"],
+            "custom_metrics": apart["custom_metrics"],
+            "custom_metrics_usd_per_month": apart["custom_metrics_usd_per_month"],
+        },
+        "messages_tested": cost["messages_tested"],
+        "model_wait_seconds_per_message": cost["model_wait_seconds_per_message"],
+        "aws_requests_per_message": round(
+            sum(n for operations in cost["aws_requests_per_message"].values() for n in operations.values()), 3
+        ),
+        "aws_requests_per_message_by_function": by_function,
+        "lambda_poller_requests_per_message": round(
+            sum(v for k, v in per["sqs_requests_by_function_and_poller"].items() if k.startswith("poller")), 3
+        ),
+        "dynamodb_write_units_per_message": per["dynamodb_write_units"],
+        "dynamodb_read_units_per_message": per["dynamodb_read_units"],
+        "lambda_gb_seconds_per_message": per["lambda_gb_seconds"],
+        "lambda_gb_seconds_per_message_wall_clock": per["lambda_gb_seconds_wall_clock"],
+        "lambda_invocations_per_message": round(sum(per["lambda_invocations"].values()), 3),
+        "busy_retries": cost["busy_retries"],
+        "failed_invocations": cost.get("failed_invocations", 0),
+    }
+
+
+def long_session_keys(long: dict[str, Any]) -> dict[str, Any]:
+    growth = long["read_units_growth"]
+    at = growth["at_message"]
+    return {
+        f"read_units_growth_{at}": growth["ratio"],
+        "read_units_per_message_at_1": growth["first"],
+        f"read_units_per_message_at_{at}": growth["last"],
+        "cost_per_million_usd_long_session": long["cost_per_million_usd"],
+    }
+
+
+def capacity_keys(capacity: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, key in (("defaults", ""), ("new-account", "_new_account"), ("busy_group", "_busy_group")):
+        if name in capacity:
+            out[f"capacity{key}_messages_per_second"] = capacity[name]["knee_messages_per_second"]
+            out[f"capacity{key}_binding_limit"] = capacity[name]["binding_limit"]
+    return out
 
 
 def main() -> int:
@@ -162,6 +217,9 @@ def main() -> int:
 REQUIRED = (
     "cost_per_million_usd",
     "cost_by_service",
+    "aws_requests_per_message",
+    "read_units_growth_200",
+    "capacity_messages_per_second",
     "idle_cost_per_month_usd",
     "ingress_import_ratio",
     "ack_aws_calls",

@@ -55,7 +55,8 @@ def build_app(
     import aws_cdk as cdk
     from cdk_nag import AwsSolutionsChecks
 
-    from infra.stack import HermesGatewayStack, stack_name
+    from hermes_gateway.outputs import stack_name
+    from infra.stack import HermesGatewayStack
 
     app = cdk.App(context={**cdk_json_context(), **(context or {})}, outdir=outdir)
     stack = HermesGatewayStack(app, stack_name(settings.stage), settings=settings)

@@ -5,20 +5,23 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from aws_cdk import CfnOutput, Stack, Tags
+from aws_cdk import Aws, CfnOutput, Stack, Tags
 from aws_cdk import aws_events as events
 from constructs import Construct
 
-from hermes_gateway.cli.target import (
+from hermes_gateway.errors import ConfigError
+from hermes_gateway.outputs import (
     SESSION_API_OUTPUT,
+    function_output_key,
     log_group_output_key,
     queue_output_key,
+    state_machine_output_key,
     table_output_key,
     webhook_output_key,
 )
-from hermes_gateway.errors import ConfigError
 from hermes_gateway.platforms.catalog import CATALOG, PlatformSpec, webhook_path
 from hermes_gateway.resources import (
+    BUCKETS,
     EVENT_BUS,
     FUNCTIONS,
     QUEUES,
@@ -28,15 +31,19 @@ from hermes_gateway.resources import (
     repo_root,
     secrets_prefix,
 )
-from hermes_gateway.settings import PROFILES_ENV, Settings
+from hermes_gateway.settings import SETTINGS_FILE_ENV, Settings
+from hermes_gateway.settings.shipped import SHIPPED_PATH
 from infra.capabilities.alarms import OperationsAlarms
 from infra.capabilities.api import WebhookApi
 from infra.capabilities.dashboard import OperationsDashboard
 from infra.capabilities.data import DataTables
 from infra.capabilities.functions import GatewayFunctions, GrantTargets, environment_size
 from infra.capabilities.layer import CommonLayer
+from infra.capabilities.media import MediaBuckets
+from infra.capabilities.observability import ObservabilityPlan
 from infra.capabilities.queues import MessageQueues
 from infra.capabilities.schedules import Schedules
+from infra.capabilities.settings_layer import SettingsLayer
 from infra.capabilities.workflow import TurnWorkflow
 
 PROJECT = "hermes-gateway"
@@ -46,15 +53,11 @@ MODEL_FUNCTION = "agent"  # the function that calls the model provider
 ENVIRONMENT_LIMIT_BYTES = 4096  # Lambda: the keys and values of a function's variables, in all
 
 
-def stack_name(stage: str) -> str:
-    return f"HermesGateway-{stage}"
-
-
 def function_environment(settings: Settings) -> dict[str, str]:
-    """What every function gets: the validated settings and the deployment's fixed names."""
+    """What every function gets: where its settings are (the settings layer) and the deployment's
+    fixed names. The settings themselves are not here: 4 KB is all a function's environment holds."""
     return {
-        "GATEWAY_STAGE": settings.stage,
-        **settings.to_env(changed_only=True),  # defaults are left out: 4 KB is all a function's environment holds
+        SETTINGS_FILE_ENV: SHIPPED_PATH,
         "HERMES_SECRETS_PREFIX": secrets_prefix(settings.stage),
         "POWERTOOLS_SERVICE_NAME": PROJECT,
         "POWERTOOLS_METRICS_NAMESPACE": "HermesGateway",
@@ -74,16 +77,13 @@ def served_platforms(settings: Settings) -> tuple[tuple[str | None, PlatformSpec
 
 
 def check_environment_size(function: str, variables: Mapping[str, str]) -> None:
-    """A function's environment must fit Lambda's 4 KB; named profiles' overrides are what fill it."""
+    """A function's environment must fit Lambda's 4 KB; it holds resource names, not settings."""
     size = environment_size(variables)
     if size > ENVIRONMENT_LIMIT_BYTES:
-        profiles = len(variables.get(PROFILES_ENV, ""))
         raise ConfigError(
             f"the {function} function's environment would be about {size} bytes (names and URLs set at "
-            f"deploy time counted at their longest), over Lambda's "
-            f"{ENVIRONMENT_LIMIT_BYTES}-byte limit ({PROFILES_ENV}, the named profiles' settings, is {profiles} "
-            "bytes of it): set fewer settings in the profiles (leave out what equals the deployment's), "
-            "or serve fewer profiles"
+            f"deploy time counted at their longest), over Lambda's {ENVIRONMENT_LIMIT_BYTES}-byte limit: "
+            f"it is granted too many resources ({', '.join(sorted(variables))})"
         )
 
 
@@ -108,9 +108,11 @@ class HermesGatewayStack(Stack):
         Tags.of(self).add("project", PROJECT)
         Tags.of(self).add("stage", stage)
 
-        alarms = OperationsAlarms(self, "Alarms")
+        plan = ObservabilityPlan.of(settings, scheduled={schedule.function for schedule in SCHEDULES})
+        alarms = OperationsAlarms(self, "Alarms", plan=plan, stage=stage)
         data = DataTables(self, "Data", specs=TABLES)
-        queues = MessageQueues(self, "Queues", specs=QUEUES, alarms=alarms)
+        queues = MessageQueues(self, "Queues", specs=QUEUES)
+        media = MediaBuckets(self, "Media", specs=BUCKETS, retention_days=settings.media.retention_days)
         layer = CommonLayer(
             self,
             "CommonLayer",
@@ -129,7 +131,12 @@ class HermesGatewayStack(Stack):
             environment=function_environment(settings),
             secrets_prefix=secrets_prefix(stage),
             named_profiles={named.profile: enabled_platforms(named) for named in settings.profiles.values()},
+            traced=[spec.name for spec in FUNCTIONS if plan.traces(spec.name)],
+            system_log_level=plan.system_log_level,
         )
+        settings_layer = SettingsLayer(self, "SettingsLayer", settings=settings)
+        for gateway_function in functions.by_name.values():
+            gateway_function.function.add_layers(settings_layer.layer)
         # Each profile may use its own model; a model several profiles share is granted once.
         for provider in {(p.provider.name, p.provider.model): p.provider for p in settings.all_profiles()}.values():
             functions.by_name[MODEL_FUNCTION].grant_model(provider)
@@ -142,35 +149,35 @@ class HermesGatewayStack(Stack):
             functions=lambdas,
             log_group_name=f"/aws/vendedlogs/states/{PROJECT}-{stage}-{TURN_STATE_MACHINE.name}",
             express=settings.turns.workflow_type == "express",
+            traced=plan.traces_workflow,
         )
         functions.connect(
             GrantTargets(
                 tables={name: (data.specs[name], table) for name, table in data.tables.items()},
                 queues={name: (queues.specs[name], queue) for name, queue in queues.queues.items()},
-                dead_letter_queues=queues.dead_letter_queues,
                 state_machines={TURN_STATE_MACHINE.name: (TURN_STATE_MACHINE, workflow.state_machine)},
                 event_buses={EVENT_BUS.name: (EVENT_BUS, bus)},
+                functions={name: (f.spec, f.function) for name, f in functions.by_name.items()},
+                buckets={name: (media.specs[name], bucket) for name, bucket in media.buckets.items()},
             )
         )
         for name, gateway_function in functions.by_name.items():
             check_environment_size(name, gateway_function.environment)
-        for name, function in lambdas.items():
-            alarms.on_errors(name, function)
-        alarms.on_failed_executions(TURN_STATE_MACHINE.name, workflow.state_machine)
         CfnOutput(
             self,
-            "TurnStateMachineArn",
+            state_machine_output_key(TURN_STATE_MACHINE.name),
             value=workflow.state_machine.state_machine_arn,
             description="The agent turn workflow (`hermes-gateway cron run` starts a job's turn here)",
         )
 
-        if settings.operations.dashboard:
+        if plan.dashboard:
             dashboard = OperationsDashboard(
                 self,
                 "Operations",
-                dashboard_name=f"{PROJECT}-{stage}",
+                # Dashboard names are global to the account: the region keeps two regions' stages apart.
+                dashboard_name=f"{PROJECT}-{stage}-{Aws.REGION}",
                 functions=lambdas,
-                dead_letter_queues=queues.dead_letter_queues,
+                dead_letter_queues=queues.queues,
                 state_machine=workflow.state_machine,
             )
             CfnOutput(
@@ -180,25 +187,26 @@ class HermesGatewayStack(Stack):
                 f"#dashboards:name={dashboard.dashboard.dashboard_name}",
                 description="The gateway's CloudWatch dashboard",
             )
-        for name, function in lambdas.items():
-            alarms.on_throttles(name, function)
-        if settings.operations.alarm_email:
-            alarms.notify_email(settings.operations.alarm_email)
-
         api = WebhookApi(
             self, "Webhooks", handler=lambdas[WEBHOOK_FUNCTION], api_name=f"{PROJECT}-{stage}", platforms=served
         )
-        Schedules(self, "Schedules", specs=SCHEDULES, functions=lambdas, alarms=alarms)
+        schedules = Schedules(self, "Schedules", specs=SCHEDULES, functions=lambdas)
+        alarms.watch(
+            functions=lambdas,
+            log_groups={name: f.log_group for name, f in functions.by_name.items()},
+            dead_letter_queues={**queues.queues, "schedules": schedules.dead_letter_queue},
+            state_machines={TURN_STATE_MACHINE.name: workflow.state_machine},
+        )
 
         CfnOutput(self, "WebhookUrl", value=f"{api.url}webhooks/", description="Append the platform name")
         CfnOutput(
             self,
             SESSION_API_OUTPUT,
-            value=api.add_session_api(lambdas[SESSION_API_FUNCTION]),
+            value=api.add_session_api(lambdas[SESSION_API_FUNCTION], profiles=list(settings.profiles)),
             description="The session API (IAM-signed POST; `hermes-gateway sessions` uses it)",
         )
         for profile, spec in served:
-            # The CLI's `webhooks` command reads these (hermes_gateway.cli.target.webhook_output_key).
+            # The CLI's `webhooks` command reads these back (their keys: hermes_gateway.outputs).
             for_profile = f" for profile {profile}" if profile else ""
             CfnOutput(
                 self,
@@ -212,24 +220,26 @@ class HermesGatewayStack(Stack):
             value=secrets_prefix(stage),
             description="SSM SecureString parameters the functions read; set them with the CLI",
         )
-        CfnOutput(self, "AlarmTopicArn", value=alarms.topic.topic_arn, description="Subscribe to get alarms")
+        if alarms.topic is not None:
+            CfnOutput(self, "AlarmTopicArn", value=alarms.topic.topic_arn, description="Subscribe to get alarms")
         for name, gateway_function in functions.by_name.items():
-            # The CLI's `logs` commands read these log groups.
+            # The CLI's `logs` commands read these log groups; `send` and `outbox redrive` invoke
+            # the delivery function.
             CfnOutput(
                 self,
                 log_group_output_key(name),
                 value=gateway_function.log_group.log_group_name,
                 description=f"The {name} function's logs",
             )
-        for name, queue in queues.queues.items():
-            # The CLI's `outbox redrive` moves dead letters back through these.
-            CfnOutput(self, queue_output_key(name), value=queue.queue_url, description=f"The {name} queue")
             CfnOutput(
                 self,
-                queue_output_key(queues.specs[name].dead_letter_name),
-                value=queues.dead_letter_queues[name].queue_url,
-                description=f"The {name} dead-letter queue",
+                function_output_key(name),
+                value=gateway_function.function.function_arn,
+                description=f"The {name} function",
             )
+        for name, queue in queues.queues.items():
+            # The CLI's `outbox dead-letters` and `outbox redrive` read these.
+            CfnOutput(self, queue_output_key(name), value=queue.queue_url, description=f"The {name} queue")
         for name, table in data.tables.items():
-            # The CLI finds the deployment's tables through these (hermes_gateway.cli.target).
+            # The CLI finds the deployment's tables through these (hermes_cli.target.use_deployed).
             CfnOutput(self, table_output_key(name), value=table.table_name, description=f"The {name} table")

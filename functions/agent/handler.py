@@ -1,4 +1,4 @@
-"""Agent: one task of a turn, as invoked by the turn state machine with `{"step", "turn"}`.
+"""Agent: one task of a turn, as the turn state machine invokes it: `{"step", "state"}`.
 
 Errors propagate on purpose: Step Functions matches their class names (TransientError is
 retried, anything else goes to the Fail state, which apologizes and releases the lease)."""
@@ -18,7 +18,7 @@ from hermes_gateway.services.turn import run_step, turn_profile
 @metrics.log_metrics
 @wiring.publishes_events
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    turn = dict(event.get("turn") or {})
+    state = dict(event.get("state") or {})
     # The turn runs as its profile: that profile's model, tools, memory and bots.
-    profile = wiring.profile_settings(turn_profile(turn)).served_profile
-    return run_step(str(event.get("step")), turn, wiring.turn_deps(profile))
+    profile = wiring.profile_settings(turn_profile(state)).served_profile
+    return run_step(str(event.get("step")), state, wiring.turn_deps(profile))

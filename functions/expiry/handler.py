@@ -1,5 +1,6 @@
-"""Expiry: invoked every minute by EventBridge Scheduler: expired leases, due cron jobs, sessions
-whose reset policy expired (flushed, then ended), and routes idle past their age."""
+"""Expiry: invoked every minute by EventBridge Scheduler: leases that outlived their turn with
+something waiting on them, due cron jobs, and sessions whose reset policy expired them (flushed,
+then ended). Idle routes go by their TTL."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from hermes_gateway import wiring
 from hermes_gateway.observability import logger, metrics
 from hermes_gateway.services import cron
 from hermes_gateway.services.expiry import LeaseRecovery, recover_expired_leases, run_tick
-from hermes_gateway.services.session_sweep import prune_idle_routes, sweep_expired_sessions
+from hermes_gateway.services.session_sweep import sweep_expired_sessions
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -21,26 +22,30 @@ from hermes_gateway.services.session_sweep import prune_idle_routes, sweep_expir
 @wiring.publishes_events
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     now = time.time()
+    stores = wiring.session_stores()
     return run_tick(
         {
             "leases": lambda: recover_expired_leases(
                 LeaseRecovery(
                     wiring.settings(),
-                    wiring.session_store(),
-                    wiring.session_store(),
-                    wiring.turn_control(),
+                    stores.routes,
+                    stores.leases,
+                    stores.control,
+                    stores.transcript,
                     wiring.turn_starter(),
                 ),
                 now,
             ),
             "cron": lambda: cron.tick(wiring.cron_deps(), now).to_dict(),
-            "sessions": lambda: {
-                "sweep": asdict(
-                    sweep_expired_sessions(
-                        wiring.session_store(), wiring.turn_starter(), wiring.settings(), now, events=wiring.events()
-                    )
-                ),
-                "routes_pruned": prune_idle_routes(wiring.session_store(), wiring.settings(), now),
-            },
+            "sessions": lambda: asdict(
+                sweep_expired_sessions(
+                    stores.sweep,
+                    stores.catalogue,
+                    wiring.turn_starter(),
+                    wiring.settings(),
+                    now,
+                    events=wiring.events(),
+                )
+            ),
         }
     )

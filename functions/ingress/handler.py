@@ -1,4 +1,4 @@
-"""Ingress: API Gateway (HTTP API, payload 2.0) → verify → normalize → enqueue → acknowledge."""
+"""Ingress: API Gateway (HTTP API, payload 2.0) → verify → normalize → one inbox write → acknowledge."""
 
 from __future__ import annotations
 
@@ -48,15 +48,14 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         query=dict(http.query_string_parameters or {}),
         raw_query=http.raw_query_string or "",
     )
-    enqueue_once = wiring.enqueue_once()
-    enqueue_once.register_context(context)
     response = handle_webhook(
         platform,
         request,
         settings=settings,
         adapters=wiring.inbound_adapter,
-        enqueue_once=enqueue_once,
+        enqueue_once=wiring.inbox().put_once,
         received_at=received_at,
         profile=webhook_route(http.raw_path)[0],
+        report_delivery=wiring.report_delivery,
     )
     return _respond(response)

@@ -1,4 +1,5 @@
-"""Session API: `POST /api/sessions` (HTTP API, payload 2.0, AWS_IAM authorizer) → `services.session_api`."""
+"""Session API: `POST /api/sessions` and each named profile's `POST /p/<profile>/api/sessions` (HTTP API, payload
+2.0, AWS_IAM authorizer) → `services.session_api`, for the profile the route serves."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from hermes_gateway import wiring
 from hermes_gateway.errors import BadRequest, PayloadTooLarge
 from hermes_gateway.observability import logger, metrics
-from hermes_gateway.services.ingress import decode_body
-from hermes_gateway.services.session_api import ApiError, ApiResponse, SessionApiDeps, handle_request
+from hermes_gateway.services.ingress import decode_body, read_json
+from hermes_gateway.services.session_api import ApiError, ApiResponse, SessionApiDeps, handle_request, route_profile
 
 
 def _respond(response: ApiResponse) -> dict[str, Any]:
@@ -40,17 +41,17 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     http = APIGatewayProxyEventV2(event)
     try:
         raw = decode_body(http.get("body"), bool(http.is_base64_encoded), wiring.settings().max_body_bytes)
-        body = json.loads(raw) if raw else None
+        body = read_json(raw) if raw else None
     except PayloadTooLarge:
         return _respond(ApiResponse.error(ApiError("invalid", "the body is too large")))
-    except (BadRequest, ValueError, RecursionError):
+    except BadRequest:
         return _respond(ApiResponse.error(ApiError("invalid", "the body must be a JSON object")))
     deps = SessionApiDeps(
         settings=wiring.settings(),
-        store=wiring.session_store(),
+        stores=wiring.session_stores(),
         receipts=wiring.receipts(),
         events=wiring.events(),
         caller=caller,
         starter=wiring.turn_starter() if "turn" in wiring.bindings().state_machines else None,
     )
-    return _respond(handle_request(body, deps))
+    return _respond(handle_request(body, deps, route_profile(http.raw_path or "")))

@@ -62,8 +62,14 @@ class WebhookApi(Construct):
             description="Hermes Gateway webhooks",
             create_default_stage=False,
         )
+        # One invoke permission for the whole API, not one per route: every route's own statement
+        # (about 450 bytes) would outgrow the function's 20 KB resource policy with every platform
+        # and two named profiles, and the deploy would fail.
         integration = HttpLambdaIntegration(
-            "Ingress", handler, payload_format_version=apigatewayv2.PayloadFormatVersion.VERSION_2_0
+            "Ingress",
+            handler,
+            payload_format_version=apigatewayv2.PayloadFormatVersion.VERSION_2_0,
+            scope_permission_to_route=False,
         )
         routes = [
             route
@@ -102,17 +108,21 @@ class WebhookApi(Construct):
         """The API's base URL, ending with '/'."""
         return self.stage.url
 
-    def add_session_api(self, handler: lambda_.IFunction) -> str:
-        """`POST /api/sessions`, IAM-signed (SigV4, service `execute-api`): only principals granted
-        `execute-api:Invoke` on this route reach the session API function. Returns its URL."""
-        self.http_api.add_routes(
-            path=SESSION_API_PATH,
-            methods=[apigatewayv2.HttpMethod.POST],
-            integration=HttpLambdaIntegration(
-                "SessionApi", handler, payload_format_version=apigatewayv2.PayloadFormatVersion.VERSION_2_0
-            ),
-            authorizer=HttpIamAuthorizer(),
+    def add_session_api(self, handler: lambda_.IFunction, profiles: Sequence[str] = ()) -> str:
+        """`POST /api/sessions` for the deployment's own profile and `POST /p/<profile>/api/sessions`
+        for each named one, IAM-signed (SigV4, service `execute-api`): only principals granted
+        `execute-api:Invoke` on a route's ARN reach the session API function for that profile, so
+        one profile's operators get no other's sessions. Returns the deployment's own URL."""
+        integration = HttpLambdaIntegration(
+            "SessionApi", handler, payload_format_version=apigatewayv2.PayloadFormatVersion.VERSION_2_0
         )
+        for path in (SESSION_API_PATH, *(f"/p/{profile}{SESSION_API_PATH}" for profile in profiles)):
+            self.http_api.add_routes(
+                path=path,
+                methods=[apigatewayv2.HttpMethod.POST],
+                integration=integration,
+                authorizer=HttpIamAuthorizer(),
+            )
         return f"{self.url}{SESSION_API_PATH.lstrip('/')}"
 
 

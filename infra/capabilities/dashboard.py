@@ -2,7 +2,7 @@
 
 Rows, in the order a message travels: webhooks accepted and rejected (by reason), duplicates and
 ignored events; the router (denied, busy, turns started); turns (executions, failures, latency);
-delivery (sent, retried, gone, unknown, dead-lettered) and the dead-letter queues' depth; each
+delivery (sent, retried, gone, unknown, failed later, dead-lettered) and the dead-letter queues' depth; each
 function's errors, throttles and duration. The gateway's own metrics are the Powertools EMF
 metrics the functions emit (namespace HermesGateway, dimension `service`).
 """
@@ -99,6 +99,7 @@ class OperationsDashboard(Construct):
                 gateway_metric("DeliveryRetried", "retried"),
                 gateway_metric("DeliveryTargetGone", "target gone"),
                 gateway_metric("DeliveryUnknown", "outcome unknown"),
+                gateway_metric("DeliveryFailedLater", "failed later (platform report)"),
                 gateway_metric("DeliveryDeadLettered", "dead-lettered"),
             ],
         )

@@ -1,4 +1,5 @@
-"""DynamoDB tables, one per `TableSpec`: on demand, point-in-time recovery, retained on stack delete."""
+"""DynamoDB tables, one per `TableSpec`: on demand, point-in-time recovery, retained on stack delete,
+a stream where the spec asks for one."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from constructs import Construct
 from hermes_gateway.resources import Key, TableSpec
 
 _TYPES = {"S": dynamodb.AttributeType.STRING, "N": dynamodb.AttributeType.NUMBER}
+_STREAMS = {"NEW_IMAGE": dynamodb.StreamViewType.NEW_IMAGE}
 
 
 def _attribute(key: Key) -> dynamodb.Attribute:
@@ -40,6 +42,7 @@ class DataTables(Construct):
                 # AWS owned key: always on, no KMS charges
                 encryption=dynamodb.TableEncryption.DEFAULT,
                 time_to_live_attribute=spec.ttl_attribute,
+                stream=_STREAMS[spec.stream] if spec.stream else None,
                 removal_policy=RemovalPolicy.RETAIN,
             )
             for index in spec.indexes:

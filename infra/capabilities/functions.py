@@ -1,8 +1,9 @@
 """Lambda functions, one per `FunctionSpec`, each with its own least-privilege role.
 
 `GatewayFunction` gives every function the same defaults (arm64, Python 3.13, the common layer,
-JSON logs into its own log group with retention, X-Ray tracing, the shared environment), and turns
-the spec's `grants` and `secrets` into IAM statements and environment variables.
+JSON logs into its own log group with retention, application lines from INFO, Lambda's own lines
+and X-Ray tracing as the observability tier says, the shared environment), and turns the spec's
+`grants` and `secrets` into IAM statements and environment variables.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
@@ -25,10 +27,12 @@ from hermes_gateway.platforms.catalog import PlatformSpec
 from hermes_gateway.resources import (
     SECRET_NAMES,
     Access,
+    BucketSpec,
     EventBusSpec,
     FunctionSpec,
     QueueSpec,
     StateMachineSpec,
+    StreamSource,
     TableSpec,
 )
 from hermes_gateway.secrets import PLATFORM_SECRETS, profile_secret_name
@@ -38,11 +42,25 @@ from infra.nag import acknowledge, arn_finding
 
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 _CODE_EXCLUDES = ["__pycache__", "*.pyc"]
-_TABLE_GRANTS = {
-    Access.READ: dynamodb.Table.grant_read_data,
-    Access.WRITE: dynamodb.Table.grant_write_data,
-    Access.READ_WRITE: dynamodb.Table.grant_read_write_data,
+# The item actions each access level allows: no Scan unless the function names the table in its
+# `scans`, no stream reads (the consumer's event source mapping reads its stream), no DescribeTable
+# (pynamodb builds its tables from the models; nothing describes a table at run time).
+_READ_ACTIONS = ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:ConditionCheckItem")
+_WRITE_ACTIONS = (
+    "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
+    "dynamodb:ConditionCheckItem",
+)  # fmt: skip
+_TABLE_ACTIONS: dict[Access, tuple[str, ...]] = {
+    Access.READ: _READ_ACTIONS,
+    Access.WRITE: _WRITE_ACTIONS,
+    Access.READ_WRITE: tuple(dict.fromkeys(_READ_ACTIONS + _WRITE_ACTIONS)),
+    Access.PUT: ("dynamodb:PutItem",),  # the ingress's one write to the inbox
+    Access.MARK: ("dynamodb:GetItem", "dynamodb:UpdateItem"),
+    # The stream is read by the event source mapping (_consume_stream); the consumer counts a
+    # message's failed attempts on its item.
+    Access.CONSUME: ("dynamodb:UpdateItem",),
 }
+_QUERIES = frozenset({Access.READ, Access.WRITE, Access.READ_WRITE})  # the levels granted the indexes too
 
 
 @dataclass(frozen=True)
@@ -51,9 +69,10 @@ class GrantTargets:
 
     tables: Mapping[str, tuple[TableSpec, dynamodb.Table]]
     queues: Mapping[str, tuple[QueueSpec, sqs.Queue]]
-    dead_letter_queues: Mapping[str, sqs.Queue]  # by the queue's logical name
     state_machines: Mapping[str, tuple[StateMachineSpec, sfn.StateMachine]]
     event_buses: Mapping[str, tuple[EventBusSpec, events.EventBus]] = field(default_factory=dict)
+    functions: Mapping[str, tuple[FunctionSpec, lambda_.IFunction]] = field(default_factory=dict)
+    buckets: Mapping[str, tuple[BucketSpec, s3.IBucket]] = field(default_factory=dict)
 
 
 _INFERENCE_PROFILE_PREFIXES = ("us", "eu", "apac", "global")
@@ -101,6 +120,8 @@ class GatewayFunction(Construct):
         environment: Mapping[str, str],
         secrets_prefix: str,
         named_profiles: Mapping[str, Iterable[PlatformSpec]] | None = None,
+        traced: bool = False,
+        system_log_level: lambda_.SystemLogLevel = lambda_.SystemLogLevel.WARN,
     ) -> None:
         super().__init__(scope, construct_id)
         self.spec = spec
@@ -128,17 +149,28 @@ class GatewayFunction(Construct):
             role=self.role,
             log_group=self.log_group,
             logging_format=lambda_.LoggingFormat.JSON,
-            tracing=lambda_.Tracing.ACTIVE,
+            # INFO keeps the metrics' EMF lines, which carry no level (Lambda files them as INFO).
+            application_log_level_v2=lambda_.ApplicationLogLevel.INFO,
+            # WARN drops START, END and REPORT (about 900 bytes an invocation in JSON).
+            system_log_level_v2=system_log_level,
+            tracing=lambda_.Tracing.ACTIVE if traced else lambda_.Tracing.DISABLED,
             environment=dict(self.environment),
         )
         self.log_group.grant_write(self.role)
         self._grant_secrets(secrets_prefix, named_profiles or {})
-        acknowledge(
-            self.role,
-            "IAM5[Resource::*]",
-            "X-Ray tracing (Tracing.ACTIVE): xray:PutTraceSegments and xray:PutTelemetryRecords "
-            "do not support resource-level permissions.",
-        )
+        reasons = []
+        if traced:
+            reasons.append(
+                "X-Ray tracing (Tracing.ACTIVE): xray:PutTraceSegments and xray:PutTelemetryRecords "
+                "do not support resource-level permissions."
+            )
+        if spec.consumes:
+            reasons.append(
+                "The table stream's event source adds dynamodb:ListStreams, which has no resource-level "
+                "permissions (the stream itself is read only through its own ARN)."
+            )
+        if reasons:
+            acknowledge(self.role, "IAM5[Resource::*]", " ".join(reasons))
         acknowledge(
             self.function,
             "L1",
@@ -153,30 +185,39 @@ class GatewayFunction(Construct):
                 self._grant_table(*targets.tables[name], access)
             elif name in targets.queues:
                 self._grant_queue(*targets.queues[name], access)
-                if access is Access.CONSUME:
-                    self._grant_dead_letters(targets.queues[name][0], targets.dead_letter_queues[name])
             elif name in targets.state_machines:
                 self._grant_state_machine(*targets.state_machines[name], access)
             elif name in targets.event_buses:
                 self._grant_event_bus(*targets.event_buses[name], access)
+            elif name in targets.functions:
+                self._grant_function(*targets.functions[name], access)
+            elif name in targets.buckets:
+                self._grant_bucket(*targets.buckets[name], access)
             else:
                 raise ValueError(f"function {self.spec.name}: grant on unknown resource {name!r}")
         consumed = [name for name, access in self.spec.grants.items() if access is Access.CONSUME]
-        if consumed != ([self.spec.consumes] if self.spec.consumes else []):
+        if consumed != ([self.spec.consumes.table] if self.spec.consumes else []):
             raise ValueError(
                 f"function {self.spec.name}: consumes={self.spec.consumes!r} but CONSUME grants on {consumed}"
             )
+        if self.spec.consumes is not None:
+            table_spec, table = targets.tables[self.spec.consumes.table]
+            self._consume_stream(table_spec, table, self.spec.consumes, targets)
+        self._configure_async_invokes(targets)
 
     def _add_environment(self, key: str, value: str) -> None:
         self.environment[key] = value
         self.function.add_environment(key, value)
 
     def _grant_table(self, spec: TableSpec, table: dynamodb.Table, access: Access) -> None:
-        if access not in _TABLE_GRANTS:
+        if access not in _TABLE_ACTIONS:
             raise ValueError(f"function {self.spec.name}: table {spec.name} cannot be granted {access.value}")
-        _TABLE_GRANTS[access](table, self.role)
+        actions = _TABLE_ACTIONS[access] + (("dynamodb:Scan",) if spec.name in self.spec.scans else ())
+        indexes = bool(spec.indexes) and access in _QUERIES
+        resources = [table.table_arn] + ([f"{table.table_arn}/index/*"] if indexes else [])
+        self.role.add_to_principal_policy(iam.PolicyStatement(actions=list(actions), resources=resources))
         self._add_environment(spec.env_var, table.table_name)
-        if spec.indexes:
+        if indexes:
             acknowledge(
                 self.role,
                 arn_finding(table, "/index/*"),
@@ -184,30 +225,84 @@ class GatewayFunction(Construct):
                 "that table's indexes.",
             )
 
+    def _consume_stream(
+        self, spec: TableSpec, table: dynamodb.Table, source: StreamSource, targets: GrantTargets
+    ) -> None:
+        """The table's stream as this function's event source, with `source`'s settings."""
+        if spec.stream is None:
+            raise ValueError(f"function {self.spec.name}: table {spec.name} has no stream to consume")
+        filters = (
+            [lambda_.FilterCriteria.filter({"eventName": lambda_.FilterRule.is_equal("INSERT")})]
+            if source.inserts_only
+            else None
+        )
+        self.function.add_event_source(
+            event_sources.DynamoEventSource(
+                table,
+                # Everything written before the mapping was enabled is routed too.
+                starting_position=lambda_.StartingPosition.TRIM_HORIZON,
+                batch_size=source.batch_size,
+                max_batching_window=Duration.seconds(0),
+                parallelization_factor=source.parallelization_factor,
+                report_batch_item_failures=True,
+                bisect_batch_on_error=source.bisect_on_error,
+                retry_attempts=source.max_retry_attempts,
+                max_record_age=Duration.seconds(source.max_record_age_seconds),
+                on_failure=event_sources.SqsDlq(targets.queues[source.on_failure][1]),
+                filters=filters,
+            )
+        )
+
+    def _configure_async_invokes(self, targets: GrantTargets) -> None:
+        """Lambda's retries of an asynchronous invoke, the age after which an event is given up,
+        and the dead-letter queue that then gets it (the function's DeadLetterConfig)."""
+        if self.spec.async_retries is not None or self.spec.async_max_event_age_seconds is not None:
+            self.function.configure_async_invoke(
+                retry_attempts=self.spec.async_retries,
+                max_event_age=Duration.seconds(self.spec.async_max_event_age_seconds)
+                if self.spec.async_max_event_age_seconds
+                else None,
+            )
+        if self.spec.dead_letters is None:
+            return
+        queue = targets.queues[self.spec.dead_letters][1]
+        cfn = self.function.node.default_child
+        assert isinstance(cfn, lambda_.CfnFunction)
+        cfn.dead_letter_config = lambda_.CfnFunction.DeadLetterConfigProperty(target_arn=queue.queue_arn)
+        self.role.add_to_principal_policy(iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[queue.queue_arn]))
+
     def _grant_queue(self, spec: QueueSpec, queue: sqs.Queue, access: Access) -> None:
-        if access is Access.SEND:
-            self.role.add_to_principal_policy(
-                iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[queue.queue_arn])
-            )
-        elif access is Access.CONSUME:
-            self.function.add_event_source(
-                event_sources.SqsEventSource(
-                    queue,
-                    batch_size=self.spec.batch_size,
-                    report_batch_item_failures=True,
-                    max_concurrency=self.spec.max_concurrency,
-                )
-            )
-        else:
+        if access is not Access.SEND:
             raise ValueError(f"function {self.spec.name}: queue {spec.name} cannot be granted {access.value}")
+        self.role.add_to_principal_policy(iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[queue.queue_arn]))
         self._add_environment(spec.env_var, queue.queue_url)
 
-    def _grant_dead_letters(self, spec: QueueSpec, dead_letters: sqs.Queue) -> None:
-        """A consumer may dead-letter a message that can never succeed, at once."""
-        self.role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[dead_letters.queue_arn])
+    def _grant_bucket(self, spec: BucketSpec, bucket: s3.IBucket, access: Access) -> None:
+        """Objects only (no listing, no bucket settings): READ is GetObject, WRITE PutObject."""
+        actions = {
+            Access.READ: ["s3:GetObject"],
+            Access.WRITE: ["s3:PutObject"],
+            Access.READ_WRITE: ["s3:GetObject", "s3:PutObject"],
+        }.get(access)
+        if actions is None:
+            raise ValueError(f"function {self.spec.name}: bucket {spec.name} cannot be granted {access.value}")
+        self.role.add_to_principal_policy(iam.PolicyStatement(actions=actions, resources=[bucket.arn_for_objects("*")]))
+        acknowledge(
+            self.role,
+            arn_finding(bucket, "/*"),
+            f"The {spec.name} bucket's objects, each keyed by profile, session and message: the grant covers only "
+            "that bucket's objects, never its listing or settings.",
         )
-        self._add_environment(spec.dead_letter_env_var, dead_letters.queue_url)
+        self._add_environment(spec.env_var, bucket.bucket_name)
+
+    def _grant_function(self, spec: FunctionSpec, function: lambda_.IFunction, access: Access) -> None:
+        if access is not Access.INVOKE:
+            raise ValueError(f"function {self.spec.name}: function {spec.name} cannot be granted {access.value}")
+        # The unqualified ARN only: grant_invoke would add the `:*` version wildcard.
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=[function.function_arn])
+        )
+        self._add_environment(spec.env_var, function.function_arn)
 
     def _grant_event_bus(self, spec: EventBusSpec, bus: events.EventBus, access: Access) -> None:
         if access is not Access.PUT_EVENTS:
@@ -297,9 +392,13 @@ class GatewayFunctions(Construct):
         environment: Mapping[str, str],
         secrets_prefix: str,
         named_profiles: Mapping[str, Iterable[PlatformSpec]] | None = None,
+        traced: Iterable[str] = (),
+        system_log_level: lambda_.SystemLogLevel = lambda_.SystemLogLevel.WARN,
     ) -> None:
-        """`named_profiles`: each named profile's deployed platforms (its secrets are granted too)."""
+        """`named_profiles`: each named profile's deployed platforms (its secrets are granted too);
+        `traced`: the functions X-Ray traces."""
         super().__init__(scope, construct_id)
+        traced = frozenset(traced)
         self.by_name: dict[str, GatewayFunction] = {
             spec.name: GatewayFunction(
                 self,
@@ -310,6 +409,8 @@ class GatewayFunctions(Construct):
                 environment=environment,
                 secrets_prefix=secrets_prefix,
                 named_profiles=named_profiles,
+                traced=spec.name in traced,
+                system_log_level=system_log_level,
             )
             for spec in specs
         }

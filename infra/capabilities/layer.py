@@ -1,5 +1,9 @@
 """The common Lambda layer: the `hermes_gateway` package plus `requirements/layer.txt`, built without docker.
 
+Only what the functions import: the operator's CLI (`cli/hermes_cli`) and local mode are separate
+packages that never reach the layer (tests/infra/test_layer_imports.py imports every handler from
+a built layer with nothing else on the path).
+
 The layer is bundled by a local hook that runs pip with the Lambda target platform (arm64, CPython
 3.13, wheels only, no dependencies: boto3/botocore come with the runtime). The asset hash is the
 content of the inputs, so an unchanged layer is not rebuilt on the next synth.
@@ -26,20 +30,25 @@ PIP_PLATFORM = "manylinux2014_aarch64"
 _SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 
-# What decides which distributions pip picks; part of the layer's content hash.
-PIP_TARGET_ARGS = (
-    "--no-deps",
-    "--only-binary=:all:",
-    "--platform", PIP_PLATFORM,
-    "--implementation", "cp",
-    "--python-version", PYTHON_VERSION,
-)  # fmt: skip
+def pip_target_args(platform: str = PIP_PLATFORM, python_version: str = PYTHON_VERSION) -> tuple[str, ...]:
+    """What decides which distributions pip picks: the Lambda target by default (another platform
+    only for the layer-import test, whose machine cannot load aarch64 code)."""
+    return (
+        "--no-deps",
+        "--only-binary=:all:",
+        "--platform", platform,
+        "--implementation", "cp",
+        "--python-version", python_version,
+    )  # fmt: skip
 
 
-def pip_install_command(requirements: Path, target: Path) -> list[str]:
+PIP_TARGET_ARGS = pip_target_args()  # part of the layer's content hash
+
+
+def pip_install_command(requirements: Path, target: Path, target_args: tuple[str, ...] = PIP_TARGET_ARGS) -> list[str]:
     return [
         sys.executable, "-m", "pip", "install", "--no-compile", "--disable-pip-version-check", "--quiet",
-        *PIP_TARGET_ARGS, "--target", str(target), "-r", str(requirements),
+        *target_args, "--target", str(target), "-r", str(requirements),
     ]  # fmt: skip
 
 
@@ -73,16 +82,24 @@ class LayerBundler:
     hash-based (unchecked), so they stay valid whatever timestamps the asset zip gives the sources.
     """
 
-    def __init__(self, *, requirements: Path, package: Path, compiler: str | None) -> None:
+    def __init__(
+        self,
+        *,
+        requirements: Path,
+        package: Path,
+        compiler: str | None,
+        target_args: tuple[str, ...] = PIP_TARGET_ARGS,
+    ) -> None:
         self.requirements = requirements
         self.package = package
         self.compiler = compiler
+        self.target_args = target_args
 
     def try_bundle(self, output_dir: str, *, image: DockerImage, **options: Any) -> bool:
         """Called by CDK before docker bundling; returning True means docker is never run."""
         target = Path(output_dir) / "python"
         target.mkdir(parents=True, exist_ok=True)
-        subprocess.run(pip_install_command(self.requirements, target), check=True)  # noqa: S603
+        subprocess.run(pip_install_command(self.requirements, target, self.target_args), check=True)  # noqa: S603
         shutil.copytree(self.package, target / self.package.name, ignore=_SKIPPED, dirs_exist_ok=True)
         if self.compiler is None:
             print(

@@ -1,4 +1,4 @@
-"""SQS queues, one per `QueueSpec`, each with its own dead-letter queue and an alarm on it."""
+"""SQS queues, one per `QueueSpec`: dead letters nothing consumes (the stack alarms on their depth)."""
 
 from __future__ import annotations
 
@@ -9,61 +9,40 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from hermes_gateway.resources import QueueSpec
-from infra.capabilities.alarms import OperationsAlarms
+from infra.nag import acknowledge
 
 
 def encrypted_queue(
     scope: Construct,
     construct_id: str,
     *,
-    fifo: bool = False,
     retention_period: Duration | None = None,
-    visibility_timeout: Duration | None = None,
-    dead_letter_queue: sqs.DeadLetterQueue | None = None,
 ) -> sqs.Queue:
-    """A queue with the defaults every gateway queue shares: SQS-managed encryption, TLS only.
-
-    FIFO queues never use content-based deduplication: the producer sets MessageDeduplicationId
-    (the platform event id).
-    """
+    """A queue with the defaults every gateway queue shares: SQS-managed encryption, TLS only."""
     return sqs.Queue(
         scope,
         construct_id,
-        fifo=True if fifo else None,
-        content_based_deduplication=False if fifo else None,
         encryption=sqs.QueueEncryption.SQS_MANAGED,
         enforce_ssl=True,
         retention_period=retention_period,
-        visibility_timeout=visibility_timeout,
-        dead_letter_queue=dead_letter_queue,
     )
 
 
 class MessageQueues(Construct):
-    """The gateway's queues by logical name, and their dead-letter queues."""
+    """The gateway's queues by logical name. Each is a dead-letter queue with no consumer (so no
+    poller and no idle cost) and an alarm as soon as anything waits in it."""
 
-    def __init__(
-        self, scope: Construct, construct_id: str, *, specs: Iterable[QueueSpec], alarms: OperationsAlarms
-    ) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, specs: Iterable[QueueSpec]) -> None:
         super().__init__(scope, construct_id)
         self.specs: dict[str, QueueSpec] = {}
         self.queues: dict[str, sqs.Queue] = {}
-        self.dead_letter_queues: dict[str, sqs.Queue] = {}
         for spec in specs:
-            dead_letters = encrypted_queue(
-                self,
-                f"{spec.name}-dlq",
-                fifo=spec.fifo,
-                retention_period=Duration.days(spec.dlq_retention_days),
+            queue = encrypted_queue(self, spec.name, retention_period=Duration.days(spec.retention_days))
+            acknowledge(
+                queue,
+                "SQS3",
+                f"The {spec.name} queue is itself a dead-letter queue (resources.QueueSpec): nothing "
+                "consumes it, an alarm watches its depth.",
             )
-            queue = encrypted_queue(
-                self,
-                spec.name,
-                fifo=spec.fifo,
-                visibility_timeout=Duration.seconds(spec.visibility_timeout_seconds),
-                dead_letter_queue=sqs.DeadLetterQueue(queue=dead_letters, max_receive_count=spec.max_receive_count),
-            )
-            alarms.on_dead_letters(spec.name, dead_letters)
             self.specs[spec.name] = spec
             self.queues[spec.name] = queue
-            self.dead_letter_queues[spec.name] = dead_letters

@@ -12,7 +12,6 @@ from aws_cdk import aws_scheduler_targets as targets
 from constructs import Construct
 
 from hermes_gateway.resources import ScheduleSpec
-from infra.capabilities.alarms import OperationsAlarms
 from infra.capabilities.queues import encrypted_queue
 from infra.nag import acknowledge, arn_finding
 
@@ -30,7 +29,6 @@ class Schedules(Construct):
         *,
         specs: Iterable[ScheduleSpec],
         functions: Mapping[str, lambda_.IFunction],
-        alarms: OperationsAlarms,
     ) -> None:
         super().__init__(scope, construct_id)
         self.dead_letter_queue = encrypted_queue(self, "dead-letters", retention_period=DEAD_LETTER_RETENTION)
@@ -40,7 +38,6 @@ class Schedules(Construct):
             "This queue is itself a dead-letter queue: the one of the Scheduler schedules below "
             "(set on the schedule target, which cdk-nag does not follow).",
         )
-        alarms.on_dead_letters("schedules", self.dead_letter_queue)
         self.role = self._scheduler_role()
         self.schedules: dict[str, scheduler.Schedule] = {}
         for spec in specs:

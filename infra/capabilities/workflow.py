@@ -47,6 +47,7 @@ class TurnWorkflow(Construct):
         functions: Mapping[str, lambda_.IFunction],
         log_group_name: str,
         express: bool | None = None,
+        traced: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         self.spec = spec
@@ -74,7 +75,7 @@ class TurnWorkflow(Construct):
             if (spec.express if express is None else express)
             else sfn.StateMachineType.STANDARD,
             logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ERROR, include_execution_data=False),
-            tracing_enabled=True,
+            tracing_enabled=traced,
         )
         # The definition calls the unqualified function ARNs; an explicit statement avoids the `:*`
         # version wildcard that grant_invoke would add.
@@ -86,11 +87,19 @@ class TurnWorkflow(Construct):
             self.state_machine,
             "SF1",
             "Logs ERROR only, without execution data: turn inputs carry user messages, and Express "
-            "executions bill per log event; X-Ray traces and the function logs cover normal runs.",
+            "executions bill per log event; the function logs (and X-Ray, above the minimal tier) cover normal runs.",
         )
+        if not traced:
+            acknowledge(
+                self.state_machine,
+                "SF2",
+                "X-Ray is off in the minimal observability tier: at low traffic it records nearly every "
+                "execution (5 USD per million traces); operations.observability: standard turns it on.",
+            )
         acknowledge(
             self.state_machine,
             "IAM5[Resource::*]",
-            "CloudWatch Logs vended-delivery actions (logs:CreateLogDelivery and related) and X-Ray "
-            "actions do not support resource-level permissions.",
+            "CloudWatch Logs vended-delivery actions (logs:CreateLogDelivery and related)"
+            + (" and X-Ray actions" if traced else "")
+            + " do not support resource-level permissions.",
         )

@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import threading
 import time
 import traceback
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,12 +23,13 @@ from typing import Any
 import boto3
 
 from hermes_gateway.resources import (
+    BUCKETS,
     EVENT_BUS,
+    FUNCTIONS,
     QUEUES,
     TABLES,
     TURN_STATE_MACHINE,
     Bindings,
-    QueueSpec,
     TableSpec,
     repo_root,
 )
@@ -44,9 +47,12 @@ def configure_moto() -> None:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     default_user_config.setdefault("stepfunctions", {})["execute_state_machine"] = True
     default_user_config.setdefault("lambda", {})["use_docker"] = False
+    # botocore sends DynamoDB Streams calls to an account-id endpoint that moto's in-process mock
+    # does not route (local mode's server is reached through AWS_ENDPOINT_URL, which wins anyway).
+    os.environ.setdefault("AWS_ACCOUNT_ID_ENDPOINT_MODE", "disabled")
     make_dynamodb_atomic()
     make_dynamodb_rollback_item_level()
-    honour_fifo_groups()
+    notify_stream_writes()
 
 
 _DYNAMODB_LOCK = threading.RLock()
@@ -152,91 +158,60 @@ def _put_back(table: Any, hash_key: Any, range_key: Any, item: Any) -> None:
         table.items[hash_key][range_key] = item
 
 
-_FIFO_LOCK = threading.Lock()
+_STREAM_WRITTEN = threading.Condition()
+_stream_writes = 0  # how many stream records moto has appended (a poller waits for it to move)
 
 
-def honour_fifo_groups() -> None:
-    """Receive from a FIFO queue of the embedded AWS as SQS does: a message is handed out only when
-    no earlier message of its group is in flight or waiting.
+def notify_stream_writes() -> None:
+    """Wake local mode's stream pollers when a table with a stream is written.
 
-    moto decides which groups are in flight from a snapshot taken when a long poll starts, so a
-    later message of a group that turns visible during the poll can go out before an earlier one
-    that is already visible again (a delivery retried after a 429 would be overtaken by the next
-    reply; the router would find the lease held by the starved message's turn). Idempotent; pinned
-    to moto 5.2.x like local mode's other shims. Standard queues keep moto's own receive.
+    Lambda polls a stream four times a second; a poller that slept between looks would add its
+    sleep to every message, and one that looked all the time would burn the CPU moto needs.
+    moto appends a stream record inside the write (under the DynamoDB lock), so this wraps that
+    append: the pollers wait on `wait_for_stream_write` and look as soon as there is something.
+    Idempotent; pinned to moto 5.2.x like local mode's other shims.
     """
-    from moto.sqs.models import SQSBackend
+    from moto.dynamodb.models.table import StreamShard
 
-    original = SQSBackend.receive_message
-    if getattr(original, "_hermes_fifo_groups", False):
+    original = StreamShard.add
+    if getattr(original, "_hermes_notify", False):
         return
 
-    def receive_message(
-        backend: Any,
-        queue_name: str,
-        count: int,
-        wait_seconds_timeout: int,
-        visibility_timeout: int,
-        message_attribute_names: list[str] | None = None,
-    ) -> list[Any]:
-        queue = backend.get_queue(queue_name)
-        if not queue.fifo_queue:
-            return list(
-                original(backend, queue_name, count, wait_seconds_timeout, visibility_timeout, message_attribute_names)
-            )
-        deadline = time.time() + (wait_seconds_timeout or 0)
-        while True:
-            with _FIFO_LOCK:
-                found = _take_in_group_order(backend, queue, count, visibility_timeout, message_attribute_names or [])
-            if found or time.time() >= deadline:
-                return found
-            time.sleep(0.05)
+    def add(shard: Any, old: Any, new: Any) -> None:
+        global _stream_writes
+        original(shard, old, new)
+        with _STREAM_WRITTEN:
+            _stream_writes += 1
+            _STREAM_WRITTEN.notify_all()
 
-    receive_message._hermes_fifo_groups = True  # type: ignore[attr-defined]
-    SQSBackend.receive_message = receive_message  # type: ignore[method-assign,assignment]
+    add._hermes_notify = True  # type: ignore[attr-defined]
+    StreamShard.add = add  # type: ignore[method-assign,assignment]
 
 
-def _take_in_group_order(backend: Any, queue: Any, count: int, visibility: int, names: list[str]) -> list[Any]:
-    from copy import deepcopy
-
-    from moto.sqs.models import _filter_message_attributes
-
-    found: list[Any] = []
-    messages = list(queue._messages)
-    blocked = {m.group_id for m in messages if not m.visible}  # in flight (or delayed): holds its group
-    for message in messages:
-        if message.group_id in blocked:
-            continue
-        if message.delayed:  # not yet due: the messages after it in its group wait
-            blocked.add(message.group_id)
-            continue
-        queue.pending_messages.discard(message)  # visible again: no longer in flight
-        policy = queue.redrive_policy
-        if (
-            queue.dead_letter_queue is not None
-            and policy
-            and message.approximate_receive_count >= int(policy["maxReceiveCount"])
-        ):
-            queue._messages.remove(message)
-            queue.dead_letter_queue.add_message(message)
-            continue
-        if not backend.is_message_valid_based_on_retention_period(queue.name, message):
-            break
-        queue.pending_messages.add(message)
-        message.mark_received(visibility_timeout=visibility)
-        handed = deepcopy(message)  # the copy is filtered; the queue's message keeps every attribute
-        _filter_message_attributes(handed, names)
-        found.append(handed)
-        if len(found) >= count:
-            break
-    return found
+def stream_writes() -> int:
+    """A count that moves with every stream record moto appends: read it before a look at a
+    stream, and `wait_for_stream_write(seen, ...)` returns at once if a write came meanwhile."""
+    with _STREAM_WRITTEN:
+        return _stream_writes
 
 
-def install_lambda_dispatch(resolve: Callable[[str], Handler | None], context_for: Callable[[str], Any]) -> None:
+def wait_for_stream_write(seen: int, timeout: float) -> None:
+    """Until a stream record is appended after the count `seen` was read (or `timeout` seconds)."""
+    with _STREAM_WRITTEN:
+        _STREAM_WRITTEN.wait_for(lambda: _stream_writes != seen, timeout)
+
+
+def install_lambda_dispatch(
+    resolve: Callable[[str], Handler | None],
+    context_for: Callable[[str], Any],
+    asynchronous: AsyncInvokes | None = None,
+) -> None:
     """Make every Lambda invoke inside moto (Step Functions tasks included) call our handler.
 
     A raised exception comes back as a function error with `errorType` = the exception class,
-    so the state machine's Retry/Catch see the same error names as in AWS.
+    so the state machine's Retry/Catch see the same error names as in AWS. An asynchronous invoke
+    (InvocationType=Event) is answered 202 at once and run by `asynchronous` on its own threads,
+    with Lambda's retries and dead-letter queue; without it, it is run in the caller's thread.
     """
     from moto.awslambda_simple.models import LambdaSimpleBackend
 
@@ -254,6 +229,9 @@ def install_lambda_dispatch(resolve: Callable[[str], Handler | None], context_fo
             response_headers["x-amz-function-error"] = "Unhandled"
             return json.dumps({"errorType": "ResourceNotFound", "errorMessage": f"no function {name}"}).encode()
         event = json.loads(body) if body else {}
+        if asynchronous is not None and _header(headers, "X-Amz-Invocation-Type") == "Event":
+            asynchronous.submit(name, handler, event, context_for)
+            return b""
         try:
             result = handler(event, context_for(name))
         except Exception as exc:  # noqa: BLE001 - every failure becomes a function error, as in Lambda
@@ -270,11 +248,122 @@ def install_lambda_dispatch(resolve: Callable[[str], Handler | None], context_fo
     LambdaSimpleBackend.invoke = invoke  # type: ignore[method-assign]
 
 
+def _header(headers: Any, name: str) -> str:
+    """A request header whatever moto's request object makes of the names' case."""
+    for key, value in dict(headers or {}).items():
+        if str(key).lower() == name.lower():
+            return str(value)
+    return ""
+
+
+class AsyncInvokes:
+    """Lambda's asynchronous invokes, played in-process: each event runs on a worker thread (never
+    the caller's); a run that raises is tried again after `retry_delays` (Lambda: about one and two
+    minutes), and after the last the event, as it was sent, goes to the function's dead-letter queue
+    with Lambda's attributes (RequestID, ErrorCode, ErrorMessage)."""
+
+    def __init__(
+        self,
+        dead_letter_urls: dict[str, str],
+        *,
+        workers: int = 8,
+        retry_delays: tuple[float, ...] = (1.0, 2.0),
+        region: str | None = None,
+    ) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.dead_letter_urls = dead_letter_urls  # function name -> its DeadLetterConfig queue URL
+        self.retry_delays = retry_delays
+        self._region = region
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lambda-async")
+        self._pending = 0
+        self._lock = threading.Condition()
+        self._timers: set[threading.Timer] = set()
+
+    @property
+    def pending(self) -> int:
+        """Events submitted and not yet done (run, or dead-lettered), retries included."""
+        with self._lock:
+            return self._pending
+
+    def submit(self, name: str, handler: Handler, event: dict[str, Any], context_for: Callable[[str], Any]) -> None:
+        with self._lock:
+            self._pending += 1
+        self._pool.submit(self._run, name, handler, event, context_for, 0)
+
+    def _run(
+        self, name: str, handler: Handler, event: dict[str, Any], context_for: Callable[[str], Any], tries: int
+    ) -> None:
+        try:
+            handler(event, context_for(name))
+        except Exception as exc:  # noqa: BLE001 - a failed run is retried, then dead-lettered, as by Lambda
+            if tries < len(self.retry_delays):
+                self._later(self.retry_delays[tries], name, handler, event, context_for, tries + 1)
+                return
+            self._dead_letter(name, event, exc)
+        self._done()
+
+    def _later(self, delay: float, *args: Any) -> None:
+        def resubmit() -> None:
+            with self._lock:
+                self._timers.discard(timer)
+            self._pool.submit(self._run, *args)
+
+        timer = threading.Timer(delay, resubmit)
+        timer.daemon = True
+        with self._lock:
+            self._timers.add(timer)
+        timer.start()
+
+    def _dead_letter(self, name: str, event: dict[str, Any], exc: Exception) -> None:
+        url = self.dead_letter_urls.get(name)
+        print(f"[local] {name}: an asynchronous invoke failed after its retries: {type(exc).__name__}", file=sys.stderr)
+        if url is None:
+            return
+        attributes = {
+            "RequestID": str(uuid.uuid4()),
+            "ErrorCode": "200",
+            "ErrorMessage": f"{type(exc).__name__}: {exc}"[:1000],
+        }
+        try:
+            boto3.client("sqs", region_name=self._region).send_message(
+                QueueUrl=url,
+                MessageBody=json.dumps(event),
+                MessageAttributes={k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()},
+            )
+        except Exception as error:  # noqa: BLE001 - the embedded AWS is stopping
+            print(f"[local] {name}: the dead letter was not sent: {type(error).__name__}", file=sys.stderr)
+
+    def _done(self) -> None:
+        with self._lock:
+            self._pending -= 1
+            self._lock.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Until no event is pending (True), or `timeout` seconds."""
+        deadline = time.time() + timeout
+        with self._lock:
+            while self._pending:
+                left = deadline - time.time()
+                if left <= 0:
+                    return False
+                self._lock.wait(left)
+        return True
+
+    def close(self) -> None:
+        with self._lock:
+            timers, self._timers = set(self._timers), set()
+        for timer in timers:
+            timer.cancel()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
 def _physical(prefix: str, name: str) -> str:
     return f"{prefix}-{name}"
 
 
-def _create_table(client: Any, spec: TableSpec, name: str) -> None:
+def create_table(client: Any, spec: TableSpec, name: str) -> str | None:
+    """Create the table (its indexes, TTL and stream); its stream's ARN, or None."""
     attributes = {spec.partition.name: spec.partition.type}
     key_schema = [{"AttributeName": spec.partition.name, "KeyType": "HASH"}]
     if spec.sort:
@@ -296,25 +385,14 @@ def _create_table(client: Any, spec: TableSpec, name: str) -> None:
     }
     if indexes:
         kwargs["GlobalSecondaryIndexes"] = indexes
-    client.create_table(**kwargs)
+    if spec.stream:
+        kwargs["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": spec.stream}
+    created = client.create_table(**kwargs)["TableDescription"]
     if spec.ttl_attribute:
         client.update_time_to_live(
             TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": spec.ttl_attribute}
         )
-
-
-def _create_queue(client: Any, spec: QueueSpec, name: str) -> tuple[str, str]:
-    """Create the queue and its dead-letter queue; return both URLs."""
-    suffix = ".fifo" if spec.fifo else ""
-    fifo_attrs = {"FifoQueue": "true", "ContentBasedDeduplication": "false"} if spec.fifo else {}
-    dlq_url = client.create_queue(QueueName=f"{name}-dlq{suffix}", Attributes=dict(fifo_attrs))["QueueUrl"]
-    dlq_arn = client.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    attributes = {
-        **fifo_attrs,
-        "VisibilityTimeout": str(spec.visibility_timeout_seconds),
-        "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": spec.max_receive_count}),
-    }
-    return str(client.create_queue(QueueName=f"{name}{suffix}", Attributes=attributes)["QueueUrl"]), str(dlq_url)
+    return str(created["LatestStreamArn"]) if spec.stream else None
 
 
 def definition_with_substitutions(function_arns: dict[str, str], root: Path | None = None) -> str:
@@ -325,18 +403,36 @@ def definition_with_substitutions(function_arns: dict[str, str], root: Path | No
     return text
 
 
+def stream_env_var(table: TableSpec) -> str:
+    """Where local mode keeps a table's stream ARN (its poller reads it; no function does)."""
+    return table.env_var.removesuffix("_TABLE") + "_STREAM_ARN"
+
+
 def create_resources(region: str, prefix: str = "hermes-local") -> tuple[Bindings, dict[str, str]]:
-    """Create every table, queue (with its DLQ) and the state machine; return the bindings and
-    the environment variables that carry them into the functions."""
+    """Create every table (with its stream), queue and the state machine; return the bindings and
+    the environment variables that carry them into the functions (every function's ARN too: the
+    Lambda invokes are dispatched by name)."""
     env: dict[str, str] = {}
     dynamodb = boto3.client("dynamodb", region_name=region)
     for table in TABLES:
         name = _physical(prefix, table.name)
-        _create_table(dynamodb, table, name)
+        stream_arn = create_table(dynamodb, table, name)
         env[table.env_var] = name
+        if stream_arn:
+            env[stream_env_var(table)] = stream_arn
     sqs = boto3.client("sqs", region_name=region)
     for queue in QUEUES:
-        env[queue.env_var], env[queue.dead_letter_env_var] = _create_queue(sqs, queue, _physical(prefix, queue.name))
+        env[queue.env_var] = str(sqs.create_queue(QueueName=_physical(prefix, queue.name))["QueueUrl"])
+    s3 = boto3.client("s3", region_name=region)
+    for bucket in BUCKETS:
+        name = _physical(prefix, bucket.name).lower().replace("_", "-")
+        if region == "us-east-1":
+            s3.create_bucket(Bucket=name)
+        else:
+            s3.create_bucket(Bucket=name, CreateBucketConfiguration={"LocationConstraint": region})  # type: ignore[typeddict-item]
+        env[bucket.env_var] = name
+    for spec in FUNCTIONS:
+        env[spec.env_var] = f"arn:aws:lambda:{region}:{ACCOUNT_ID}:function:{_physical(prefix, spec.name)}"
     bus_name = _physical(prefix, EVENT_BUS.name)
     boto3.client("events", region_name=region).create_event_bus(Name=bus_name)
     env[EVENT_BUS.env_var] = bus_name
@@ -365,3 +461,48 @@ def local_aws_environment(port: int, region: str) -> dict[str, str]:
         "AWS_DEFAULT_REGION": region,
         "AWS_REGION": region,
     }
+
+
+def loopback_hosts(port: int) -> frozenset[str]:
+    """The `Host` values a local server answers: this machine's own name for it, nothing else (a
+    DNS-rebinding page reaches 127.0.0.1 under a name of its own, and sends that name)."""
+    return frozenset({f"127.0.0.1:{port}", f"localhost:{port}"})
+
+
+class LoopbackOnly:
+    """WSGI middleware for the embedded AWS: a request with a foreign `Host`, or with any `Origin`
+    (only browsers send one: boto3 and the AWS CLI never do), is refused before moto sees it. moto
+    has no authentication, so a web page that reached it could read transcripts, approve pairings
+    or put a message marked trusted on the inbound queue."""
+
+    def __init__(self, app: Any, port: int) -> None:
+        self.app = app
+        self.hosts = loopback_hosts(port)
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("HTTP_HOST") not in self.hosts or "HTTP_ORIGIN" in environ:
+            start_response("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"the embedded AWS of local mode answers only this machine's AWS clients\n"]
+        return self.app(environ, start_response)
+
+
+def loopback_moto_server(port: int) -> Any:
+    """moto's threaded server on 127.0.0.1, without CORS (moto allows every origin by default)
+    and behind `LoopbackOnly`. The server's entry point is replaced, as pinned to moto 5.2.x."""
+    from moto.moto_server import werkzeug_app
+    from moto.server import ThreadedMotoServer
+    from werkzeug.serving import make_server
+
+    werkzeug_app.DISABLE_GLOBAL_CORS = True  # type: ignore[attr-defined]  # read for every backend built
+
+    class Server(ThreadedMotoServer):
+        def _server_entry(self) -> None:
+            app = werkzeug_app.DomainDispatcherApplication(werkzeug_app.create_backend_app)
+            self._server = make_server(
+                self._ip_address, self._port, LoopbackOnly(app, self._port), True,
+                request_handler=werkzeug_app.MotoRequestHandler,
+            )  # fmt: skip
+            self._server_ready_event.set()
+            self._server.serve_forever()
+
+    return Server(ip_address="127.0.0.1", port=port, verbose=False)

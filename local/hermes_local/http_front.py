@@ -1,20 +1,28 @@
 """Local mode's HTTP front: API Gateway (HTTP API, payload 2.0) in front of the ingress handler,
 plus the web chat page and local-only endpoints:
 
-- `GET /local/outbox`, `GET /local/health`: open, as before (the CLI and tests read them).
+- `GET /`: the web chat page, with the web chat token (WEBCHAT_TOKEN) embedded in it.
+- `GET /local/outbox`, `GET /local/health`: every delivery that would have gone to a platform, and
+  whether local mode runs.
 - `GET /local/events`: the lifecycle events published to the (embedded) event bus, newest last.
 - `GET /local/session?chat_id=<id>`: which session a web chat chat id is in (`session_key`, and
   `session_id`, `created_at`, `updated_at` once the first message made one, else null).
-- `POST /api/sessions`: the session API, with `Authorization: Bearer <SESSION_API_TOKEN>` (generated
-  at start-up, in the state file) in place of the deployed route's IAM signing.
 - `GET /local/info`: the agent (provider name and model), the enabled platforms, the version and
   the gateway commands (`name`, `summary`, `everyone`); the page builds its command buttons from it.
+- `POST /local/upload`: a file the web chat page attaches (raw body, `Content-Type`, `x-file-name`),
+  kept in the media bucket; answers the reference the page sends with its message.
+- `POST /api/sessions` (a named profile's: `POST /p/<profile>/api/sessions`): the session API, with
+  `Authorization: Bearer <SESSION_API_TOKEN>` (generated at start-up, in the state file) in place
+  of the deployed route's IAM signing.
 - `/webhooks/<platform>[/...]` and a named profile's `/p/<profile>/webhooks/<platform>[/...]`:
   the ingress function, as the deployed routes call it (it reads the profile from `rawPath`).
 
-The two page endpoints want the `x-hermes-local-token` header the page already sends with each
-message (WEBCHAT_TOKEN, embedded in the page), so only that page reads them; neither returns a
-secret, an endpoint URL or a lease token.
+Every `/local/*` endpoint wants the `x-hermes-local-token` header the page sends with each
+message, so only that page (or a client given the token) reads them; none returns a secret, an
+endpoint URL or a lease token. Everything but the webhooks (which their signatures guard, and which
+a tunnel reaches under its own host name) answers only `Host: 127.0.0.1:<port>` or
+`localhost:<port>`, and no other site's `Origin`: a page the user opens, even one that rebinds its
+DNS name to 127.0.0.1, can neither read the page's token nor call the endpoints.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import base64
 import hmac
 import json
 import re
+import secrets
 import threading
 import time
 import uuid
@@ -30,7 +39,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 if TYPE_CHECKING:
     from hermes_gateway.domain.sessions import SessionEntry
@@ -47,7 +56,7 @@ _CHAT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what the web chat adapter acc
 
 
 class SessionStoreReader(Protocol):
-    def get_route(self, session_key: str) -> SessionEntry | None: ...
+    def get(self, session_key: str) -> SessionEntry | None: ...
 
 
 def webchat_session(chat_id: str, settings: Settings, store: SessionStoreReader) -> dict[str, Any]:
@@ -65,7 +74,7 @@ def webchat_session(chat_id: str, settings: Settings, store: SessionStoreReader)
         thread_sessions_per_user=settings.sessions.thread_sessions_per_user,
         profile=settings.profile,
     )
-    route = store.get_route(key)
+    route = store.get(key)
     return {
         "chat_id": chat_id,
         "session_key": key,
@@ -77,9 +86,8 @@ def webchat_session(chat_id: str, settings: Settings, store: SessionStoreReader)
 
 def gateway_info(settings: Settings, platforms: list[str]) -> dict[str, Any]:
     """What the page shows about the running gateway; nothing secret (no keys, no endpoint URLs)."""
-    import hermes_gateway.services.turn_commands  # noqa: F401 - lists its commands in HANDLED_ELSEWHERE
     from hermes_gateway import __version__
-    from hermes_gateway.services.commands import ALWAYS_ALLOWED, COMMANDS, HANDLED_ELSEWHERE
+    from hermes_gateway.services.commands import COMMANDS
 
     return {
         "provider": settings.provider.name,
@@ -88,16 +96,15 @@ def gateway_info(settings: Settings, platforms: list[str]) -> dict[str, Any]:
         "stage": settings.stage,
         "platforms": platforms,
         "version": __version__,
+        # the running turn's (/stop, /approve, ...) check who may use them when they are used
         "commands": [
             {
-                "name": name,
-                "summary": summary,
-                "everyone": name in ALWAYS_ALLOWED or name in settings.access.user_commands,
+                "name": spec.name,
+                "summary": spec.summary,
+                "everyone": spec.everyone or spec.name in settings.access.user_commands,
             }
-            for name, (summary, _) in COMMANDS.items()
-        ]
-        # the running turn's (/stop, /approve, ...): each checks who may use it when it is used
-        + [{"name": name, "summary": summary, "everyone": True} for name, summary in HANDLED_ELSEWHERE.items()],
+            for spec in COMMANDS.values()
+        ],
     }
 
 
@@ -172,124 +179,229 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         return  # the functions log what matters; per-request lines would drown them
 
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
+    def _send(self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
         try:
             self.send_response(status)
             self.send_header("content-type", content_type)
             self.send_header("content-length", str(len(body)))
             self.send_header("cache-control", "no-store")
+            for name, value in (headers or {}).items():
+                if name.lower() not in ("content-type", "content-length"):
+                    self.send_header(name, value)
             self.end_headers()
             self.wfile.write(body)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client went away (a page reload); what it asked for was done regardless
 
-    def _json(self, status: int, data: Any) -> None:
-        self._send(status, json.dumps(data).encode(), "application/json")
+    def _json(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
+        self._send(status, json.dumps(data).encode(), "application/json", headers)
+
+    # -- who may ask ------------------------------------------------------------------------
+
+    def _refused(self, path: str) -> bool:
+        """Answer 403 unless the request comes from this machine's own clients. A DNS-rebinding page
+        reaches 127.0.0.1 under its own name (the `Host` it sends) and a page of another site sends
+        its `Origin`. Platform webhooks are exempt: their signatures are the check, and a tunnel to
+        local mode sends its own public host name."""
+        if is_webhook_path(path):
+            return False
+        hosts = self.server.hosts
+        host = self.headers.get("host")
+        origin = self.headers.get("origin")
+        if host in hosts and (origin is None or origin in {f"http://{h}" for h in hosts}):
+            return False
+        where = " or ".join(f"http://{h}" for h in sorted(hosts))
+        self._json(403, {"ok": False, "error": f"local mode answers only {where} (Host and Origin)"})
+        return True
+
+    def _page_token_ok(self) -> bool:
+        """The web chat page's token (WEBCHAT_TOKEN, embedded in the page): every `/local/*` endpoint
+        wants it, so only the page (or a client given the token) reads what local mode holds."""
+        expected = self.server.gateway.local_secrets.get("WEBCHAT_TOKEN", "")
+        given = self.headers.get(TOKEN_HEADER) or ""
+        if expected and hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode("utf-8")):
+            return True
+        self._json(401, {"ok": False, "error": f"wrong or missing {TOKEN_HEADER} header (reload the page)"})
+        return False
+
+    def _body(self) -> bytes | None:
+        """The request body by its `Content-Length` (none: empty); None once a 400 or 413 is sent."""
+        raw = (self.headers.get("content-length") or "0").strip()
+        if not (raw.isascii() and raw.isdigit()):
+            self._json(400, {"message": "Content-Length must be a non-negative integer"})
+            return None
+        length = int(raw)
+        if length > API_GATEWAY_MAX_BODY:
+            self._json(413, {"message": "Request Entity Too Large"})
+            return None
+        return self.rfile.read(length) if length else b""
+
+    # -- routing ----------------------------------------------------------------------------
+
+    def _route(self, method: str) -> None:
+        parts = urlsplit(self.path)
+        if self._refused(parts.path):
+            return
+        if is_webhook_path(parts.path):
+            self._webhook(method)  # the ingress function answers a method the platform does not use
+            return
+        allowed = _ROUTES.get(parts.path) or (("POST",) if session_api_profile(parts.path) is not None else None)
+        if allowed is None:
+            self._json(404, {"ok": False, "error": "not found"})
+        elif method not in allowed:
+            self._json(405, {"ok": False, "error": "method not allowed"}, {"allow": ", ".join(allowed)})
+        elif parts.path == UPLOAD_PATH:
+            self._upload()
+        elif method == "POST":
+            self._session_api(parts.path)
+        else:
+            self._get(parts.path, dict(parse_qsl(parts.query)))
 
     def do_GET(self) -> None:
+        self._route("GET")
+
+    def do_POST(self) -> None:
+        self._route("POST")
+
+    def do_PUT(self) -> None:  # Matrix application-service transactions
+        self._route("PUT")
+
+    def do_DELETE(self) -> None:
+        self._route("DELETE")
+
+    def do_PATCH(self) -> None:
+        self._route("PATCH")
+
+    def do_HEAD(self) -> None:
+        self._route("HEAD")
+
+    def do_OPTIONS(self) -> None:  # a CORS preflight gets no CORS headers: nothing here is cross-origin
+        self._route("OPTIONS")
+
+    def _get(self, path: str, query: dict[str, str]) -> None:
+        from hermes_gateway import wiring
+
         gateway = self.server.gateway
-        parts = urlsplit(self.path)
-        if parts.path in ("/", "/index.html"):
+        if path in ("/", "/index.html"):
             page = (STATIC / "index.html").read_text(encoding="utf-8")
             # A JS string literal, whatever the token holds (WEBCHAT_TOKEN may come from the environment).
             token = json.dumps(gateway.local_secrets["WEBCHAT_TOKEN"]).replace("<", "\\u003c")
             page = page.replace('"__WEBCHAT_TOKEN__"', token)
             self._send(200, page.encode(), "text/html; charset=utf-8")
-        elif parts.path == "/local/health":
+            return
+        if not self._page_token_ok():
+            return
+        if path == "/local/health":
             self._json(200, gateway.health())
-        elif parts.path == "/local/events":
+        elif path == "/local/events":
             self._json(200, gateway.events())
-        elif parts.path == "/local/outbox":
-            filters = dict(parse_qsl(parts.query))
-            self._json(200, gateway.outbox(chat_id=filters.get("chat_id"), platform=filters.get("platform")))
-        elif parts.path in ("/local/session", "/local/info"):
-            self._page_endpoint(parts.path, dict(parse_qsl(parts.query)))
-        elif is_webhook_path(parts.path):
-            self._webhook("GET")
+        elif path == "/local/outbox":
+            self._json(200, gateway.outbox(chat_id=query.get("chat_id"), platform=query.get("platform")))
+        elif path == "/local/info":
+            self._json(200, gateway_info(wiring.settings(), gateway.enabled_platforms()))
         else:
-            self._json(404, {"ok": False, "error": "not found"})
+            chat_id = query.get("chat_id", "")
+            if not _CHAT_ID.match(chat_id):
+                self._json(400, {"ok": False, "error": "chat_id must be 1-64 letters, digits, '_' or '-'"})
+                return
+            self._json(200, webchat_session(chat_id, wiring.settings(), wiring.session_stores().routes))
 
-    def _page_endpoint(self, path: str, query: dict[str, str]) -> None:
+    def _upload(self) -> None:
+        """A file the web chat page attaches to a message: kept in the media bucket (the embedded
+        S3) until the message's turn fetches it, as a platform keeps a file until a bot asks."""
         from hermes_gateway import wiring
+        from hermes_gateway.domain.media import kind_of_mime
+        from hermes_gateway.platforms.webchat import UPLOAD_PREFIX
 
-        expected = self.server.gateway.local_secrets.get("WEBCHAT_TOKEN", "")
-        given = self.headers.get(TOKEN_HEADER) or ""
-        if not expected or not hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8")):
-            self._json(401, {"ok": False, "error": "wrong or missing web chat token (reload the page)"})
+        if not self._page_token_ok():
             return
-        if path == "/local/info":
-            self._json(200, gateway_info(wiring.settings(), self.server.gateway.enabled_platforms()))
+        raw = (self.headers.get("content-length") or "").strip()
+        limit = wiring.settings().media.max_bytes
+        if not (raw.isascii() and raw.isdigit()) or not 0 < int(raw) <= limit:
+            self._json(413 if raw.isdigit() else 400, {"ok": False, "error": f"a file of 1 byte to {limit} bytes"})
             return
-        chat_id = query.get("chat_id", "")
-        if not _CHAT_ID.match(chat_id):
-            self._json(400, {"ok": False, "error": "chat_id must be 1-64 letters, digits, '_' or '-'"})
+        store = wiring.media_store()
+        if store is None:
+            self._json(503, {"ok": False, "error": "no media bucket"})
             return
-        self._json(200, webchat_session(chat_id, wiring.settings(), wiring.session_store()))
+        data = self.rfile.read(int(raw))
+        mime = (self.headers.get("content-type") or "application/octet-stream").split(";", 1)[0].strip()
+        name = unquote(self.headers.get("x-file-name") or "")[:200] or "file"
+        upload_id = secrets.token_hex(16)
+        store.put(UPLOAD_PREFIX + upload_id, data, mime)
+        kind = kind_of_mime(mime)
+        self._json(200, {"upload_id": upload_id, "name": name, "mime": mime, "size": len(data), "kind": kind})
 
-    def do_POST(self) -> None:
-        if is_webhook_path(urlsplit(self.path).path):
-            self._webhook("POST")
-        elif urlsplit(self.path).path == SESSION_API_PATH:
-            self._session_api()
-        else:
-            self._json(404, {"ok": False, "error": "not found"})
-
-    def _session_api(self) -> None:
-        """The session API as deployed, with local mode's bearer token in place of IAM signing."""
+    def _session_api(self, path: str) -> None:
+        """The session API as deployed (a named profile's at `/p/<profile>/api/sessions`), with local
+        mode's bearer token in place of IAM signing."""
         expected = self.server.gateway.local_secrets.get(SESSION_API_TOKEN, "")
         given = self.headers.get("authorization") or ""
         scheme, _, token = given.partition(" ")
-        if not expected or scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), expected.encode()):
+        if (
+            not expected
+            or scheme.lower() != "bearer"
+            or not hmac.compare_digest(token.encode("utf-8", "replace"), expected.encode())
+        ):
             refused = {"reason": "permission_denied", "message": "wrong or missing token"}
             self._json(403, {"ok": False, "error": refused})
             return
-        length = int(self.headers.get("content-length") or 0)
-        if length > API_GATEWAY_MAX_BODY:
-            self._json(413, {"message": "Request Entity Too Large"})
+        body = self._body()
+        if body is None:
             return
-        body = self.rfile.read(length) if length else b""
         event = api_gateway_v2_event("POST", self.path, list(self.headers.items()), body, self.client_address[0])
-        event["routeKey"] = event["requestContext"]["routeKey"] = f"POST {SESSION_API_PATH}"
+        event["routeKey"] = event["requestContext"]["routeKey"] = f"POST {path}"
         # What API Gateway's IAM authorizer adds; the function refuses a request without it.
         event["requestContext"]["authorizer"] = {"iam": {"userArn": "local-token", "callerId": "local"}}
-        try:
-            result = self.server.gateway.functions.invoke("session_api", event)
-        except Exception:
-            self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"message": "Internal Server Error"})
-            raise
-        self._send(int(result.get("statusCode", 200)), str(result.get("body", "")).encode(), "application/json")
-
-    def do_PUT(self) -> None:  # Matrix application-service transactions
-        if is_webhook_path(urlsplit(self.path).path):
-            self._webhook("PUT")
-        else:
-            self._json(404, {"ok": False, "error": "not found"})
+        self._invoke("session_api", event)
 
     def _webhook(self, method: str) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        if length > API_GATEWAY_MAX_BODY:
-            self._json(413, {"message": "Request Entity Too Large"})
+        body = self._body()
+        if body is None:
             return
-        body = self.rfile.read(length) if length else b""
-        event = api_gateway_v2_event(method, self.path, list(self.headers.items()), body, self.client_address[0])
+        self._invoke(
+            "ingress", api_gateway_v2_event(method, self.path, list(self.headers.items()), body, self.client_address[0])
+        )
+
+    def _invoke(self, function: str, event: dict[str, Any]) -> None:
+        """Run the function and send its answer as API Gateway would: status, headers and body."""
         try:
-            result = self.server.gateway.functions.invoke("ingress", event)
+            result = self.server.gateway.functions.invoke(function, event)
         except Exception:
             self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"message": "Internal Server Error"})
             raise
-        self._send(
-            int(result.get("statusCode", 200)),
-            str(result.get("body", "")).encode(),
-            result.get("headers", {}).get("content-type", "application/json"),
-        )
+        headers = {str(k): str(v) for k, v in (result.get("headers") or {}).items()}
+        content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), "application/json")
+        self._send(int(result.get("statusCode", 200)), str(result.get("body", "")).encode(), content_type, headers)
+
+
+# The front's own endpoints and their methods (the session API and the webhooks are routed apart).
+UPLOAD_PATH = "/local/upload"
+_ROUTES: dict[str, tuple[str, ...]] = {
+    path: ("GET",)
+    for path in ("/", "/index.html", "/local/health", "/local/events", "/local/outbox", "/local/session", "/local/info")
+}
+_ROUTES[UPLOAD_PATH] = ("POST",)
+_SESSION_API_ROUTE = re.compile(r"^(?:/p/([a-z][a-z0-9_]{0,29}))?" + re.escape(SESSION_API_PATH) + "$")
+
+
+def session_api_profile(path: str) -> str | None:
+    """ "" for the session API of the deployment's own profile, the name for a named profile's
+    (`/p/<profile>/api/sessions`, as deployed), None when the path is neither."""
+    found = _SESSION_API_ROUTE.match(path)
+    return None if found is None else found.group(1) or ""
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], gateway: LocalGateway) -> None:
+        from hermes_local.aws import loopback_hosts
+
         super().__init__(address, _Handler)
         self.gateway = gateway
+        port = int(self.server_address[1])
+        self.hosts = loopback_hosts(port) | {f"{address[0]}:{port}"}
 
 
 def serve(gateway: LocalGateway, host: str, port: int) -> ThreadingHTTPServer:

@@ -1,10 +1,11 @@
 """Local mode: the whole gateway in one process on loopback (ARCHITECTURE §8).
 
-moto (server mode) is the AWS; the five functions' handlers run in-process: the HTTP front calls
-ingress, queue pollers call the router and delivery consumers as Lambda's event source mappings
-would (partial batch failures honoured, failed messages retried after their visibility timeout,
-then dead-lettered), Step Functions executions run inside moto and invoke the agent handler, and
-a timer plays EventBridge Scheduler.
+moto (server mode) is the AWS; the functions' handlers run in-process: the HTTP front calls
+ingress, a stream poller calls the router as Lambda's event source mapping on the inbox stream
+would (new items only, in order per session, partial batch failures retried, then given up to the
+dead letters), asynchronous invokes of the delivery function run on worker threads with Lambda's
+retries and dead-letter queue, Step Functions executions run inside moto and invoke the agent
+handler, and a timer plays EventBridge Scheduler.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import functools
 import importlib.util
 import os
 import secrets
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -24,11 +27,20 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from hermes_gateway.cli.target import LOCAL_STATE_ENV, remove_local_state, write_local_state
+from hermes_cli.target import LOCAL_STATE_ENV, remove_local_state, write_local_state
 from hermes_gateway.platforms import catalog
-from hermes_gateway.resources import FUNCTIONS, QUEUES, SCHEDULES, SECRET_NAMES, FunctionSpec, repo_root
+from hermes_gateway.resources import FUNCTIONS, QUEUES, SCHEDULES, SECRET_NAMES, TABLES, FunctionSpec, repo_root
 from hermes_gateway.secrets import profile_secret_name
-from hermes_gateway.settings import Settings, configured_paths, load_settings, read_yaml
+from hermes_gateway.settings import (
+    PROFILES_ENV,
+    SETTINGS_FILE_ENV,
+    Settings,
+    configured_paths,
+    load_settings,
+    read_yaml,
+    settings_env,
+    write_settings_file,
+)
 
 REGION = "us-east-1"
 PREFIX = "hermes-local"
@@ -122,6 +134,8 @@ def local_settings_env(config_path: Path | None, environ: dict[str, str]) -> tup
     # Local defaults apply only where the user chose nothing, in the file or the environment.
     if "platforms.webchat.enabled" not in explicit:
         env["WEBCHAT_ENABLED"] = "true"
+    if "hooks.bus_events" not in explicit:  # every event on the page's log (on AWS each costs)
+        env["GATEWAY_BUS_EVENTS"] = "*"
     for spec in catalog.CATALOG:
         # A platform whose verification secrets are all set is on, unless the user said otherwise.
         enabled_path = f"platforms.{spec.name}.enabled"
@@ -140,7 +154,7 @@ def local_settings_env(config_path: Path | None, environ: dict[str, str]) -> tup
             "(set TELEGRAM_ALLOWED_USERS or GATEWAY_ALLOWED_USERS to restrict)"
         )
     settings: Settings = load_settings(env=env, config=config, source=source)
-    return settings.to_env(), notices
+    return settings_env(settings), notices
 
 
 def profile_platforms(settings: Settings) -> dict[str, list[str]]:
@@ -168,25 +182,34 @@ class LocalGateway:
         config_path: Path | None = None,
         environ: dict[str, str] | None = None,
         tick_seconds: float = 60.0,
-        poll_wait_seconds: int = 1,
+        poll_wait_seconds: float = 1.0,
+        async_retry_delays: tuple[float, ...] = (1.0, 2.0),
     ) -> None:
+        """`poll_wait_seconds`: the longest a stream poller sleeps between looks at an idle stream
+        (a write wakes it at once); `async_retry_delays`: the waits before Lambda's retries of a
+        failed asynchronous invoke (about 60 and 120 s in AWS; short here, so a retry is seen)."""
         self.port = port
         self.host = host
         self.config_path = config_path
         self.base_environ = dict(os.environ if environ is None else environ)
         self.tick_seconds = tick_seconds
         self.poll_wait_seconds = poll_wait_seconds
+        self.async_retry_delays = async_retry_delays
+        self.asynchronous: Any = None  # hermes_local.aws.AsyncInvokes, once started
+        self.pollers: list[Any] = []  # hermes_local.pollers.StreamPoller, once started
         self.notices: list[str] = []
         self.local_secrets: dict[str, str] = {}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._saved_environ: dict[str, str] | None = None
+        self._settings_dir: str | None = None
         self.started_at = 0.0
         self.settings: Settings | None = None  # what the functions run with, once started
 
     def enabled_platforms(self) -> list[str]:
-        """The platforms whose webhooks this local mode accepts."""
-        return [s.name for s in catalog.CATALOG if os.environ.get(f"{s.name.upper()}_ENABLED") == "true"]
+        """The platforms whose webhooks this local mode accepts (the deployment's own profile's)."""
+        chosen = self.settings
+        return [s.name for s in catalog.CATALOG if chosen is not None and chosen.platform(s.name) is not None]
 
     def profile_platforms(self) -> dict[str, list[str]]:
         """Each named profile's enabled platforms (its webhooks are `/p/<profile>/webhooks/<platform>`)."""
@@ -196,30 +219,48 @@ class LocalGateway:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self) -> LocalGateway:
-        from moto.server import ThreadedMotoServer
+    def shown_secrets(self) -> dict[str, str]:
+        """The local secrets as start-up prints them: a generated one in full (the user needs it to
+        sign requests), one the user set in the environment masked (they know it, and a terminal
+        is shared, recorded or pasted into an issue)."""
+        return {
+            name: "******** (from the environment)" if self.base_environ.get(name) else value
+            for name, value in self.local_secrets.items()
+        }
 
+    def start(self) -> LocalGateway:
         from hermes_gateway import wiring
-        from hermes_local.aws import configure_moto, create_resources, install_lambda_dispatch, local_aws_environment
+        from hermes_local.aws import (
+            AsyncInvokes,
+            configure_moto,
+            create_resources,
+            install_lambda_dispatch,
+            local_aws_environment,
+            loopback_moto_server,
+        )
         from hermes_local.http_front import serve
 
         self.started_at = time.time()
         self._saved_environ = dict(os.environ)
-        settings_env, self.notices = local_settings_env(self.config_path, self.base_environ)
+        env_vars, self.notices = local_settings_env(self.config_path, self.base_environ)
         for name in ("TELEGRAM_WEBHOOK_SECRET", "WEBCHAT_TOKEN", "SESSION_API_TOKEN"):
             self.local_secrets[name] = self.base_environ.get(name) or secrets.token_urlsafe(24)
-        self.settings = load_settings(env=settings_env, config={})
+        self.settings = load_settings(env=env_vars, config={})
+        # The functions read their settings from one file, as deployed (hermes_gateway.settings.shipped).
+        self._settings_dir = tempfile.mkdtemp(prefix="hermes-local-settings-")
+        settings_file = Path(self._settings_dir) / "settings.json"
+        write_settings_file(self.settings, settings_file)
         named = profile_platforms(self.settings)
         for profile in (p for p, platforms in named.items() if "telegram" in platforms):
             name = profile_secret_name("TELEGRAM_WEBHOOK_SECRET", profile)  # each bot its own, as above
             self.local_secrets[name] = self.base_environ.get(name) or secrets.token_urlsafe(24)
         self.moto_port = free_port()
         env = {
-            **settings_env,
+            SETTINGS_FILE_ENV: str(settings_file),
             **local_aws_environment(self.moto_port, REGION),
             **self.local_secrets,
             "HERMES_LOCAL_MODE": "1",
-            **{k: v for k, v in self.base_environ.items() if k == LOCAL_STATE_ENV},
+            **{k: v for k, v in self.base_environ.items() if k in (LOCAL_STATE_ENV, wiring.LOCAL_OUTBOX_PREVIEW_ENV)},
             "POWERTOOLS_METRICS_DISABLED": "true",
             "POWERTOOLS_SERVICE_NAME": "hermes-gateway",
             "POWERTOOLS_LOG_LEVEL": self.base_environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
@@ -228,13 +269,16 @@ class LocalGateway:
             if name not in env and self.base_environ.get(name):
                 env[name] = self.base_environ[name]
         env.update({k: v for k, v in profile_secrets(self.base_environ, list(named)).items() if k not in env})
+        for name in env_vars.keys() | {PROFILES_ENV}:  # a variable would override the file (`stop` restores them)
+            os.environ.pop(name, None)
         os.environ.update(env)
         wiring.reset()
 
         configure_moto()
         self.functions = Functions(PREFIX, REGION)
-        install_lambda_dispatch(self.functions.resolve, self.functions.context)
-        self._moto = ThreadedMotoServer(ip_address="127.0.0.1", port=self.moto_port, verbose=False)
+        self.asynchronous = AsyncInvokes({}, retry_delays=self.async_retry_delays, region=REGION)
+        install_lambda_dispatch(self.functions.resolve, self.functions.context, self.asynchronous)
+        self._moto = loopback_moto_server(self.moto_port)
         self._moto.start()
         # moto's state lives in this interpreter; a fresh start must not see an earlier run's data.
         urllib.request.urlopen(
@@ -243,10 +287,13 @@ class LocalGateway:
         _, resource_env = create_resources(REGION, PREFIX)
         os.environ.update(resource_env)
         wiring.reset()
+        queue_urls = {q.name: resource_env[q.env_var] for q in QUEUES}
+        self.asynchronous.dead_letter_urls.update(
+            {f"{PREFIX}-{spec.name}": queue_urls[spec.dead_letters] for spec in FUNCTIONS if spec.dead_letters}
+        )
         for spec in FUNCTIONS:
-            if spec.consumes:
-                queue_spec = next(q for q in QUEUES if q.name == spec.consumes)
-                self._spawn(f"poll-{spec.name}", self._poll, spec, os.environ[queue_spec.env_var])
+            if spec.consumes is not None:
+                self._start_poller(spec, resource_env, queue_urls[spec.consumes.on_failure])
         for schedule in SCHEDULES:
             self._spawn(f"schedule-{schedule.name}", self._tick, schedule.function)
         self._http = serve(self, self.host, self.port)
@@ -274,10 +321,18 @@ class LocalGateway:
         thread.start()
         self._threads.append(thread)
 
-    def _poll(self, spec: FunctionSpec, queue_url: str) -> None:
-        from hermes_local.pollers import poll_queue
+    def _start_poller(self, spec: FunctionSpec, resource_env: dict[str, str], on_failure_url: str) -> None:
+        from hermes_local.aws import stream_env_var
+        from hermes_local.pollers import StreamPoller
 
-        poll_queue(self.functions, spec, queue_url, self._stop, self.poll_wait_seconds)
+        assert spec.consumes is not None
+        table = next(t for t in TABLES if t.name == spec.consumes.table)
+        stream_arn = resource_env[stream_env_var(table)]
+        poller = StreamPoller(self.functions, spec, stream_arn, on_failure_url, self._stop, self.poll_wait_seconds)
+        self.pollers.append(poller)
+        for thread in poller.threads():
+            thread.start()
+            self._threads.append(thread)
 
     def _tick(self, function: str) -> None:
         while not self._stop.wait(self.tick_seconds):
@@ -290,6 +345,35 @@ class LocalGateway:
         except Exception as exc:  # noqa: BLE001 - a failed tick is logged; the next tick runs anyway
             print(f"[local] scheduled {function} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             return None
+
+    def busy(self) -> list[str]:
+        """What is still going on: stream records not yet routed, asynchronous invokes not yet
+        done (retries included), running turns. Empty when the gateway is idle."""
+        import boto3
+
+        from hermes_gateway.resources import TURN_STATE_MACHINE
+
+        found = []
+        if any(poller.pending() for poller in self.pollers):
+            found.append("inbox")
+        if self.asynchronous is not None and self.asynchronous.pending:
+            found.append("deliveries")
+        machine = os.environ.get(TURN_STATE_MACHINE.env_var)
+        if machine:
+            running = boto3.client("stepfunctions").list_executions(stateMachineArn=machine, statusFilter="RUNNING")
+            if running["executions"]:
+                found.append("turns")
+        return found
+
+    def wait_idle(self, timeout: float = 15.0, looks: int = 3) -> bool:
+        """Until nothing has been going on for `looks` looks in a row (True), or `timeout` seconds."""
+        deadline, calm = time.time() + timeout, 0
+        while calm < looks:
+            if time.time() > deadline:
+                return False
+            time.sleep(0.2)
+            calm = 0 if self.busy() else calm + 1
+        return True
 
     def health(self) -> dict[str, Any]:
         return {
@@ -322,12 +406,16 @@ class LocalGateway:
             self._http.server_close()
         for thread in self._threads:
             thread.join(timeout=5)
+        if self.asynchronous is not None:
+            self.asynchronous.close()
         if getattr(self, "_moto", None) is not None:
             self._moto.stop()
             remove_local_state(os.getpid())
         if self._saved_environ is not None:
             os.environ.clear()
             os.environ.update(self._saved_environ)
+        if self._settings_dir is not None:
+            shutil.rmtree(self._settings_dir, ignore_errors=True)
         from hermes_gateway import wiring
 
         wiring.reset()

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hermes_gateway.cli import build_parser
-from hermes_gateway.cli import main as cli
+from hermes_cli import build_parser
+from hermes_cli import main as cli
 from tests.e2e.conftest import Client, telegram_update
 
 pytestmark = pytest.mark.e2e

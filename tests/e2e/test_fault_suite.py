@@ -40,7 +40,8 @@ def test_every_accepted_message_is_answered_or_dead_lettered(report: dict[str, A
     assert report["received"] == profile.sessions * profile.messages and report["not_acknowledged"] == 0
     # Duplicates started no second turn (queued messages may share one)
     assert 0 < report["turns"] <= report["received"]
-    assert report["lost"] == 0, report["lost_messages"]
+    # (a lost message usually waits behind a lease still held: the report says whose, and how its turn went)
+    assert report["lost"] == 0, (report["lost_messages"], report["leases_held"])
     assert report["unexpected_replies"] == []
 
 
@@ -55,15 +56,17 @@ def test_each_bot_answers_its_own_chats(report: dict[str, Any]) -> None:
 
 
 def test_dead_letters_are_the_refused_sends_with_their_reason(report: dict[str, Any]) -> None:
-    # Nothing else reaches a dead-letter queue: no message exhausts its retries under these faults
+    # Nothing else reaches the dead letters: no message exhausts its retries under these faults
     for entry in report["dlq"]:
-        assert entry["queue"] == "delivery-dlq" and entry["reason"].startswith("TelegramRejected"), entry
+        assert entry["kind"] == "delivery" and entry["reason"].startswith("TelegramRejected"), entry
 
 
 def test_every_kind_of_fault_was_injected(report: dict[str, Any]) -> None:
     kinds = {name.split(":")[0] for name in report["faults_injected"]}
-    assert {"dynamodb_throttled", "sqs_throttled", "provider", "platform", "crash_after_work"} <= kinds
-    assert {"webhook_sent_twice_at_once", "delivery_job_queued_twice"} <= kinds
+    assert {"dynamodb_throttled", "lambda_throttled", "provider", "platform", "crash_after_work"} <= kinds
+    assert {"webhook_sent_twice_at_once", "stream_record_delivered_twice", "delivery_invoked_twice"} <= kinds
+    # the inbox write itself was throttled (a 503 the platform retried) and answered in the end
+    assert any(name.startswith("dynamodb_throttled:ingress:PutItem:inbox") for name in report["faults_injected"])
 
 
 def test_no_secret_or_message_text_reaches_a_log_line(report: dict[str, Any]) -> None:
@@ -125,13 +128,6 @@ def _wait(condition: Callable[[], bool], timeout: float) -> bool:
     return True
 
 
-def _delivery_idle() -> bool:
-    sqs = boto3.client("sqs")
-    attributes = sqs.get_queue_attributes(QueueUrl=os.environ["HERMES_DELIVERY_QUEUE_URL"], AttributeNames=["All"])
-    counts = attributes["Attributes"]
-    return int(counts["ApproximateNumberOfMessages"]) + int(counts["ApproximateNumberOfMessagesNotVisible"]) == 0
-
-
 def _marks_sent(service: str, operation: str, params: dict[str, Any]) -> bool:
     """The outbox write that records a chunk as sent."""
     outbox = os.environ["HERMES_OUTBOX_TABLE"]
@@ -158,14 +154,11 @@ def test_a_send_whose_mark_never_lands_is_settled_unknown_not_resent(
     start_gateway: Callable[..., Client], fake_telegram: FakeTelegram
 ) -> None:
     client = _telegram_gateway(start_gateway, fake_telegram)
-    boto3.client("sqs").set_queue_attributes(  # the job comes back after 2 s instead of 180 s
-        QueueUrl=os.environ["HERMES_DELIVERY_QUEUE_URL"], Attributes={"VisibilityTimeout": "2"}
-    )
     with throttled(_marks_sent, times=MARK_ATTEMPTS) as hits:  # every in-process try of the mark
         assert client.telegram(telegram_update(1, "hello"))[0] == 200
         assert _wait(lambda: len(hits) == MARK_ATTEMPTS, 15)
         assert len(fake_telegram.sent) == 1 and client.outbox()[0]["status"] == "sending"
-    # A minute passes (in AWS the job comes back after its visibility timeout): the claim is stale
+    # A minute passes (the turn keeps trying its delivery, finding the claim held): the claim is stale
     [row] = client.outbox()
     boto3.client("dynamodb").update_item(
         TableName=os.environ["HERMES_OUTBOX_TABLE"],
@@ -173,7 +166,7 @@ def test_a_send_whose_mark_never_lands_is_settled_unknown_not_resent(
         UpdateExpression="SET updated_at = :then",
         ExpressionAttributeValues={":then": {"N": str(time.time() - 120)}},
     )
-    assert _wait(lambda: client.outbox()[0]["status"] != "sending" and _delivery_idle(), 30)
+    assert _wait(lambda: client.outbox()[0]["status"] != "sending" and not client.gateway.busy(), 30)
     assert client.outbox()[0]["status"] == "unknown"
     assert [m["text"] for m in fake_telegram.sent] == ["Echo: hello"]  # a gap the outbox shows, not a duplicate
 
@@ -196,21 +189,25 @@ def test_a_failed_send_whose_failed_mark_was_throttled_is_sent_later(
         assert _wait(lambda: len(hits) == MARK_ATTEMPTS, 15)
         assert client.outbox()[0]["status"] == "sending"
     # The job comes back (after its backoff) to an instance that knows the send failed: sent once
-    assert _wait(lambda: client.outbox()[0]["status"] == "sent" and _delivery_idle(), 30), client.outbox()[0]
+    assert _wait(lambda: client.outbox()[0]["status"] == "sent" and not client.gateway.busy(), 30), client.outbox()[0]
     assert [m["text"] for m in fake_telegram.sent] == ["Echo: hello"]
 
 
 def test_a_reply_retried_after_a_rate_limit_is_not_overtaken(
     start_gateway: Callable[..., Client], fake_telegram: FakeTelegram
 ) -> None:
-    # Was a bug: the delivery queue was not ordered per chat, and the next turn's reply went first
+    # Was a bug: replies were not ordered per chat, and the next turn's reply went first
     client = _telegram_gateway(start_gateway, fake_telegram)
     fake_telegram.answer_next(429, too_many_requests(3))  # the first reply waits 4 s for its next try
     assert client.telegram(telegram_update(1, "one"))[0] == 200
     assert _wait(lambda: bool(client.outbox()) and client.outbox()[0]["status"] == "failed", 15)
-    assert client.telegram(telegram_update(2, "two"))[0] == 200  # its turn ends while "one" waits
-    assert _wait(lambda: len(fake_telegram.sent) == 2, 30)
-    assert [m["text"] for m in fake_telegram.sent] == ["Echo: one", "Echo: two"]
+    assert client.telegram(telegram_update(2, "two"))[0] == 200  # it waits: "one"'s turn is still delivering
+
+    def answers() -> list[str]:  # the busy notice "two" got meanwhile is not an answer
+        return [m["text"] for m in fake_telegram.sent if m["text"].startswith("Echo:")]
+
+    assert _wait(lambda: len(answers()) == 2, 30)
+    assert answers() == ["Echo: one", "Echo: two"]
 
 
 def _crash_once(client: Client, step: str, error: str) -> None:
@@ -232,7 +229,7 @@ def test_a_crash_after_the_deliver_task_adds_no_apology(client: Client) -> None:
     # Was a bug: the Fail state found no 'delivery' in the turn state and queued the apology too
     _crash_once(client, "deliver", "Sandbox.Timedout")
     assert client.telegram(telegram_update(1, "hello"))[0] == 200
-    assert _wait(lambda: len(client.outbox()) >= 1 and _delivery_idle(), 15)
+    assert _wait(lambda: len(client.outbox()) >= 1 and not client.gateway.busy(), 15)
     time.sleep(1.0)  # the Fail state's apology, if any, is queued within this
     assert [r["text"] for r in client.outbox()] == ["Echo: hello"]
 
@@ -241,27 +238,30 @@ def test_a_retried_task_that_crashed_after_its_work_answers_once(client: Client)
     # Step Functions retries Lambda.ServiceException: Deliver runs twice, the reply goes out once
     _crash_once(client, "deliver", "Lambda.ServiceException")
     assert client.telegram(telegram_update(1, "hello"))[0] == 200
-    assert _wait(lambda: len(client.outbox()) >= 1 and _delivery_idle(), 15)
+    assert _wait(lambda: len(client.outbox()) >= 1 and not client.gateway.busy(), 15)
     time.sleep(1.0)
     assert [r["text"] for r in client.outbox()] == ["Echo: hello"]
 
 
 def test_a_throttled_read_in_a_turn_is_retried_not_apologized_for(client: Client) -> None:
-    # Was a bug: the throttled route read in Prepare failed the turn, and the user got the apology
+    # Was a bug: a throttled read in the turn's first task failed the turn, and the user got the apology
     functions = client.gateway.functions
-    handler, preparing = functions.handlers["agent"], threading.local()
+    handler, responding = functions.handlers["agent"], threading.local()
 
     def agent(event: dict[str, Any], context: Any) -> Any:
-        preparing.on = event.get("step") == "prepare"
+        responding.on = event.get("step") == "respond"
         try:
             return handler(event, context)
         finally:
-            preparing.on = False
+            responding.on = False
+
+    def first_read(service: str, operation: str, params: dict[str, Any]) -> bool:
+        return getattr(responding, "on", False) and operation in ("GetItem", "Query", "BatchGetItem")
 
     functions.handlers["agent"] = agent
-    with throttled(lambda service, operation, _: getattr(preparing, "on", False) and operation == "GetItem") as hits:
+    with throttled(first_read) as hits:
         assert client.telegram(telegram_update(1, "hello"))[0] == 200
         rows = client.wait_outbox(1)
-    assert hits == ["GetItem"]
+    assert len(hits) == 1
     assert [r["text"] for r in rows] == ["Echo: hello"]
     assert rows[0]["text"] != APOLOGY

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from hermes_gateway.cli import build_parser
-from hermes_gateway.cli import main as cli
+from hermes_cli import build_parser
+from hermes_cli import main as cli
 from tests.e2e.conftest import Client
 
 pytestmark = pytest.mark.e2e

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 
@@ -32,14 +33,12 @@ def test_a_telegram_update_is_answered_once_even_when_sent_twice(client: Client)
     assert row["status"] == "recorded" and row["created_at"] > 0
 
 
-def test_a_forged_secret_is_refused_and_nothing_is_enqueued(client: Client) -> None:
+def test_a_forged_secret_is_refused_and_nothing_is_written(client: Client) -> None:
     status, body = client.telegram(telegram_update(5002, "hello"), secret="forged")
     assert status == 401 and body["ok"] is False
-    sqs = boto3.client("sqs")
-    for queue_url in sqs.list_queues()["QueueUrls"]:
-        attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])["Attributes"]
-        assert attributes["ApproximateNumberOfMessages"] == "0"
-        assert attributes["ApproximateNumberOfMessagesNotVisible"] == "0"
+    from hermes_gateway.resources import INBOX
+
+    assert boto3.client("dynamodb").scan(TableName=os.environ[INBOX.env_var])["Count"] == 0
     time.sleep(0.5)
     assert client.outbox() == []
 
@@ -134,3 +133,39 @@ def test_a_failing_model_gets_an_apology_and_frees_the_session(
     fake_openai.reply_next("second answer")
     assert client.telegram(telegram_update(9102, "second"))[0] == 200
     assert [r["text"] for r in client.wait_outbox(2)][-1] == "second answer"
+
+
+def test_the_embedded_aws_answers_only_this_machines_clients(client: Client) -> None:
+    # Given local mode's embedded AWS (moto: no authentication, CORS for every origin by default)
+    import http.client
+    import os
+    from urllib.parse import urlsplit
+
+    endpoint = urlsplit(os.environ["AWS_ENDPOINT_URL"])
+    assert endpoint.port is not None
+
+    def call(method: str, headers: dict[str, str]) -> tuple[int, dict[str, str]]:
+        connection = http.client.HTTPConnection("127.0.0.1", endpoint.port, timeout=5)
+        try:
+            connection.putrequest(method, "/", skip_host=True)
+            for name, value in headers.items():
+                connection.putheader(name, value)
+            connection.endheaders()
+            response = connection.getresponse()
+            response.read()
+            return response.status, {k.lower(): v for k, v in response.getheaders()}
+        finally:
+            connection.close()
+
+    own = f"127.0.0.1:{endpoint.port}"
+    # When a web page asks it (a CORS preflight, a simple cross-site POST, a DNS-rebinding name)
+    for method, headers in [
+        ("OPTIONS", {"Host": own, "Origin": "http://evil.example", "Access-Control-Request-Method": "POST"}),
+        ("POST", {"Host": own, "Origin": "http://evil.example"}),
+        ("GET", {"Host": f"evil.example:{endpoint.port}"}),
+    ]:
+        status, answered = call(method, headers)
+        # Then it is refused, and nothing tells the browser it may read the answer
+        assert status == 403 and "access-control-allow-origin" not in answered
+    # while the functions and the CLI (boto3, no Origin) use it as before
+    assert boto3.client("sqs").list_queues()["QueueUrls"]

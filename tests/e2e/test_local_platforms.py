@@ -61,7 +61,7 @@ def whatsapp(n: int, host: str, forged: bool) -> Request:
     body = json.dumps({"object": "whatsapp_business_account", "entry": [{"id": "W", "changes": [{"field": "messages",
         "value": {"messaging_product": "whatsapp", "metadata": {"phone_number_id": "555"},
                   "contacts": [{"wa_id": "15551234567", "profile": {"name": "Wa"}}],
-                  "messages": [{"from": "15551234567", "id": f"wamid.{n}", "timestamp": "1700000000",
+                  "messages": [{"from": "15551234567", "id": f"wamid.{n}", "timestamp": str(int(time.time())),
                                 "type": "text", "text": {"body": "hello whatsapp"}}]}}]}]}).encode()  # fmt: skip
     key = "wrong" if forged else SECRETS["WHATSAPP_APP_SECRET"]
     return "/webhooks/whatsapp", body, {"x-hub-signature-256": "sha256=" + hmac_hex(key, body)}
@@ -80,7 +80,7 @@ def standard(platform: str, secret: str, payload: dict[str, Any]) -> Callable[[i
 
 def line(n: int, host: str, forged: bool) -> Request:
     body = json.dumps({"destination": "Ubot", "events": [{"type": "message", "webhookEventId": f"01LINE{n}",
-        "deliveryContext": {"isRedelivery": False}, "timestamp": 1700000000000, "replyToken": "rt",
+        "deliveryContext": {"isRedelivery": False}, "timestamp": int(time.time() * 1000), "replyToken": "rt",
         "source": {"type": "user", "userId": "Uline"}, "mode": "active",
         "message": {"type": "text", "id": f"{n}", "text": "hello line"}}]}).encode()  # fmt: skip
     digest = hmac.new(SECRETS["LINE_CHANNEL_SECRET"].encode(), body, hashlib.sha256).digest()
@@ -124,7 +124,7 @@ def feishu(n: int, host: str, forged: bool) -> Request:
 def mattermost(n: int, host: str, forged: bool) -> Request:
     params = {"token": SECRETS["MATTERMOST_OUTGOING_TOKEN"] if not forged else "nope", "team_id": "tm",
               "channel_id": "ch1", "channel_name": "town-square", "post_id": f"post{n}", "user_id": "u1",
-              "user_name": "al", "text": "hello mattermost", "timestamp": "1700000000"}  # fmt: skip
+              "user_name": "al", "text": "hello mattermost", "timestamp": str(int(time.time()))}  # fmt: skip
     return (
         "/webhooks/mattermost",
         urllib.parse.urlencode(params).encode(),

@@ -51,7 +51,7 @@ def craft_outbox_row(chat_id: str, delivery_id: str, text: str) -> None:
 
     outbox = wiring.outbox()
     now = time.time()
-    outbox.record(
+    outbox.record_claimed(
         delivery_id,
         platform="webchat",
         chat_id=chat_id,

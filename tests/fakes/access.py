@@ -2,6 +2,7 @@
 
 At most MAX_PENDING_PER_PLATFORM live codes per platform, a user's new code replaces their old
 one, one issued code per user per REQUEST_INTERVAL_SECONDS (a refused request does not count),
+a user's codes within one hour of each HOLD_PERIOD_SECONDS (`domain.pairing.hold_start`),
 "try later" once per interval, MAX_FAILED_APPROVALS failures lock a platform's approvals for
 LOCKOUT_SECONDS, and codes are kept only as salted hashes. One lock makes every call atomic, as the
 adapter's conditional writes are. Hashing uses the domain's `HASH_ITERATIONS` at call time, so a
@@ -26,6 +27,7 @@ from hermes_gateway.domain.pairing import (
     PendingCode,
     code_matches,
     hash_code,
+    hold_start,
     is_well_formed,
     new_code,
     new_salt,
@@ -44,8 +46,9 @@ class FakePairingStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.approvals: dict[tuple[str, str], Approval] = {}
-        self.slots: dict[str, dict[int, _Slot]] = {}  # platform -> slot number (1..3) -> code
+        self.slots: dict[str, dict[int, _Slot]] = {}  # platform -> slot number (1..MAX) -> code
         self.last_request_at: dict[tuple[str, str], float] = {}
+        self.held_since: dict[tuple[str, str], float] = {}
         self.told_try_later_at: dict[tuple[str, str], float] = {}
         self.failures: dict[str, int] = {}
         self.locked_until: dict[str, float] = {}
@@ -62,8 +65,12 @@ class FakePairingStore:
             last = self.last_request_at.get((platform, user_id))
             if last is not None and last > now - REQUEST_INTERVAL_SECONDS:
                 return CodeRequest("rate_limited")
+            held_from = hold_start(self.held_since.get((platform, user_id)), now)
+            if held_from is None:
+                return self._refuse("held", platform, user_id, now)
+            self.held_since[(platform, user_id)] = held_from
             code, salt = new_code(), new_salt()
-            expires_at = float(math.ceil(now + CODE_TTL_SECONDS))
+            expires_at = float(math.ceil(held_from + CODE_TTL_SECONDS))
             pending = PendingCode(platform, user_id, user_name, chat_id, now, expires_at)
             self.slots.setdefault(platform, {})[slot] = _Slot(hash_code(code, salt), salt, pending)
             self.last_request_at[(platform, user_id)] = now

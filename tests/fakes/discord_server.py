@@ -6,6 +6,8 @@ or `FakeDiscord` as a context manager, and point a sender (or `DISCORD_API_BASE_
 
 - `POST /channels/{id}/messages` needs `Authorization: Bot <fake.token>`; channels in
   `fake.gone_channels` answer 404 Unknown Channel, in `fake.forbidden_channels` 403 Missing Access.
+  `POST /channels/{id}/typing` (the typing indicator, `fake.typing()`) answers 204 the same way;
+  an answer scripted without `only` never goes to it (`only=is_typing` scripts one for it).
 - `fake.defer(token, channel_id)` stands for an interaction acknowledged with a deferred response:
   its original "thinking" message (flag LOADING) appears in the channel at once. The interaction
   webhook (`/webhooks/{application}/{token}`) then serves GET/PATCH `messages/@original` and
@@ -98,6 +100,14 @@ class FakeDiscord(LoopbackFake[DiscordRequest]):
         with self._lock:
             return [r for r in self.requests if r.http_method == http_method and r.path.startswith(path_prefix)]
 
+    def typing(self) -> list[str]:
+        """The channels a typing indicator was asked for, in order."""
+        with self._lock:
+            return [r.path.split("/")[2] for r in self.requests if is_typing(r)]
+
+    def _scripted_by_default(self, request: DiscordRequest) -> bool:
+        return not is_typing(request)
+
     def _record(self, http_method: str, path: str, headers: dict[str, str], body: Any) -> DiscordRequest:
         parts = urlsplit(path)
         return DiscordRequest(http_method, parts.path.removeprefix(self.url_suffix), parts.query, body, headers)
@@ -110,6 +120,8 @@ class FakeDiscord(LoopbackFake[DiscordRequest]):
             return ScriptedAnswer(401, UNAUTHORIZED)
         if segments[0] == "channels" and len(segments) == 3 and segments[2] == "messages":
             return self._channel_message(request, segments[1])
+        if is_typing(request):
+            return self._channel_typing(segments[1])
         if segments == ["applications", "@me"]:
             if request.http_method == "PATCH":
                 self.application.update(request.json or {})
@@ -126,6 +138,13 @@ class FakeDiscord(LoopbackFake[DiscordRequest]):
             return ScriptedAnswer(403, MISSING_ACCESS)
         invalid = _invalid_content(request.json)
         return invalid or ScriptedAnswer(200, self._post(channel_id, request.json["content"]))
+
+    def _channel_typing(self, channel_id: str) -> ScriptedAnswer:
+        if channel_id in self.gone_channels:
+            return ScriptedAnswer(404, UNKNOWN_CHANNEL)
+        if channel_id in self.forbidden_channels:
+            return ScriptedAnswer(403, MISSING_ACCESS)
+        return ScriptedAnswer(204, b"")
 
     def _webhook(self, request: DiscordRequest, segments: list[str]) -> ScriptedAnswer:
         application_id, token = segments[1], segments[2]
@@ -157,6 +176,11 @@ class FakeDiscord(LoopbackFake[DiscordRequest]):
         self._next_id += 1
         self._channels.setdefault(channel_id, []).append(message)
         return message
+
+
+def is_typing(request: DiscordRequest) -> bool:
+    segments = request.path.strip("/").split("/")
+    return request.http_method == "POST" and len(segments) == 3 and segments[::2] == ["channels", "typing"]
 
 
 def _invalid_content(body: Any) -> ScriptedAnswer | None:

@@ -1,4 +1,4 @@
-"""A fake Feishu / Lark Open API on a loopback port (token and IM sending only).
+"""A fake Feishu / Lark Open API on a loopback port (token, IM sending and message resources).
 
 Use the `fake_feishu` fixture defined in tests/unit/test_platform_feishu.py, or `FakeFeishu` as a
 context manager. Point a `FeishuSender` (or `FEISHU_API_BASE_URL`) at `fake.base_url` (it ends in
@@ -12,6 +12,8 @@ context manager. Point a `FeishuSender` (or `FEISHU_API_BASE_URL`) at `fake.base
   in `fake.chats`; another chat answers 230002 (the bot is not in it).
 - `POST /im/v1/messages/{message_id}/reply` replies to a message the fake knows (sent, or listed in
   `fake.roots`); one in `fake.recalled` answers 230011.
+- `GET /im/v1/messages/{message_id}/resources/{key}?type=image|file` answers `fake.resources`
+  ("<message id>/<key>" → the file's ScriptedAnswer); another answers 234003 (not in the message).
 - Feishu answers errors as HTTP 400 with a non-zero `code`; `fake.answer_next(...)` scripts others.
 """
 
@@ -47,6 +49,7 @@ class RecordedRequest:
 class FakeFeishu(LoopbackFake[RecordedRequest]):
     thread_name: ClassVar[str] = "fake-feishu"
     url_suffix: ClassVar[str] = "/open-apis"
+    http_methods: ClassVar[frozenset[str]] = frozenset({"GET", "POST"})
 
     app_id: str = DEFAULT_APP_ID
     app_secret: str = DEFAULT_APP_SECRET
@@ -56,6 +59,7 @@ class FakeFeishu(LoopbackFake[RecordedRequest]):
     recalled: set[str] = field(default_factory=set)
     tokens_work: bool = True  # False: every issued token is refused (a token Feishu keeps rejecting)
     sent: list[dict[str, Any]] = field(default_factory=list)  # accepted bodies + "message_id", "reply_to"
+    resources: dict[str, ScriptedAnswer] = field(default_factory=dict)  # "<message id>/<key>" → the file
     _issued: int = 0
     _valid: set[str] = field(default_factory=set)
     _next_message: int = 1
@@ -80,6 +84,8 @@ class FakeFeishu(LoopbackFake[RecordedRequest]):
         bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
         if bearer not in self._valid or not self.tokens_work:
             return error(99991663, "Invalid access token for authorization. Please make a request with token attached.")
+        if request.http_method == "GET":
+            return self._resource(request)
         if request.path == SEND_PATH:
             if request.query.get("receive_id_type") != "chat_id":
                 return error(99992402, "field validation failed")
@@ -94,6 +100,15 @@ class FakeFeishu(LoopbackFake[RecordedRequest]):
             if root not in self.roots:
                 return error(230001, "Your request contains an invalid request parameter.")
             return self._accept(body, root)
+        return ScriptedAnswer(404, "404 page not found")
+
+    def _resource(self, request: RecordedRequest) -> ScriptedAnswer:
+        parts = request.path.split("/")
+        if len(parts) == 7 and parts[:4] == ["", "im", "v1", "messages"] and parts[5] == "resources":
+            found = self.resources.get(f"{parts[4]}/{parts[6]}")
+            if found is not None and request.query.get("type") in ("image", "file"):
+                return found
+            return error(234003, "File not in msg.")
         return ScriptedAnswer(404, "404 page not found")
 
     def _token(self, body: dict[str, Any]) -> ScriptedAnswer:

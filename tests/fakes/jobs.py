@@ -13,13 +13,27 @@ from dataclasses import replace
 from hermes_gateway.domain.cron import (
     DELIVERY_FAILED,
     PAUSED,
+    RETIRED,
     SCHEDULED,
     Advance,
     Claim,
     Job,
-    with_claim,
+    Repeat,
 )
 from hermes_gateway.errors import Conflict
+
+
+def _claimed(job: Job, advance: Advance, now: float) -> Job:
+    """The job as a claim leaves it (the adapter writes the same fields in its conditional update)."""
+    completed = job.repeat.completed + (1 if advance.run_id else 0)
+    return replace(
+        job,
+        next_run_at=advance.next_run_at,
+        state=advance.state,
+        repeat=Repeat(job.repeat.times, completed),
+        retired_reason=advance.reason if advance.state == RETIRED else job.retired_reason,
+        updated_at=now,
+    )
 
 
 class FakeJobStore:
@@ -89,7 +103,7 @@ class FakeJobStore:
                     or current.repeat.completed != read.repeat.completed
                 ):
                     continue
-                self.jobs[read.id] = with_claim(current, advance, now)
+                self.jobs[read.id] = _claimed(current, advance, now)
             claims.append(Claim(read, advance))
         return claims
 

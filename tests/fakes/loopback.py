@@ -12,7 +12,10 @@ A fake subclasses `LoopbackFake` (a dataclass) and fills in two hooks:
 The base keeps every request in `requests`, in arrival order, failures included; `answer_next`
 scripts raw answers (errors, bodies that are not JSON, slow answers) that go before any default.
 A `ScriptedAnswer` body that is a dict (or any other JSON value) is sent as JSON, str or bytes as
-they are.
+they are; a Content-Type among its headers replaces the one the body's type implies. A scripted
+answer goes to the next request its `only` admits; without one, to the next request
+`_scripted_by_default` admits (all, unless a fake says otherwise: a typing indicator running
+beside a send does not take the error a test scripted for the send).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import threading
 import time
 import urllib.parse
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,6 +41,7 @@ class ScriptedAnswer:
     body: Any  # a dict is sent as JSON, str or bytes as they are
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    only: Callable[[Any], bool] | None = None  # the recorded requests it may answer (None: the fake's default)
 
 
 @dataclass(frozen=True)
@@ -89,9 +94,10 @@ class LoopbackFake(ABC, Generic[RequestT]):
         times: int = 1,
         headers: dict[str, str] | None = None,
         delay: float = 0.0,
+        only: Callable[[RequestT], bool] | None = None,
     ) -> None:
         with self._lock:
-            self._script.extend(ScriptedAnswer(status, body, dict(headers or {}), delay) for _ in range(times))
+            self._script.extend(ScriptedAnswer(status, body, dict(headers or {}), delay, only) for _ in range(times))
 
     def start(self) -> Self:
         self._server = _LoopbackServer(self)
@@ -112,9 +118,14 @@ class LoopbackFake(ABC, Generic[RequestT]):
     def _answer(self, request: RequestT) -> ScriptedAnswer:
         with self._lock:
             self.requests.append(request)
-            if self._script:
-                return self._script.pop(0)
+            for index, scripted in enumerate(self._script):
+                if scripted.only(request) if scripted.only is not None else self._scripted_by_default(request):
+                    return self._script.pop(index)
             return self._default_answer(request)
+
+    def _scripted_by_default(self, request: RequestT) -> bool:
+        """Whether an answer scripted without `only` may answer this request."""
+        return True
 
     def _receive(self, received: Received) -> RequestT:
         """One request as the fake records it: by default what `_record` makes of the decoded body."""
@@ -176,7 +187,8 @@ class _LoopbackHandler(BaseHTTPRequestHandler):
             payload, content_type = json.dumps(answer.body).encode(), "application/json"
         try:
             self.send_response(answer.status)
-            self.send_header("Content-Type", content_type)
+            if not any(name.lower() == "content-type" for name in answer.headers):  # a scripted one wins
+                self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(payload)))
             for name, value in answer.headers.items():
                 self.send_header(name, value)

@@ -14,7 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from hermes_gateway.adapters.dynamo_outbox import OutboxEntry
+from hermes_gateway.adapters.dynamo_outbox import SEND_CLAIM_SECONDS
+from hermes_gateway.domain.outbox import OutboxEntry
 from hermes_gateway.domain.targets import Channel, channel_key
 from hermes_gateway.errors import TransientError
 from hermes_gateway.platforms.base import Target
@@ -78,7 +79,7 @@ class FakeDeliveryQueue:
         self.bodies: list[dict[str, Any]] = []
         self.fail_with = fail_with
 
-    def send(self, body: dict[str, Any], *, group_id: str | None = None, dedup_id: str | None = None) -> str:
+    def send(self, body: dict[str, Any]) -> str:
         if self.fail_with is not None:
             raise self.fail_with
         self.bodies.append(body)
@@ -96,14 +97,16 @@ class FakeEvents:
 
 
 class FakeOutbox:
-    """The outbox with DynamoOutbox's rules: `record` writes a pending entry unless the id exists
-    and returns what is stored either way; `mark` sets the status and counts an attempt."""
+    """The outbox with DynamoOutbox's rules: `record_claimed` writes an entry claimed for sending
+    unless the id exists and returns what is stored either way (and whether it wrote); `mark` sets
+    the status and counts an attempt. `writes` counts the calls that write, as DynamoDB bills them."""
 
     def __init__(self) -> None:
         self.entries: dict[str, OutboxEntry] = {}
         self.marks: list[tuple[str, str]] = []
+        self.writes: list[str] = []
 
-    def record(
+    def record_claimed(
         self,
         delivery_id: str,
         *,
@@ -116,28 +119,31 @@ class FakeOutbox:
         chunks: int,
         now: float,
         buttons: list[dict[str, str]] | None = None,
-    ) -> OutboxEntry:
-        if delivery_id not in self.entries:
-            self.entries[delivery_id] = OutboxEntry(
-                delivery_id=delivery_id,
-                platform=platform,
-                chat_id=chat_id,
-                thread_id=thread_id,
-                text=text,
-                turn_id=turn_id,
-                chunk=chunk,
-                chunks=chunks,
-                status="pending",
-                attempts=0,
-                platform_message_id=None,
-                error=None,
-                created_at=now,
-                updated_at=now,
-                buttons=buttons,
-            )
-        return self.entries[delivery_id]
+    ) -> tuple[OutboxEntry, bool]:
+        self.writes.append("record_claimed")
+        if delivery_id in self.entries:
+            return self.entries[delivery_id], False
+        self.entries[delivery_id] = OutboxEntry(
+            delivery_id=delivery_id,
+            platform=platform,
+            chat_id=chat_id,
+            thread_id=thread_id,
+            text=text,
+            turn_id=turn_id,
+            chunk=chunk,
+            chunks=chunks,
+            status="sending",
+            attempts=0,
+            platform_message_id=None,
+            error=None,
+            created_at=now,
+            updated_at=now,
+            buttons=buttons,
+        )
+        return self.entries[delivery_id], True
 
     def claim(self, delivery_id: str, now: float) -> bool:
+        self.writes.append("claim")
         entry = self.entries[delivery_id]
         if entry.status not in ("pending", "failed"):
             return False
@@ -145,6 +151,7 @@ class FakeOutbox:
         return True
 
     def settle_stale(self, delivery_id: str, now: float, stale_after_seconds: float = 60) -> bool:
+        self.writes.append("settle_stale")
         entry = self.entries[delivery_id]
         if entry.status != "sending" or entry.updated_at >= now - stale_after_seconds:
             return False
@@ -152,11 +159,26 @@ class FakeOutbox:
         return True
 
     def reclaim(self, delivery_id: str, claimed_at: float, now: float) -> bool:
+        self.writes.append("reclaim")
         entry = self.entries[delivery_id]
         if entry.status != "sending" or entry.updated_at != claimed_at:
             return False
         self.entries[delivery_id] = replace(entry, updated_at=now)
         return True
+
+    def fail_sent(self, delivery_id: str, *, platform: str, platform_message_id: str, error: str, now: float) -> str:
+        entry = self.entries.get(delivery_id)
+        if entry is None:
+            return "missing"
+        sent_as_this = entry.status == "sent" and entry.platform_message_id == platform_message_id
+        abandoned = entry.status == "sending" and entry.updated_at < now - SEND_CLAIM_SECONDS
+        left_open = entry.status == "unknown" or abandoned
+        if entry.platform != platform or not (sent_as_this or left_open):
+            return entry.status
+        self.entries[delivery_id] = replace(
+            entry, status="failed", updated_at=now, error=error[:500], platform_message_id=platform_message_id
+        )
+        return "marked"
 
     def mark(
         self,
@@ -169,6 +191,7 @@ class FakeOutbox:
     ) -> None:
         # Stricter than DynamoDB's update (which would create a partial item): marking an entry that
         # was never recorded is a bug in the caller.
+        self.writes.append("mark")
         entry = self.entries[delivery_id]
         self.entries[delivery_id] = replace(
             entry,

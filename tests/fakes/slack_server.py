@@ -9,6 +9,9 @@ https://slack.com/api) with `fake.token`.
   values 1700000000.000001, .000002, …; `fake.sent` lists what was accepted. Channels in
   `fake.gone_channels` answer `channel_not_found`; a wrong token answers `invalid_auth`, with
   HTTP 200 as Slack does.
+- `assistant.threads.setStatus` answers ok for a `thread_ts` in `fake.assistant_threads`,
+  `invalid_thread_ts` for any other; `fake.statuses` lists the accepted bodies. An answer
+  scripted without `only` never goes to it (`only=is_set_status` scripts one for it).
 - Other methods answer HTTP 404 `unknown_method`.
 - `fake.answer_next(status, body, times=n, headers=...)` scripts the next answers; `slack_error`
   builds Slack's `{"ok": false, "error": code}` body.
@@ -47,7 +50,12 @@ class FakeSlack(LoopbackFake[RecordedRequest]):
     token: str = DEFAULT_TOKEN
     sent: list[dict[str, Any]] = field(default_factory=list)  # accepted chat.postMessage bodies + "ts"
     gone_channels: set[str] = field(default_factory=set)
+    assistant_threads: set[str] = field(default_factory=set)  # thread_ts values of assistant threads
+    statuses: list[dict[str, Any]] = field(default_factory=list)
     _next_ts: int = 1
+
+    def _scripted_by_default(self, request: RecordedRequest) -> bool:
+        return not is_set_status(request)
 
     def calls(self, api_method: str) -> list[Any]:
         with self._lock:
@@ -58,7 +66,7 @@ class FakeSlack(LoopbackFake[RecordedRequest]):
         return RecordedRequest(http_method, path, api_method, body, headers)
 
     def _default_answer(self, request: RecordedRequest) -> ScriptedAnswer:
-        if request.api_method != "chat.postMessage":
+        if request.api_method not in ("chat.postMessage", "assistant.threads.setStatus"):
             return ScriptedAnswer(404, slack_error("unknown_method"))
         authorization = request.headers.get("authorization", "")
         if not authorization:
@@ -66,6 +74,8 @@ class FakeSlack(LoopbackFake[RecordedRequest]):
         if authorization != f"Bearer {self.token}":
             return ScriptedAnswer(200, slack_error("invalid_auth"))
         payload = request.json if isinstance(request.json, dict) else {}
+        if is_set_status(request):
+            return self._set_status(payload)
         channel = payload.get("channel")
         if not isinstance(channel, str) or not channel or channel in self.gone_channels:
             return ScriptedAnswer(200, slack_error("channel_not_found"))
@@ -79,3 +89,15 @@ class FakeSlack(LoopbackFake[RecordedRequest]):
         self.sent.append({**payload, "ts": ts})
         message = {"type": "message", "text": text, "ts": ts, "bot_id": "B0FAKE"}
         return ScriptedAnswer(200, {"ok": True, "channel": channel, "ts": ts, "message": message})
+
+    def _set_status(self, payload: dict[str, Any]) -> ScriptedAnswer:
+        if not payload.get("channel_id") or not isinstance(payload.get("status"), str):
+            return ScriptedAnswer(200, slack_error("invalid_arguments"))
+        if payload.get("thread_ts") not in self.assistant_threads:
+            return ScriptedAnswer(200, slack_error("invalid_thread_ts"))
+        self.statuses.append(payload)
+        return ScriptedAnswer(200, {"ok": True})
+
+
+def is_set_status(request: RecordedRequest) -> bool:
+    return request.api_method == "assistant.threads.setStatus"

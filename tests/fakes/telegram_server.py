@@ -8,7 +8,9 @@ Further bots on the same fake: `FakeTelegram(other_tokens=(token, …))` accepts
 - Every request is recorded in `fake.requests`, in arrival order, failures included.
 - `sendMessage` answers with message ids 1, 2, 3, …; `fake.sent` lists what was accepted, and
   `fake.sent_tokens` the bot token each of those sends used (same order).
-- Other Bot API methods answer `{"ok": true, "result": true}`.
+- Other Bot API methods answer `{"ok": true, "result": true}`; `fake.chat_actions()` lists the
+  `sendChatAction` bodies (the typing indicator). An answer scripted without `only` never goes
+  to a chat action: `answer_next(..., only=is_chat_action)` scripts one for them.
 - `fake.answer_next(status, body, times=n)` makes the next n requests fail (or hang, with `delay`);
   the module's `too_many_requests`, `CANT_PARSE_ENTITIES`, `BOT_BLOCKED` and `CHAT_NOT_FOUND`
   are Telegram's own error bodies.
@@ -70,6 +72,12 @@ class FakeTelegram(LoopbackFake[RecordedRequest]):
         with self._lock:
             return [r.json for r in self.requests if r.api_method == api_method]
 
+    def chat_actions(self) -> list[Any]:
+        return self.calls("sendChatAction")
+
+    def _scripted_by_default(self, request: RecordedRequest) -> bool:
+        return not is_chat_action(request)
+
     def _record(self, http_method: str, path: str, headers: dict[str, str], body: Any) -> RecordedRequest:
         parts = path.split("/")
         api_method = parts[2] if len(parts) == 3 and parts[1].startswith("bot") else ""
@@ -95,6 +103,10 @@ class FakeTelegram(LoopbackFake[RecordedRequest]):
         self.sent_tokens.append(token)
         result = {"message_id": message_id, "date": int(time.time()), "chat": {"id": payload["chat_id"]}, "text": text}
         return ScriptedAnswer(200, {"ok": True, "result": result})
+
+
+def is_chat_action(request: RecordedRequest) -> bool:
+    return request.api_method == "sendChatAction"
 
 
 def _bad_request(reason: str) -> ScriptedAnswer:

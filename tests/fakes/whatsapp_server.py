@@ -7,6 +7,9 @@ Use the `FakeWhatsApp` context manager (or a fixture in the test module). Point 
 - Every request is recorded in `fake.requests`, in arrival order, failures included.
 - `POST /<phone_number_id>/messages` answers Meta's success shape with ids `wamid.fake-1`, …;
   `fake.sent` lists the accepted bodies. A wrong bearer token gets Meta's OAuth error (code 190).
+- A read receipt (`status: read`, with or without a typing indicator) answers `{"success": true}`;
+  `fake.read_receipts` lists them. An answer scripted without `only` never goes to one
+  (`only=is_read_receipt` scripts one for them).
 - `fake.answer_next(status, meta_error(code, ...))` scripts Meta's error answers.
 """
 
@@ -43,7 +46,11 @@ class FakeWhatsApp(LoopbackFake[RecordedRequest]):
 
     token: str = DEFAULT_TOKEN
     sent: list[dict[str, Any]] = field(default_factory=list)
+    read_receipts: list[dict[str, Any]] = field(default_factory=list)
     _next_id: int = 1
+
+    def _scripted_by_default(self, request: RecordedRequest) -> bool:
+        return not is_read_receipt(request)
 
     def _record(self, http_method: str, path: str, headers: dict[str, str], body: Any) -> RecordedRequest:
         return RecordedRequest(http_method, path, body, headers)
@@ -55,6 +62,8 @@ class FakeWhatsApp(LoopbackFake[RecordedRequest]):
         if len(parts) != 4 or parts[1] != "v21.0" or parts[3] != "messages" or not parts[2].isdigit():
             return ScriptedAnswer(400, meta_error(100, "Unsupported post request", http_type="GraphMethodException"))
         payload = request.json if isinstance(request.json, dict) else {}
+        if is_read_receipt(request):
+            return self._read(payload)
         text = payload.get("text") if isinstance(payload.get("text"), dict) else {}
         if payload.get("messaging_product") != "whatsapp" or not payload.get("to") or not text.get("body"):
             return ScriptedAnswer(400, meta_error(100, "(#100) Invalid parameter"))
@@ -67,3 +76,18 @@ class FakeWhatsApp(LoopbackFake[RecordedRequest]):
         self.sent.append({**payload, "id": wamid})
         contacts = [{"input": payload["to"], "wa_id": payload["to"]}]
         return ScriptedAnswer(200, {"messaging_product": "whatsapp", "contacts": contacts, "messages": [{"id": wamid}]})
+
+    def _read(self, payload: dict[str, Any]) -> ScriptedAnswer:
+        typing = payload.get("typing_indicator", {"type": "text"})
+        if payload.get("messaging_product") != "whatsapp" or not str(payload.get("message_id", "")).startswith(
+            "wamid."
+        ):
+            return ScriptedAnswer(400, meta_error(100, "(#100) Invalid parameter"))
+        if not isinstance(typing, dict) or typing.get("type") != "text":
+            return ScriptedAnswer(400, meta_error(100, "(#100) Invalid parameter"))
+        self.read_receipts.append(payload)
+        return ScriptedAnswer(200, {"success": True})
+
+
+def is_read_receipt(request: RecordedRequest) -> bool:
+    return isinstance(request.json, dict) and request.json.get("status") == "read"

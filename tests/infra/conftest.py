@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from hermes_gateway.platforms.catalog import CATALOG
-from hermes_gateway.settings import Settings, load_settings
+from hermes_gateway.settings import SETTINGS_FILE_ENV, Settings, load_settings, load_shipped_settings
+from hermes_gateway.settings.shipped import LAYER_FILE
 
 
 @dataclass(frozen=True)
@@ -19,18 +20,35 @@ class Synthesized:
     resources: dict[str, dict[str, Any]]
     outputs: dict[str, Any]
     nag_violations: list[dict[str, Any]]
+    outdir: Path
 
     def of_type(self, cfn_type: str) -> dict[str, dict[str, Any]]:
         return {k: r for k, r in self.resources.items() if r["Type"] == cfn_type}
 
+    def settings_file(self, function: dict[str, Any]) -> Path:
+        """The settings file among a function's layers (`Properties` of its resource), as staged."""
+        staged = [
+            self.outdir / f"asset.{key.removesuffix('.zip')}" / LAYER_FILE
+            for layer in function["Layers"]
+            for key in [self.resources[layer["Ref"]]["Properties"]["Content"]["S3Key"]]
+        ]
+        (found,) = [path for path in staged if path.is_file()]
+        return found
 
-def synthesize(settings: Settings, outdir: Path) -> Synthesized:
+    def function_settings(self, function: dict[str, Any]) -> Settings:
+        """The settings a deployed function builds: its settings file, overlaid by its environment
+        (a value resolved at deploy time, a resource name, is no setting)."""
+        env = {k: v for k, v in function["Environment"]["Variables"].items() if isinstance(v, str)}
+        return load_shipped_settings({**env, SETTINGS_FILE_ENV: str(self.settings_file(function))})
+
+
+def synthesize(settings: Settings, outdir: Path, context: dict[str, Any] | None = None) -> Synthesized:
     """The stack of `settings` synthesized into `outdir` (asset bundling skipped), with cdk-nag's findings."""
     from aws_cdk.assertions import Template
 
     from infra.app import SKIP_BUNDLING, build_app
 
-    app, stack = build_app(settings, context=SKIP_BUNDLING, outdir=str(outdir))
+    app, stack = build_app(settings, context={**SKIP_BUNDLING, **(context or {})}, outdir=str(outdir))
     try:
         app.synth()  # runs the cdk-nag checks; raises on an unacknowledged finding
         violations: list[dict[str, Any]] = []
@@ -44,12 +62,23 @@ def synthesize(settings: Settings, outdir: Path) -> Synthesized:
         resources=raw["Resources"],
         outputs=raw.get("Outputs", {}),
         nag_violations=violations,
+        outdir=outdir,
     )
+
+
+EVERY_PLATFORM = {"platforms": {spec.name: {"enabled": True} for spec in CATALOG if not spec.local_only}}
 
 
 @pytest.fixture(scope="session")
 def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
-    # Defaults, with every platform on (so every route is checked); the environment of the test
-    # run must not change the stack.
-    config = {"platforms": {spec.name: {"enabled": True} for spec in CATALOG if not spec.local_only}}
+    # Defaults (the minimal observability tier), with every platform on (so every route is
+    # checked); the environment of the test run must not change the stack.
+    return synthesize(load_settings(env={}, config=EVERY_PLATFORM), tmp_path_factory.mktemp("cdk.out"))
+
+
+@pytest.fixture(scope="session")
+def synthesized_full(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    """Every platform, in the `full` observability tier (every alarm, the topic's key, the dashboard,
+    X-Ray everywhere), with an alarm e-mail."""
+    config = {**EVERY_PLATFORM, "operations": {"observability": "full", "alarm_email": "ops@example.com"}}
     return synthesize(load_settings(env={}, config=config), tmp_path_factory.mktemp("cdk.out"))

@@ -53,6 +53,8 @@ def test_synth_builds_the_stage_stack_and_the_layer_locally(tmp_path: Path) -> N
     assert (layer / "hermes_gateway" / "__init__.py").is_file()
     assert (layer / "pynamodb").is_dir()
     assert (layer / "aws_lambda_powertools").is_dir()
+    # urllib3, the pooled HTTP client, at the version the tests ran (botocore, from the runtime, shares it)
+    assert (layer / "urllib3").is_dir()
     assert not (layer / "boto3").exists() and not (layer / "botocore").exists()
     assert not list((layer / "hermes_gateway").rglob("*.cpython-311.pyc"))
 

@@ -1,13 +1,12 @@
-"""Operations in the stack: the dashboard follows a message through every part, every function
-has error and throttle alarms on the alarm topic, and an alarm e-mail is subscribed when set."""
+"""Operations in the stack (the full tier; each tier's alarms: test_infra_observability.py): the
+dashboard follows a message through every part, every function has error and throttle alarms on
+the alarm topic, and an alarm e-mail is subscribed when set."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from hermes_gateway.resources import FUNCTIONS, QUEUES
-from hermes_gateway.settings import load_settings
 from infra.capabilities.dashboard import REJECTED_STATUSES
 from tests.infra.conftest import Synthesized
 
@@ -19,9 +18,17 @@ def dashboard_body(synthesized: Synthesized) -> str:
     return json.dumps(body)
 
 
-def test_the_dashboard_shows_each_stage_of_a_message(synthesized: Synthesized) -> None:
+def test_the_dashboard_shows_each_stage_of_a_message(synthesized_full: Synthesized) -> None:
+    synthesized = synthesized_full
     body = dashboard_body(synthesized)
-    for metric in ("InboundAccepted", "InboundDuplicate", "TurnStarted", "DeliverySent", "DeliveryDeadLettered"):
+    for metric in (
+        "InboundAccepted",
+        "InboundDuplicate",
+        "TurnStarted",
+        "DeliverySent",
+        "DeliveryFailedLater",
+        "DeliveryDeadLettered",
+    ):
         assert metric in body, metric
     for status in REJECTED_STATUSES:
         assert f"InboundRejected{status}" in body
@@ -30,8 +37,8 @@ def test_the_dashboard_shows_each_stage_of_a_message(synthesized: Synthesized) -
     assert "DashboardUrl" in synthesized.outputs
 
 
-def test_every_function_has_error_and_throttle_alarms_on_the_topic(synthesized: Synthesized) -> None:
-    alarms = list(synthesized.of_type("AWS::CloudWatch::Alarm").values())
+def test_every_function_has_error_and_throttle_alarms_on_the_topic(synthesized_full: Synthesized) -> None:
+    alarms = list(synthesized_full.of_type("AWS::CloudWatch::Alarm").values())
     by_metric: dict[str, int] = {}
     for alarm in alarms:
         props = alarm["Properties"]
@@ -42,26 +49,31 @@ def test_every_function_has_error_and_throttle_alarms_on_the_topic(synthesized: 
     assert by_metric["ApproximateNumberOfMessagesVisible"] >= len(QUEUES)  # and the schedules' dead letters
 
 
-def synth_with(config: dict[str, Any]) -> Any:
-    from aws_cdk.assertions import Template
-
-    from infra.app import SKIP_BUNDLING, build_app
-
-    _app, stack = build_app(load_settings(env={}, config=config), context=SKIP_BUNDLING)
-    return Template.from_stack(stack)
+def test_an_alarm_email_is_subscribed(synthesized_full: Synthesized) -> None:
+    synthesized_full.template.has_resource_properties(
+        "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "ops@example.com"}
+    )
 
 
-def test_an_alarm_email_is_subscribed_and_the_dashboard_can_be_left_out() -> None:
-    template = synth_with({"operations": {"alarm_email": "ops@example.com", "dashboard": False}})
-    template.has_resource_properties("AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "ops@example.com"})
-    template.resource_count_is("AWS::CloudWatch::Dashboard", 0)
-
-
-def test_queue_consumers_have_a_concurrency_ceiling(synthesized: Synthesized) -> None:
+def test_stream_consumers_have_a_concurrency_ceiling(synthesized: Synthesized) -> None:
+    # A stream's concurrency is its shards times the parallelization factor (at most 10 per shard):
+    # a flood cannot run away with the bill, and no account concurrency is reserved
     mappings = list(synthesized.of_type("AWS::Lambda::EventSourceMapping").values())
     assert len(mappings) == len([f for f in FUNCTIONS if f.consumes])
     for mapping in mappings:
-        assert mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"] >= 2
+        assert 2 <= mapping["Properties"]["ParallelizationFactor"] <= 10
+
+
+def test_one_alarm_watches_the_shared_dead_letters(synthesized_full: Synthesized) -> None:
+    from tests.infra.test_infra_stack import queue_logical_id, ref
+
+    synthesized = synthesized_full
+    alarmed = [
+        ref(alarm["Properties"]["Dimensions"][0]["Value"])
+        for alarm in synthesized.of_type("AWS::CloudWatch::Alarm").values()
+        if alarm["Properties"].get("MetricName") == "ApproximateNumberOfMessagesVisible"
+    ]
+    assert alarmed.count(queue_logical_id(synthesized, "dead-letters")) == 1
 
 
 def test_the_event_bus_takes_events_from_the_functions_that_publish(synthesized: Synthesized) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hermes_gateway.cli.target import SESSION_API_OUTPUT
+from hermes_gateway.outputs import SESSION_API_OUTPUT
 from tests.infra.conftest import Synthesized
 from tests.infra.test_infra_stack import functions_by_name, ref, role_statements
 

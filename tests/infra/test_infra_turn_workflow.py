@@ -48,4 +48,4 @@ def test_the_workflow_type_is_one_setting_with_the_same_definition() -> None:
     (machine,) = Template.from_stack(stack).find_resources("AWS::StepFunctions::StateMachine").values()
     assert machine["Properties"]["StateMachineType"] == "STANDARD"
     definition = json.loads(machine["Properties"]["DefinitionString"])
-    assert definition["StartAt"] == "Prepare" and "Paused" in definition["States"]
+    assert definition["StartAt"] == "Begin" and "Paused" in definition["States"]

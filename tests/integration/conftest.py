@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
+import boto3
 import pytest
 from moto import mock_aws
 
 from hermes_gateway import wiring
-from hermes_gateway.resources import Bindings
-from hermes_local.aws import configure_moto, create_resources
+from hermes_gateway.resources import INBOX, Bindings
+from hermes_local.aws import configure_moto, create_resources, stream_env_var
+from hermes_local.pollers import lambda_record
 
 REGION = "us-east-1"
 
@@ -20,6 +24,22 @@ REGION = "us-east-1"
 class Aws:
     bindings: Bindings
     env: dict[str, str]
+
+    def inbox_records(self, after: str | None = None) -> list[dict[str, Any]]:
+        """The inbox stream's new items (after sequence number `after`), as Lambda's event source
+        mapping puts them in the router's event (INSERTs only)."""
+        streams = boto3.client("dynamodbstreams")
+        arn = self.env[stream_env_var(INBOX)]
+        (shard,) = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]
+        position = {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": after} if after else {}
+        iterator = streams.get_shard_iterator(
+            StreamArn=arn, ShardId=shard["ShardId"], **({"ShardIteratorType": "TRIM_HORIZON"} | position)
+        )["ShardIterator"]
+        records = streams.get_records(ShardIterator=iterator)["Records"]
+        return [lambda_record(r, arn, REGION) for r in records if r["eventName"] == "INSERT"]
+
+
+_DEPLOYMENTS = itertools.count(1)
 
 
 @pytest.fixture
@@ -34,7 +54,9 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
     configure_moto()
     with mock_aws():
-        bindings, env = create_resources(REGION, prefix=f"it-{os.getpid()}")
+        # A name of its own per test: an execution an earlier test left running in moto (its
+        # retries still waiting) invokes its own deployment's functions, never this one's
+        bindings, env = create_resources(REGION, prefix=f"it-{os.getpid()}-{next(_DEPLOYMENTS)}")
         for key, value in env.items():
             monkeypatch.setenv(key, value)
         wiring.reset()

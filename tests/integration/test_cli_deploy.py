@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 
-from hermes_gateway.cli import main
-from hermes_gateway.cli.deploy import check_node, run_checks
+from hermes_cli import main
+from hermes_cli.deploy import check_node, run_checks
 
 pytestmark = pytest.mark.integration
 
@@ -55,3 +56,35 @@ def test_node_too_old_or_missing() -> None:
     assert not check_node(run=lambda cmd: "v16.20.0", which=lambda name: "/usr/bin/" + name).ok
     missing = check_node(which=lambda name: None)
     assert not missing.ok and "install Node.js" in missing.detail
+
+
+def old_stack(stage: str = "dev") -> str:
+    """A stack from before the inbox: its inbound queue named by the `InboundQueueUrl` output."""
+    template = {
+        "Resources": {"Inbound": {"Type": "AWS::SQS::Queue", "Properties": {"QueueName": "old-inbound"}}},
+        "Outputs": {"InboundQueueUrl": {"Value": {"Ref": "Inbound"}}},
+    }
+    boto3.client("cloudformation").create_stack(StackName=f"HermesGateway-{stage}", TemplateBody=json.dumps(template))
+    return str(boto3.client("sqs").get_queue_url(QueueName="old-inbound")["QueueUrl"])
+
+
+def test_an_old_stack_whose_queues_hold_messages_is_not_deployed_over(
+    aws: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bootstrap_stack()
+    url = old_stack()
+    boto3.client("sqs").send_message(QueueUrl=url, MessageBody="a message not routed yet")
+    checks, _ = run_checks(tmp_path / "gateway.yaml", run=lambda cmd: "v20.11.1\n")
+    old = checks[-1]
+    assert (old.name, old.ok) == ("old queues", False) and "inbound 1" in old.detail and "Upgrading" in old.detail
+    # and the deploy stops there, before the CDK CLI runs
+    monkeypatch.setenv("GATEWAY_CONFIG", str(tmp_path / "gateway.yaml"))
+    assert main(["deploy"]) == 1
+    assert "FAIL old queues" in capsys.readouterr().out
+
+
+def test_an_old_stack_with_empty_queues_may_be_upgraded(aws: Any, tmp_path: Path) -> None:
+    bootstrap_stack()
+    old_stack()
+    checks, _ = run_checks(tmp_path / "gateway.yaml", run=lambda cmd: "v20.11.1\n")
+    assert (checks[-1].name, checks[-1].ok) == ("old queues", True)

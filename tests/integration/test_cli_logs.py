@@ -17,9 +17,9 @@ import boto3
 import pytest
 from aws_lambda_powertools import Logger
 
-from hermes_gateway.cli import logs, main
-from hermes_gateway.cli.target import log_group_output_key, stack_name
+from hermes_cli import logs, main
 from hermes_gateway.observability import hash_id
+from hermes_gateway.outputs import log_group_output_key, stack_name
 from hermes_gateway.resources import FUNCTIONS
 from hermes_local.runtime import LambdaContext
 

@@ -10,7 +10,7 @@ from typing import Any
 import boto3
 import pytest
 
-from hermes_gateway.cli import main
+from hermes_cli import main
 from hermes_gateway.secrets import Secrets
 
 pytestmark = pytest.mark.integration

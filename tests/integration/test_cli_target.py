@@ -8,8 +8,9 @@ from typing import Any
 import boto3
 import pytest
 
-from hermes_gateway.cli.target import stack_name, table_output_key, use_deployed
+from hermes_cli.target import use_deployed
 from hermes_gateway.errors import ConfigError
+from hermes_gateway.outputs import stack_name, table_output_key
 from hermes_gateway.resources import ACCESS
 
 pytestmark = pytest.mark.integration

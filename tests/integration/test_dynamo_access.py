@@ -14,7 +14,13 @@ from botocore.exceptions import ClientError
 
 from hermes_gateway.adapters.dynamo_access import DynamoAccessStore
 from hermes_gateway.domain import pairing
-from hermes_gateway.domain.pairing import CODE_TTL_SECONDS, LOCKOUT_SECONDS, REQUEST_INTERVAL_SECONDS, CodeRequest
+from hermes_gateway.domain.pairing import (
+    CODE_TTL_SECONDS,
+    LOCKOUT_SECONDS,
+    MAX_PENDING_PER_PLATFORM,
+    REQUEST_INTERVAL_SECONDS,
+    CodeRequest,
+)
 from hermes_gateway.errors import TransientError
 from tests.fakes.access import FakePairingStore
 from tests.fakes.concurrency import race
@@ -96,8 +102,8 @@ def _decodings(value: str | bytes) -> Iterator[bytes]:
 
 def test_no_plaintext_code_is_stored_anywhere(store: DynamoAccessStore, aws: Any) -> None:
     # Given codes issued, one approved, a failure counted and a user refused
-    codes = [issue(store, user) for user in ("u1", "u2", "u3")]
-    store.request_code("telegram", "u4", "Dee", "c4", T0)
+    codes = [issue(store, f"u{n}") for n in range(MAX_PENDING_PER_PLATFORM)]
+    assert store.request_code("telegram", "late", "Dee", "c4", T0).status == "no_slot"
     assert store.approve("telegram", codes[0].lower(), T0 + 1, "cli").status == "approved"
     store.approve("telegram", WRONG, T0 + 2, "cli")
     # When the whole table is scanned
@@ -118,16 +124,18 @@ def test_no_plaintext_code_is_stored_anywhere(store: DynamoAccessStore, aws: Any
                     assert not any(form in decoded.upper() or form in decoded for form in forms), (item, name)
     # And what is stored instead is a salted hash
     slots = [item for item in items if item["pk"]["S"] == "pending#telegram"]
-    assert len(slots) == 2 and all(len(item["code_hash"]["S"]) == 64 and item["salt"]["S"] for item in slots)
+    assert len(slots) == MAX_PENDING_PER_PLATFORM - 1
+    assert all(len(item["code_hash"]["S"]) == 64 and item["salt"]["S"] for item in slots)
 
 
-def test_ten_users_race_for_three_slots(store: DynamoAccessStore) -> None:
-    # When 10 users ask at the same moment
-    results: list[CodeRequest] = race(10, lambda i: store.request_code("telegram", f"u{i}", None, None, T0))
-    # Then exactly 3 get a code and 7 are refused, each told to try later
+def test_more_users_than_slots_race_for_them(store: DynamoAccessStore) -> None:
+    # When 7 users more than there are slots ask at the same moment
+    users = MAX_PENDING_PER_PLATFORM + 7
+    results: list[CodeRequest] = race(users, lambda i: store.request_code("telegram", f"u{i}", None, None, T0))
+    # Then exactly as many as there are slots get a code and 7 are refused, each told to try later
     issued = [i for i, r in enumerate(results) if r.status == "issued"]
     refused = [i for i, r in enumerate(results) if r.status != "issued"]
-    assert len(issued) == 3 and len({results[i].code for i in issued}) == 3
+    assert len(issued) == MAX_PENDING_PER_PLATFORM and len({results[i].code for i in issued}) == len(issued)
     assert all(results[i] == CodeRequest("no_slot", tell_try_later=True) for i in refused)
     assert sorted(p.user_id for p in store.pending("telegram", T0)) == sorted(f"u{i}" for i in issued)
     # When the refused users ask again (in parallel) within the interval, they are not told again
@@ -138,7 +146,7 @@ def test_ten_users_race_for_three_slots(store: DynamoAccessStore) -> None:
     assert first_code is not None
     assert store.approve("telegram", first_code, T0 + 90, "cli").status == "approved"
     assert store.request_code("telegram", f"u{refused[0]}", None, None, T0 + 91).status == "issued"
-    assert len(store.pending("telegram", T0 + 91)) == 3
+    assert len(store.pending("telegram", T0 + 91)) == MAX_PENDING_PER_PLATFORM
     # And a refused user is told to try later again once the interval has passed
     late = f"u{refused[1]}"
     assert not store.request_code("telegram", late, None, None, T0 + REQUEST_INTERVAL_SECONDS - 1).tell_try_later
@@ -176,17 +184,18 @@ def test_one_request_per_interval_and_a_new_code_replaces_the_old(store: DynamoA
 
 
 def test_expired_codes_are_not_listed_and_free_their_slot(store: DynamoAccessStore) -> None:
-    codes = [issue(store, user) for user in ("u1", "u2", "u3")]
+    codes = [issue(store, f"u{n}") for n in range(MAX_PENDING_PER_PLATFORM)]
     expiry = T0 + CODE_TTL_SECONDS
-    assert len(store.pending("telegram", expiry - 1)) == 3
+    assert len(store.pending("telegram", expiry - 1)) == MAX_PENDING_PER_PLATFORM
     # Once expired (and TTL has not deleted anything), they are not listed and do not approve
     assert store.pending("telegram", expiry) == []
     assert store.approve("telegram", codes[0], expiry, "cli").status == "invalid"
     # And their slots are free
-    for user in ("u4", "u5", "u6"):
+    newcomers = [f"v{n}" for n in range(MAX_PENDING_PER_PLATFORM)]
+    for user in newcomers:
         issue(store, user, expiry)
-    assert [p.user_id for p in store.pending("telegram", expiry)] == ["u4", "u5", "u6"]
-    assert store.request_code("telegram", "u7", None, None, expiry).status == "no_slot"
+    assert sorted(p.user_id for p in store.pending("telegram", expiry)) == sorted(newcomers)
+    assert store.request_code("telegram", "w", None, None, expiry).status == "no_slot"
 
 
 def test_approval_ignores_case_spaces_and_dashes(store: DynamoAccessStore) -> None:
@@ -226,7 +235,7 @@ def test_five_wrong_approvals_lock_for_an_hour(store: DynamoAccessStore, monkeyp
     assert store.request_code("telegram", "u2", None, None, locked_at + 2) == CodeRequest("locked")
     assert store.approve("telegram", code, locked_at + LOCKOUT_SECONDS - 1, "cli").status == "locked"
     # After the hour (the old code has expired meanwhile) a new code approves
-    fresh = issue(store, "u1", locked_at + LOCKOUT_SECONDS)
+    fresh = issue(store, "u3", locked_at + LOCKOUT_SECONDS)
     assert store.approve("telegram", fresh, locked_at + LOCKOUT_SECONDS, "cli").status == "approved"
     assert lock_item_missing(store)
 
@@ -388,3 +397,38 @@ def test_throttling_is_transient(
     # (botocore's own retries sit below `_make_api_call`: this is what is left after them)
     with pytest.raises(TransientError):
         store.approve("telegram", code, T0, "cli")
+
+
+def squatted(store: Any) -> list[str]:
+    """Throwaway accounts fill every slot and ask again whenever their window allows (sampled: every
+    10 minutes through the first hour, then now and then for the rest of the day); a newcomer asks
+    a second after each round. What the newcomer was answered, round by round."""
+    squatters = [f"squatter{n}" for n in range(MAX_PENDING_PER_PLATFORM)]
+    rounds = [*range(0, 3600, REQUEST_INTERVAL_SECONDS), 3600, 7200, 43_200, 86_400 - REQUEST_INTERVAL_SECONDS]
+    answers = []
+    for at in rounds:
+        for user in squatters:
+            store.request_code("telegram", user, None, None, T0 + at)
+        answers.append(store.request_code("telegram", f"newcomer{at}", None, None, T0 + at + 1).status)
+    return answers
+
+
+@pytest.mark.parametrize("kind", ["dynamodb", "fake"])
+def test_squatters_hold_every_slot_for_one_hour_a_day_not_for_ever(store: DynamoAccessStore, kind: str) -> None:
+    # Given as many throwaway accounts as there are slots, each renewing its code every 10 minutes
+    answers = squatted(store if kind == "dynamodb" else FakePairingStore())
+    # Then they lock newcomers out for the first hour only: their codes expire an hour after the
+    # first, and none of them gets another code that day (it took 3 accounts, for ever, before)
+    assert answers == ["no_slot"] * 6 + ["issued"] * 4
+
+
+def test_a_renewed_code_keeps_the_first_ones_expiry_and_the_next_hold_is_a_day_later(
+    store: DynamoAccessStore,
+) -> None:
+    first = store.request_code("telegram", "u1", None, None, T0)
+    renewed = store.request_code("telegram", "u1", None, None, T0 + REQUEST_INTERVAL_SECONDS)
+    assert first.expires_at == renewed.expires_at == T0 + CODE_TTL_SECONDS and first.code != renewed.code
+    over = store.request_code("telegram", "u1", None, None, T0 + CODE_TTL_SECONDS)
+    assert over == CodeRequest("held", tell_try_later=True)  # told once per interval, as for no_slot
+    assert store.request_code("telegram", "u1", None, None, T0 + CODE_TTL_SECONDS + 60) == CodeRequest("held")
+    assert store.request_code("telegram", "u1", None, None, T0 + pairing.HOLD_PERIOD_SECONDS).status == "issued"

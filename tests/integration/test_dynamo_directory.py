@@ -42,3 +42,18 @@ def test_gone_marks_are_read_until_they_expire_or_are_cleared(aws: Any) -> None:
     assert directory.gone_reason("telegram", "99", None, NOW + GONE_SECONDS + 1) is None
     directory.clear_gone("telegram", "99", None)
     assert directory.gone_reason("telegram", "99", None, NOW + 10) is None
+
+
+def test_a_separator_inside_an_id_never_makes_two_places_one(aws: Any) -> None:
+    # Given chat "a" in thread "b#" and chat "a#b" without a thread (one key before: "a#b#")
+    directory = DynamoDirectory(aws.bindings)
+    directory.remember(Channel("webhook", "a", "b#", "Ops", "group"), NOW)
+    directory.remember(Channel("webhook", "a#b", None, "Ops", "group"), NOW)
+    directory.mark_gone("webhook", "a", "b#", "removed", NOW)
+    # Then both chats are listed, and only the one marked is gone
+    assert {(c.chat_id, c.thread_id) for c in directory.channels_named("ops")} == {("a", "b#"), ("a#b", None)}
+    assert directory.gone_reason("webhook", "a#b", None, NOW + 1) is None
+    assert directory.gone_reason("webhook", "a", "b#", NOW + 1) == "removed"
+    # and an id without a separator keeps the key it always had
+    directory.mark_gone("telegram", "99", "7", "blocked", NOW)
+    assert directory.model.get("gone#telegram", "99#7").reason == "blocked"

@@ -1,4 +1,5 @@
-"""The DynamoDB outbox: one record per chunk, one claim at a time (moto)."""
+"""The DynamoDB outbox: one record per chunk, claimed by the same write, one claim at a time, a later
+failure report on the row (moto)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,18 @@ from typing import Any
 import pytest
 
 from hermes_gateway.adapters.dynamo_outbox import DynamoOutbox
+from tests.fakes.aws_calls import aws_calls
 
 pytestmark = pytest.mark.integration
 
 
-def record(outbox: DynamoOutbox, delivery_id: str, now: float) -> Any:
-    return outbox.record(
+def record(outbox: DynamoOutbox, delivery_id: str, now: float, text: str = "hi", platform: str = "telegram") -> Any:
+    return outbox.record_claimed(
         delivery_id,
-        platform="telegram",
+        platform=platform,
         chat_id="99",
         thread_id=None,
-        text="hi",
+        text=text,
         turn_id="t",
         chunk=1,
         chunks=1,
@@ -26,24 +28,34 @@ def record(outbox: DynamoOutbox, delivery_id: str, now: float) -> Any:
     )
 
 
-def test_record_is_written_once_and_returns_what_is_stored(aws: Any) -> None:
+def test_a_new_chunk_is_recorded_and_claimed_in_one_write(aws: Any) -> None:
     outbox = DynamoOutbox(aws.bindings)
-    first = record(outbox, "t#1", 100.0)
-    outbox.mark("t#1", "sent", 101.0, platform_message_id="7")
-    again = record(outbox, "t#1", 200.0)
-    assert first.status == "pending" and again.status == "sent" and again.platform_message_id == "7"
-    assert again.created_at == 100.0 and again.attempts == 1
+    with aws_calls() as made:
+        entry, claimed = record(outbox, "t#1", 100.0)
+    assert made == [("dynamodb", "PutItem")]
+    assert claimed and (entry.status, entry.updated_at) == ("sending", 100.0)
+    assert outbox.get("t#1") == entry
 
 
-def test_only_one_of_many_concurrent_claims_wins(aws: Any) -> None:
+def test_a_repeated_chunk_gets_what_is_stored_from_the_same_write_without_a_read(aws: Any) -> None:
     outbox = DynamoOutbox(aws.bindings)
     record(outbox, "t#1", 100.0)
+    outbox.mark("t#1", "sent", 101.0, platform_message_id="7")
+    with aws_calls() as made:
+        again, claimed = record(outbox, "t#1", 200.0, text="changed")
+    assert made == [("dynamodb", "PutItem")]  # the failed condition returned the row
+    assert not claimed and again.status == "sent" and again.platform_message_id == "7"
+    assert (again.created_at, again.attempts, again.text) == (100.0, 1, "hi")
+
+
+def test_only_one_of_many_concurrent_records_claims_the_chunk(aws: Any) -> None:
+    outbox = DynamoOutbox(aws.bindings)
     results: list[bool] = []
     barrier = threading.Barrier(8)
 
     def claim() -> None:
         barrier.wait()
-        results.append(outbox.claim("t#1", 100.0))
+        results.append(record(outbox, "t#1", 100.0)[1])
 
     threads = [threading.Thread(target=claim) for _ in range(8)]
     for thread in threads:
@@ -53,28 +65,74 @@ def test_only_one_of_many_concurrent_claims_wins(aws: Any) -> None:
     assert results.count(True) == 1
 
 
+def test_a_failed_chunk_is_claimed_again_once(aws: Any) -> None:
+    outbox = DynamoOutbox(aws.bindings)
+    record(outbox, "t#1", 100.0)
+    outbox.mark("t#1", "failed", 101.0, error="TransientError: 502")
+    entry, claimed = record(outbox, "t#1", 102.0)
+    assert not claimed and entry.status == "failed"
+    assert outbox.claim("t#1", 102.0)
+    assert not outbox.claim("t#1", 102.5)  # taken: another worker would wait
+
+
 def test_a_sent_chunk_cannot_be_claimed_and_a_stale_claim_is_settled_unknown(aws: Any) -> None:
     outbox = DynamoOutbox(aws.bindings)
-    record(outbox, "a#1", 100.0)
-    assert outbox.claim("a#1", 100.0)
+    record(outbox, "a#1", 100.0)  # claimed by its first worker
     assert not outbox.claim("a#1", 130.0)  # the first worker may still be sending
     assert not outbox.settle_stale("a#1", 130.0)  # ... so its claim is not stale yet
     assert not outbox.claim("a#1", 200.0)
     assert outbox.settle_stale("a#1", 200.0)  # it stopped mid-send: the platform may have the chunk
-    assert outbox.get("a#1").status == "unknown"  # type: ignore[union-attr]
+    assert [e.status for e in outbox.recent() if e.delivery_id == "a#1"] == ["unknown"]
     assert not outbox.claim("a#1", 10_000.0)  # never resent
     record(outbox, "b#1", 100.0)
-    assert outbox.claim("b#1", 100.0)
     outbox.mark("b#1", "sent", 101.0, platform_message_id="1")
     assert not outbox.claim("b#1", 10_000.0) and not outbox.settle_stale("b#1", 10_000.0)
+
+
+def test_a_row_written_before_the_claim_was_part_of_the_record_is_claimed(aws: Any) -> None:
+    # A `pending` row (written by a version that recorded and claimed in two writes) is still claimed
+    outbox = DynamoOutbox(aws.bindings)
+    outbox.model("old#1", platform="telegram", text="hi", status="pending", created_at=1.0, updated_at=1.0).save()
+    entry, claimed = record(outbox, "old#1", 5.0)
+    assert not claimed and entry.status == "pending"
+    assert outbox.claim("old#1", 5.0)
 
 
 def test_a_chunks_buttons_are_stored_with_it(aws: Any) -> None:
     outbox = DynamoOutbox(aws.bindings)
     buttons = [{"label": "Approve", "reply": "/approve"}]
-    stored = outbox.record(
+    stored, _ = outbox.record_claimed(
         "ask#1", platform="webchat", chat_id="c", thread_id=None, text="ok?", turn_id="t", chunk=1, chunks=1,
         now=1.0, buttons=buttons,
     )  # fmt: skip
     assert stored.buttons == buttons
-    assert record(outbox, "plain#1", 1.0).buttons is None
+    assert record(outbox, "plain#1", 1.0)[0].buttons is None
+
+
+def test_fail_sent_marks_only_the_sent_message_it_names(aws: Any) -> None:
+    outbox = DynamoOutbox(aws.bindings)
+    record(outbox, "a#1", 100.0, platform="whatsapp")
+    # a report that overtakes the worker recording the send: the row says so, and is left alone
+    assert outbox.fail_sent("a#1", platform="whatsapp", platform_message_id="w1", error="e", now=101.0) == "sending"
+    outbox.mark("a#1", "sent", 101.0, platform_message_id="w1")
+    assert outbox.fail_sent("a#1", platform="line", platform_message_id="w1", error="e", now=102.0) == "sent"
+    assert outbox.fail_sent("a#1", platform="whatsapp", platform_message_id="w2", error="e", now=102.0) == "sent"
+    assert outbox.fail_sent("a#1", platform="whatsapp", platform_message_id="w1", error="e", now=102.0) == "marked"
+    assert outbox.fail_sent("a#1", platform="whatsapp", platform_message_id="w1", error="e", now=103.0) == "failed"
+    stored = outbox.get("a#1")
+    assert stored is not None and (stored.status, stored.error, stored.updated_at) == ("failed", "e", 102.0)
+
+
+def test_fail_sent_never_creates_a_row(aws: Any) -> None:
+    outbox = DynamoOutbox(aws.bindings)
+    assert outbox.fail_sent("nope#1", platform="whatsapp", platform_message_id="w", error="e", now=1.0) == "missing"
+    assert outbox.get("nope#1") is None
+
+
+def test_fail_sent_settles_a_row_left_open(aws: Any) -> None:
+    outbox = DynamoOutbox(aws.bindings)
+    record(outbox, "u#1", 100.0, platform="whatsapp")
+    outbox.mark("u#1", "unknown", 101.0, error="the platform gave no message id")
+    record(outbox, "s#1", 100.0, platform="whatsapp")  # a worker that stopped mid-send, long ago
+    assert outbox.fail_sent("u#1", platform="whatsapp", platform_message_id="w", error="e", now=200.0) == "marked"
+    assert outbox.fail_sent("s#1", platform="whatsapp", platform_message_id="w", error="e", now=200.0) == "marked"

@@ -16,7 +16,17 @@ from hermes_gateway.resources import EVENT_BUS
 pytestmark = pytest.mark.integration
 
 
-def test_events_reach_a_rule_on_the_bus(aws: Any) -> None:
+@pytest.fixture
+def every_event(aws: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The deployment's functions with every event on the bus (`hooks.bus_events: "*"`; none by default)."""
+    monkeypatch.setenv("GATEWAY_BUS_EVENTS", "*")
+    wiring.reset()
+    yield aws
+    wiring.reset()
+
+
+def test_events_reach_a_rule_on_the_bus(every_event: Any) -> None:
+    aws = every_event
     bus = aws.bindings.event_bus
     assert bus
     sqs = boto3.client("sqs")
@@ -41,7 +51,7 @@ def test_a_failing_bus_never_fails_the_caller(aws: Any) -> None:
     EventBridgeEvents("no-such-bus", EVENT_BUS.source).emit("delivery:sent", {"x": 1})  # logged, not raised
 
 
-def test_a_handler_returns_only_once_its_events_are_out(aws: Any) -> None:
+def test_a_handler_returns_only_once_its_events_are_out(every_event: Any) -> None:
     import time
 
     published: list[dict[str, Any]] = []
@@ -81,11 +91,27 @@ def test_only_the_configured_events_go_on_the_bus(aws: Any) -> None:
     assert published == ["agent:end", "delivery:sent", "delivery:failed"]
 
 
+def test_by_default_no_event_goes_on_the_bus(aws: Any) -> None:
+    published: list[str] = []
+
+    class Bus:
+        def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+            published.extend(e["DetailType"] for e in Entries)
+            return {"FailedEntryCount": 0}
+
+    emitter = wiring.events()
+    assert isinstance(emitter, EventBridgeEvents)
+    emitter.__dict__["_client"] = Bus()
+    emitter.emit("agent:end", {})
+    emitter.flush()
+    assert published == []
+
+
 def test_the_bus_event_setting_is_checked() -> None:
     from hermes_gateway.errors import ConfigError
     from hermes_gateway.settings import load_settings
 
     assert load_settings(env={"GATEWAY_BUS_EVENTS": "agent:end,cron:*"}).hooks.bus_events == ("agent:end", "cron:*")
-    assert load_settings(env={}).hooks.bus_events == ("*",)
+    assert load_settings(env={}).hooks.bus_events == ()  # none by default: each costs
     with pytest.raises(ConfigError, match="bus_events"):
         load_settings(env={"GATEWAY_BUS_EVENTS": "agent end"})

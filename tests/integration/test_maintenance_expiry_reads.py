@@ -1,36 +1,30 @@
-"""Maintenance (BEHAVIOUR §7): records past their expiry are ignored by reads before DynamoDB's TTL
-deletes them (TTL deletes only eventually, within days): an idempotency record, a pairing code."""
+"""Maintenance (BEHAVIOUR §7): records age out. An inbox item (the de-duplication of a platform's
+retries) expires after the platform's retry window; a pairing code past its expiry is ignored by
+reads before DynamoDB's TTL deletes it (TTL deletes only eventually, within days)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+import boto3
 import pytest
 
-from hermes_gateway.adapters.aws import IdempotentEnqueue
 from hermes_gateway.adapters.dynamo_access import DynamoAccessStore
+from hermes_gateway.adapters.dynamo_inbox import DynamoInbox
 
 pytestmark = pytest.mark.integration
 
 
-def test_an_expired_idempotency_record_no_longer_marks_a_duplicate(aws: Any) -> None:
-    # Given an event enqueued once, behind a record that expires after a second
-    sent: list[dict[str, Any]] = []
-
-    def send(envelope: dict[str, Any]) -> str:
-        sent.append(envelope)
-        return f"m{len(sent)}"
-
-    enqueue = IdempotentEnqueue(aws.bindings.table("idempotency"), send, 1)
-    envelope = {"event_id": "telegram:default:1", "text": "x"}
-    assert enqueue(envelope) is True
-    assert enqueue(envelope) is False  # a duplicate while the record lives
-    # When the record has expired (still in the table: TTL has not deleted it)
-    time.sleep(2.1)
-    # Then it is ignored: the event is new again
-    assert enqueue(envelope) is True
-    assert len(sent) == 2
+def test_an_inbox_item_expires_after_its_platforms_retry_window(aws: Any) -> None:
+    # Given a message written to the inbox (its item de-duplicates the platform's retries)
+    inbox = DynamoInbox(aws.bindings.table("inbox"), retention_seconds=lambda platform: 3600, now=lambda: 1000.0)
+    envelope = {"event_id": "telegram:default:1", "session_key": "k", "source": {"platform": "telegram"}}
+    assert inbox.put_once(envelope) is True
+    assert inbox.put_once(envelope) is False  # a retry within the window
+    # Then its TTL is the window's end: DynamoDB removes it then (TTL deletions invoke nothing)
+    (item,) = boto3.client("dynamodb").scan(TableName=aws.bindings.table("inbox"))["Items"]
+    assert item["expires_at"] == {"N": "4600"}
 
 
 def test_an_expired_pairing_code_is_ignored_by_every_read(aws: Any) -> None:

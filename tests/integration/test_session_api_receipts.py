@@ -12,10 +12,11 @@ import pytest
 
 from hermes_gateway.adapters.dynamo_receipts import DynamoReceipts
 from hermes_gateway.domain.session_key import build_session_key
+from hermes_gateway.domain.sessions import TranscriptRow
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.services.session_api import ApiResponse, SessionApiDeps, handle_request
 from tests.fakes.services import FakeEvents, make_settings
-from tests.fakes.sessions import FakeSessionStore
+from tests.fakes.sessions import memory_stores, seed
 from tests.integration.conftest import Aws
 
 pytestmark = pytest.mark.integration
@@ -50,25 +51,24 @@ def test_claim_complete_replay_mismatch_and_takeover(aws: Aws) -> None:
 
 def test_concurrent_retries_on_moto_apply_once(aws: Aws) -> None:
     # Given a branch request sent eight times at once (a client retrying over a flaky network)
-    store = FakeSessionStore()
+    stores = memory_stores()
     key = build_session_key(DM)
-    entry = store.get_or_create(DM, key, NOW)
-    store.append_message(entry.session_id, "user", "hello", NOW)
+    session_id = seed(stores, DM, key, "hello", now=NOW)
     deps = SessionApiDeps(
         settings=make_settings({}),
-        store=store,
+        stores=stores,
         receipts=DynamoReceipts(aws.bindings),
         events=FakeEvents(),
         sleep=time.sleep,
         in_progress_wait=10.0,
     )
-    route = store.get_route(key)
+    route = stores.routes.get(key)
     assert route is not None
     body = {
         "verb": "session.mutate",
         "op": "branch",
         "request_id": "retry-me",
-        "session_id": entry.session_id,
+        "session_id": session_id,
         "revision": route.revision,
         "execution_generation": route.execution_generation,
     }
@@ -88,7 +88,7 @@ def test_concurrent_retries_on_moto_apply_once(aws: Aws) -> None:
     assert len(answers) == 8 and {a.status for a in answers} == {200}
     assert len({json.dumps(a.body, sort_keys=True) for a in answers}) == 1
     assert sum(not a.replayed for a in answers) == 1
-    children = [s for s in store.sessions.values() if s.get("parent_session_id") == entry.session_id]
+    children = [s for s in stores.catalogue.list_sessions("agent:main") if s.parent_session_id == session_id]
     assert len(children) == 1
 
 
@@ -136,7 +136,12 @@ def test_the_handler_on_the_real_stores_applies_retries_once(aws: Aws) -> None:
     session_id = created["session"]["id"]
     from hermes_gateway import wiring
 
-    wiring.session_store().append_message(session_id, "user", "hello", NOW)
+    stores = wiring.session_stores()
+    info = stores.catalogue.get_session(session_id)
+    assert info is not None
+    seq = stores.leases.allocate(info.session_key, session_id, 1, NOW)
+    assert seq is not None
+    stores.transcript.put(session_id, TranscriptRow(seq, "user", "hello", NOW))
     snap = call({"verb": "session.resume", "session_id": session_id})[1]["session"]
     assert [m["content"] for m in snap["messages"]] == ["hello"] and snap["title"] == "Ops"
     # When eight copies of one branch request race through the handler

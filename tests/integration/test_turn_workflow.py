@@ -1,13 +1,14 @@
 """The turn workflow end to end on moto: the real ASL file run by moto's Step Functions
 interpreter, whose Lambda tasks call the agent handler in-process; the router's logic with the
-production wiring (DynamoDB, SQS, Step Functions in moto); a scripted model provider."""
+production wiring (DynamoDB, Lambda invokes, Step Functions in moto); a scripted model provider.
+The delivery function is a recorder here: every job it is given, in the order given."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,11 +18,11 @@ import pytest
 from hermes_gateway import wiring
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import TransientError
+from hermes_gateway.platforms.telegram import TelegramSender
 from hermes_gateway.providers.base import ChatMessage, ModelReply, ToolCall, ToolSpec
 from hermes_gateway.resources import function
 from hermes_gateway.services.router import RouteOutcome, route_message
 from hermes_gateway.services.turn import APOLOGY
-from hermes_local import pollers
 from hermes_local.aws import install_lambda_dispatch
 from hermes_local.runtime import LambdaContext, load_handler_module
 from tests.fakes.telegram_server import FakeTelegram
@@ -68,20 +69,45 @@ def echo(messages: list[ChatMessage], tools: list[ToolSpec] | None) -> ModelRepl
     return ModelReply(f"re: {messages[-1].content}", "scripted", 3, 2)
 
 
+class Deliveries:
+    """The delivery function as these tests see it: it keeps every job (a turn's, invoked and
+    waited for, and the router's, invoked asynchronously), in order, and reports each recorded."""
+
+    def __init__(self) -> None:
+        self.jobs: list[dict[str, Any]] = []
+        self.crash_once_on: str | None = None  # a delivery id prefix: the function dies once after taking it
+        self._lock = threading.Lock()
+
+    def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        jobs = event.get("deliveries", [event])
+        with self._lock:
+            self.jobs.extend(jobs)
+            prefix, crash = self.crash_once_on, False
+            if prefix is not None and any(job["delivery_id"].startswith(prefix) for job in jobs):
+                self.crash_once_on, crash = None, True
+        if crash:
+            raise RuntimeError("the delivery function died after it took the job")
+        return {"deliveries": [{"delivery_id": job["delivery_id"], "status": "recorded"} for job in jobs]}
+
+    def take(self) -> list[dict[str, Any]]:
+        with self._lock:
+            taken, self.jobs = self.jobs, []
+        return taken
+
+
 class Gateway:
-    def __init__(self, aws: Any, model: Model) -> None:
+    def __init__(self, aws: Any, model: Model, deliveries: Deliveries) -> None:
         self.aws = aws
         self.model = model
+        self.deliveries = deliveries
         self.sfn = boto3.client("stepfunctions")
-        self.sqs = boto3.client("sqs")
 
     def send(self, text: str, event: str, source: SessionSource = ALICE) -> RouteOutcome:
         message = InboundMessage(source=source, text=text, event_id=event, received_at=time.time())
         return route_message(
             message,
             settings=wiring.settings(),
-            store=wiring.session_store(),
-            lease=wiring.session_store(),
+            stores=wiring.session_stores(),
             starter=wiring.turn_starter(),
             access=wiring.access(),
             now=time.time(),
@@ -103,24 +129,24 @@ class Gateway:
                 if len(again) == len(found) and all(e["status"] != "RUNNING" for e in again):
                     return sorted(again, key=lambda e: e["startDate"])
             time.sleep(0.05)
-        raise AssertionError(f"executions did not settle: {[(e['name'], e['status']) for e in self.executions()]}")
+        failures = [  # why a task failed, for the message below
+            event.get("lambdaFunctionFailedEventDetails", {}).get("cause", "")[:300]
+            for e in self.executions()
+            for event in self.sfn.get_execution_history(executionArn=e["executionArn"])["events"]
+            if event["type"] == "LambdaFunctionFailed"
+        ]
+        raise AssertionError(
+            f"executions did not settle: {[(e['name'], e['status']) for e in self.executions()]}; {failures}"
+        )
 
     def jobs(self) -> list[dict[str, Any]]:
-        """Everything queued for delivery (replies, notices, pushes) since the last call, in order."""
-        url = self.aws.bindings.queue("delivery")
-        out: list[dict[str, Any]] = []
-        while batch := self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"]).get(
-            "Messages", []
-        ):
-            out += batch
-            for message in batch:  # a FIFO group hands out its next message once this one is gone
-                self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
-        return out
+        """Every job given to the delivery function (replies, notices, pushes) since the last call, in order."""
+        return self.deliveries.take()
 
     def transcript(self) -> list[tuple[str, str]]:
-        route = wiring.session_store().get_route(KEY)
+        route = wiring.session_stores().routes.get(KEY)
         assert route is not None
-        return [(r.role, r.content) for r in wiring.session_store().transcript(route.session_id)]
+        return [(r.role, r.content) for r in wiring.session_stores().transcript.rows(route.session_id)]
 
 
 @pytest.fixture
@@ -134,11 +160,16 @@ def gateway(aws: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Gateway]:
     monkeypatch.setattr(LambdaSimpleBackend, "invoke", LambdaSimpleBackend.invoke)  # restored afterwards
     monkeypatch.setattr(retrier_decl, "time", SimpleNamespace(sleep=lambda seconds: None))
     agent = load_handler_module(function("agent")).lambda_handler
-    install_lambda_dispatch(lambda name: agent if name.endswith("-agent") else None, _context)
+    deliveries = Deliveries()
+    handlers = {"agent": agent, "delivery": deliveries}
+    # Only this deployment's functions: an execution an earlier test left running in moto calls
+    # its own deployment's names, which must not reach this test's recorder
+    ours = {aws.bindings.function(name).rsplit(":", 1)[-1]: name for name in handlers}
+    install_lambda_dispatch(lambda name: handlers.get(ours.get(name, "")), _context)
     model = Model(echo)
     monkeypatch.setattr(wiring, "_provider", lambda override, profile=None: model)
     wiring.reset()
-    yield Gateway(aws, model)
+    yield Gateway(aws, model, deliveries)
     wiring.reset()
 
 
@@ -159,13 +190,13 @@ def test_a_burst_of_five_during_a_turn_is_answered_in_order_with_nothing_lost(ga
     assert gateway.transcript() == [("user", "first"), ("assistant", "re: first")] + [
         row for n in range(1, 6) for row in (("user", f"m{n}"), ("assistant", f"re: m{n}"))
     ]
-    texts = [json.loads(m["Body"])["text"] for m in gateway.jobs()]  # FIFO per chat: in order
+    texts = [m["text"] for m in gateway.jobs()]  # a turn's replies are delivered before the next turn
     assert texts == [
         "I'm still working on your previous message; this one is queued for the next turn.",
         "re: first",
         *(f"re: m{n}" for n in range(1, 6)),
     ]
-    route = wiring.session_store().get_route(KEY)
+    route = wiring.session_stores().routes.get(KEY)
     assert route is not None and route.lease_token is None
 
 
@@ -186,68 +217,70 @@ def test_a_burst_can_be_one_follow_up(gateway: Gateway, monkeypatch: pytest.Monk
 def test_a_crash_between_the_model_call_and_delivery_sends_one_reply_and_no_apology(
     gateway: Gateway, fake_telegram: FakeTelegram, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a delivery queue whose first send from the agent crashes right after the message is queued
-    from hermes_gateway.adapters.aws import SqsQueue
-
-    real_send = SqsQueue.send
-    crashed: list[str] = []
-
-    def send_then_crash(self: SqsQueue, body: dict[str, Any], **kwargs: Any) -> str:
-        sent = real_send(self, body, **kwargs)
-        if not crashed and str(body.get("delivery_id", "")).startswith("turn-"):
-            crashed.append(body["delivery_id"])
-            raise RuntimeError("the Lambda died after SendMessage")
-        return sent
-
-    monkeypatch.setattr(SqsQueue, "send", send_then_crash)
+    # Given a delivery function that dies right after it took the turn's reply
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", fake_telegram.token)
     monkeypatch.setenv("TELEGRAM_API_BASE_URL", fake_telegram.base_url)
     wiring.reset()
+    gateway.deliveries.crash_once_on = "turn-"  # a reply's delivery id starts with its turn id
 
     # When a message is answered
     gateway.send("hello", "ev-1")
     executions = gateway.settle(1)
 
-    # Then the execution went through Fail, which queued the same reply again (not an apology),
-    # and the delivery function sends it once
-    assert crashed and executions[0]["status"] == "FAILED"
+    # Then Deliver's failure went to Finish, which handed the same jobs to the delivery function
+    # again (not an apology), the turn succeeded, and the real delivery function sends the reply once
+    assert executions[0]["status"] == "SUCCEEDED"
     jobs = gateway.jobs()
-    bodies = [json.loads(m["Body"]) for m in jobs]
-    assert {b["delivery_id"] for b in bodies} == {crashed[0]}
-    assert APOLOGY not in [b["text"] for b in bodies]
+    assert len(jobs) == 2 and len({job["delivery_id"] for job in jobs}) == 1
+    assert APOLOGY not in [job["text"] for job in jobs]
     delivery = load_handler_module(function("delivery")).lambda_handler
     for job in jobs:
-        delivery(pollers.sqs_event([job], "arn:aws:sqs:us-east-1:123456789012:q", "us-east-1"), _context("delivery"))
+        delivery(job, _context("delivery"))
     assert [m["text"] for m in fake_telegram.sent] == ["re: hello"]
     assert gateway.transcript() == [("user", "hello"), ("assistant", "re: hello")]
 
 
-def test_provider_failures_are_retried_then_apologized_for_once(gateway: Gateway) -> None:
-    # Given a model that keeps failing with a transient error
+def test_a_model_that_keeps_failing_is_apologized_for_once(gateway: Gateway) -> None:
+    # Given a model that keeps failing with a transient error (a real provider retries inside
+    # its own budget first; this scripted one has none)
     gateway.model.answer = lambda messages, tools: TransientError("503 from the model")
 
     gateway.send("hello", "ev-1")
     executions = gateway.settle(1)
 
-    # Then CallModel was tried three times (Retry), and the user got one apology
+    # Then the workflow did not ask it again (one budget per task), and the user got one apology
     assert executions[0]["status"] == "FAILED"
-    assert len(gateway.model.calls) == 3
-    texts = [json.loads(m["Body"])["text"] for m in gateway.jobs()]
+    assert len(gateway.model.calls) == 1
+    texts = [m["text"] for m in gateway.jobs()]
     assert texts == [APOLOGY]
     # And the message stays for /retry, the session is free
     assert gateway.transcript() == [("user", "hello")]
-    route = wiring.session_store().get_route(KEY)
+    route = wiring.session_stores().routes.get(KEY)
     assert route is not None and route.lease_token is None
 
 
-def test_a_transient_failure_that_clears_on_retry_answers_normally(gateway: Gateway) -> None:
-    failures = [TransientError("429")]
-    gateway.model.answer = lambda messages, tools: failures.pop() if failures else echo(messages, tools)
+def test_a_transient_failure_that_clears_on_retry_answers_normally(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a task whose first try meets a throttled table
+    from hermes_gateway.adapters.dynamo_transcript import DynamoTranscript
+
+    real_window = DynamoTranscript.window
+    failures = [TransientError("the messages table is throttled")]
+
+    def window(self: DynamoTranscript, *args: Any, **kwargs: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return real_window(self, *args, **kwargs)
+
+    monkeypatch.setattr(DynamoTranscript, "window", window)
 
     gateway.send("hello", "ev-1")
 
+    # Then the workflow's Retry ran the task again and the answer went out once
     assert [e["status"] for e in gateway.settle(1)] == ["SUCCEEDED"]
-    assert [json.loads(m["Body"])["text"] for m in gateway.jobs()] == ["re: hello"]
+    assert not failures and len(gateway.model.calls) == 1
+    assert [m["text"] for m in gateway.jobs()] == ["re: hello"]
 
 
 def _send_local(messages: list[ChatMessage], tools: list[ToolSpec] | None) -> ModelReply:
@@ -271,9 +304,9 @@ def test_an_approval_is_asked_then_answered(approvals: Gateway) -> None:
     # Given a turn whose tool needs approval
     approvals.send("write a note", "ev-1")
     assert [e["status"] for e in approvals.settle(1)] == ["SUCCEEDED"]  # paused: the execution ended
-    asked = [json.loads(m["Body"]) for m in approvals.jobs()]
+    asked = approvals.jobs()
     assert len(asked) == 1 and "/approve" in asked[0]["text"]
-    assert wiring.turn_control().state(KEY).approval is not None
+    assert wiring.session_stores().control.state(KEY).approval is not None
 
     # When the user approves
     answer = approvals.send("yes", "ev-2")
@@ -282,11 +315,11 @@ def test_an_approval_is_asked_then_answered(approvals: Gateway) -> None:
     # Then the continuation ran the tool and answered
     assert answer.status == "command"
     assert executions[1]["name"].endswith("-a1") and executions[1]["status"] == "SUCCEEDED"
-    texts = [json.loads(m["Body"])["text"] for m in approvals.jobs()]
+    texts = [m["text"] for m in approvals.jobs()]
     assert any(t.startswith("Approved") for t in texts)
     assert any(t.startswith("tool said:") and "error" not in t for t in texts)
-    assert [m for m in approvals.jobs() if json.loads(m["Body"]).get("kind") == "push"] == []
-    route = wiring.session_store().get_route(KEY)
+    assert [m for m in approvals.jobs() if m.get("kind") == "push"] == []
+    route = wiring.session_stores().routes.get(KEY)
     assert route is not None and route.lease_token is None
 
 
@@ -324,8 +357,41 @@ def test_stop_interrupts_the_running_turn(gateway: Gateway) -> None:
     # Then the turn ends at the next safe point: no tool ran, nothing was answered, the session is free
     assert stop.status == "command"
     assert executions[0]["status"] == "SUCCEEDED"
-    texts = [json.loads(m["Body"])["text"] for m in gateway.jobs()]
+    texts = [m["text"] for m in gateway.jobs()]
     assert texts == ["Stopping the current turn."]
     assert len(gateway.model.calls) == 1
-    route = wiring.session_store().get_route(KEY)
+    route = wiring.session_stores().routes.get(KEY)
     assert route is not None and route.lease_token is None
+
+
+def test_the_agent_shows_typing_while_the_model_works_and_the_answer_replies_to_the_message(
+    gateway: Gateway, fake_telegram: FakeTelegram, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the bot's token in the agent function (its sender shows the typing indicator), renewed
+    # every 0.1 s, and a model call that is still running
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", fake_telegram.token)
+    monkeypatch.setenv("TELEGRAM_API_BASE_URL", fake_telegram.base_url)
+    monkeypatch.setattr(TelegramSender, "typing_refresh_seconds", 0.1)
+    wiring.reset()
+    gateway.model.gate = threading.Event()
+
+    # When the user's message 5 is answered
+    gateway.send("hello", "ev-1", replace(ALICE, message_id="5"))
+    assert gateway.model.waiting.wait(10)
+    deadline = time.time() + 5
+    while len(fake_telegram.chat_actions()) < 2 and time.time() < deadline:
+        time.sleep(0.02)
+    gateway.model.gate.set()
+    assert [e["status"] for e in gateway.settle(1)] == ["SUCCEEDED"]
+
+    # Then the chat was shown typing, and again, while the model worked
+    assert fake_telegram.chat_actions()[:2] == [{"chat_id": 99, "action": "typing"}] * 2
+    # and the real delivery function sends the answer as a reply to message 5 (reply_to_mode first)
+    (job,) = gateway.jobs()
+    assert job["reply_to_message_id"] == "5"
+    load_handler_module(function("delivery")).lambda_handler(job, _context("delivery"))
+    (sent,) = fake_telegram.sent
+    assert sent["text"] == "re: hello"
+    assert sent["reply_parameters"] == {"message_id": 5, "allow_sending_without_reply": True}
+    methods = [r.api_method for r in fake_telegram.requests]
+    assert methods.index("sendChatAction") < methods.index("sendMessage")

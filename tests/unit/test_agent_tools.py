@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from hermes_gateway.domain.cron import PAUSED, SCHEDULED
+from hermes_gateway.domain.ports import SessionStores
 from hermes_gateway.domain.session_key import build_session_key
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.domain.targets import Channel, ResolvedTarget
@@ -16,7 +17,7 @@ from hermes_gateway.memory.builtin import BuiltinMemory
 from hermes_gateway.memory.manager import MemoryManager
 from hermes_gateway.observability import hash_id
 from hermes_gateway.providers.base import INVALID_ARGUMENTS, ToolCall, ToolSpec
-from hermes_gateway.tools.base import MAX_RESULT_CHARS, SpecTool, ToolContext, ToolError, execute
+from hermes_gateway.tools.base import MAX_RESULT_CHARS, SpecTool, ToolContext, ToolError, ToolResult, execute
 from hermes_gateway.tools.cronjob import job_id_for
 from hermes_gateway.tools.memory import NoteLimits
 from hermes_gateway.tools.registry import tools_for
@@ -25,7 +26,7 @@ from hermes_gateway.tools.send_message import delivery_id_for
 from tests.fakes.jobs import FakeJobStore
 from tests.fakes.memory_notes import FakeNoteStore
 from tests.fakes.services import FakeDeliveryQueue, FakeDirectory, make_settings
-from tests.fakes.sessions import FakeSessionStore
+from tests.fakes.sessions import memory_stores, seed
 
 NOW = 1_795_000_000.0  # 2026-11-18
 ORIGIN = ResolvedTarget("telegram", "99", None, label="origin")
@@ -44,7 +45,7 @@ def _ctx(**changes: Any) -> ToolContext:
         origin=ORIGIN,
         home_channels={"slack": "C-home"},
         correlation_id="evt-1",
-        sessions=FakeSessionStore(),
+        sessions=memory_stores().catalogue,
         delivery=FakeDeliveryQueue(),
         directory=FakeDirectory(),
         jobs=FakeJobStore(),
@@ -139,7 +140,7 @@ def test_a_tool_error_is_a_result_the_model_reads() -> None:
         raise ToolError("the id is wrong")
 
     result = execute(ToolCall("c", "probe", {}), [_tool(fails)], _ctx())
-    assert result.to_dict() == {"content": "error: the id is wrong", "is_error": True}
+    assert result == ToolResult("error: the id is wrong", is_error=True)
 
 
 def test_a_crashing_tool_never_raises_and_leaks_no_detail() -> None:
@@ -238,20 +239,18 @@ def test_memory_without_a_manager_is_an_error() -> None:
 # --- session_search ----------------------------------------------------------------------------
 
 
-def _session_with(store: FakeSessionStore, chat: str, texts: list[str], profile: str | None = None) -> str:
+def _session_with(stores: SessionStores, chat: str, texts: list[str], profile: str | None = None) -> str:
     source = SessionSource("telegram", chat_id=chat, chat_type="dm", user_id="42", profile=profile)
-    entry = store.get_or_create(source, build_session_key(source), NOW)
-    for i, text in enumerate(texts):
-        store.append_message(entry.session_id, "user", text, NOW + i)
-    return entry.session_id
+    roles = tuple("user" for _ in texts)
+    return seed(stores, source, build_session_key(source, profile=profile), *texts, now=NOW, roles=roles)
 
 
 def test_session_search_finds_past_transcripts_of_the_profile() -> None:
-    store = FakeSessionStore()
+    store = memory_stores()
     old = _session_with(store, "98", ["my cat is called Miso", "unrelated"])
     _session_with(store, "97", ["miso soup in another profile"], profile="coder")
 
-    found = _run(_ctx(sessions=store), "session_search", {"query": "  MISO "})
+    found = _run(_ctx(sessions=store.catalogue), "session_search", {"query": "  MISO "})
 
     assert found["query"] == "MISO"
     assert [(h["session_id"], h["this_session"]) for h in found["hits"]] == [(old, False)]
@@ -260,9 +259,9 @@ def test_session_search_finds_past_transcripts_of_the_profile() -> None:
 
 
 def test_session_search_in_a_cron_turn_searches_the_profile() -> None:
-    store = FakeSessionStore()
+    store = memory_stores()
     _session_with(store, "98", ["the budget is 5k"])
-    ctx = _ctx(kind="cron", sessions=store, session_key=None, session_id=None)
+    ctx = _ctx(kind="cron", sessions=store.catalogue, session_key=None, session_id=None)
     assert len(_run(ctx, "session_search", {"query": "budget"}, kind="cron")["hits"]) == 1
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from hermes_gateway.cli import logs, main
-from hermes_gateway.cli.logs import (
+from hermes_cli import logs, main
+from hermes_cli.logs import (
     Event,
     TraceTarget,
     filter_pattern,

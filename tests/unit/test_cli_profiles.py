@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from hermes_gateway.cli import main
-from hermes_gateway.cli import secrets as secrets_cli
-from hermes_gateway.cli import webhooks as webhooks_cli
-from hermes_gateway.cli.target import LOCAL_STATE_ENV
+from hermes_cli import main
+from hermes_cli import secrets as secrets_cli
+from hermes_cli import webhooks as webhooks_cli
+from hermes_cli.target import LOCAL_STATE_ENV
 from hermes_gateway.domain import pairing
 from hermes_gateway.domain.profiles import pairing_for
 from tests.fakes.access import FakePairingStore
@@ -376,7 +376,7 @@ def store(monkeypatch: pytest.MonkeyPatch) -> FakePairingStore:
     """The store the pairing commands open, in memory (the DynamoDB adapter has the same rules)."""
     fake = FakePairingStore()
     monkeypatch.setattr(pairing, "HASH_ITERATIONS", 1)
-    monkeypatch.setattr("hermes_gateway.cli.pairing.bindings_for", lambda args: None)
+    monkeypatch.setattr("hermes_cli.pairing.bindings_for", lambda args: None)
     monkeypatch.setattr("hermes_gateway.adapters.dynamo_access.DynamoAccessStore", lambda bindings: fake)
     return fake
 

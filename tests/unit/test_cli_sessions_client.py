@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from hermes_gateway.cli import main as cli
-from hermes_gateway.cli.sessions import SessionApiClient, client_for, region_of
+from hermes_cli import main as cli
+from hermes_cli.sessions import SessionApiClient, client_for, profile_url, region_of
 from hermes_gateway.errors import ConfigError
 
 ACCESS_KEY_ID = "TESTACCESSKEYID00000"  # any id signs; not shaped like a real one
@@ -22,6 +22,13 @@ ACCESS_KEY_ID = "TESTACCESSKEYID00000"  # any id signs; not shaped like a real o
 def test_region_of_an_execute_api_url() -> None:
     assert region_of("https://abc123.execute-api.eu-west-1.amazonaws.com/api/sessions") == "eu-west-1"
     assert region_of("http://127.0.0.1:8080/api/sessions") is None
+
+
+def test_a_named_profiles_sessions_are_at_its_own_route() -> None:
+    # Each profile's route is granted on its own; the body never picks the profile
+    deployed = "https://abc123.execute-api.eu-west-1.amazonaws.com/api/sessions"
+    assert profile_url(deployed, "coder") == "https://abc123.execute-api.eu-west-1.amazonaws.com/p/coder/api/sessions"
+    assert profile_url("http://127.0.0.1:8080/api/sessions/", "my_bot") == "http://127.0.0.1:8080/p/my_bot/api/sessions"
 
 
 def test_deployed_requests_are_sigv4_signed_for_execute_api(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,8 +109,8 @@ def test_without_local_mode_or_a_deployed_url_the_cli_says_so(tmp_path: Path, mo
     monkeypatch.setenv("HERMES_LOCAL_STATE", str(tmp_path / "missing.json"))
     with pytest.raises(ConfigError, match="no running local mode"):
         client_for(argparse.Namespace(local=True, stage=None))
-    monkeypatch.setattr("hermes_gateway.cli.sessions.stack_outputs", lambda stage: {})
+    monkeypatch.setattr("hermes_cli.sessions.stack_outputs", lambda stage: {})
     with pytest.raises(ConfigError, match="SessionApiUrl"):
         client_for(argparse.Namespace(local=False, stage="dev"))
-    monkeypatch.setattr("hermes_gateway.cli.sessions.stack_outputs", lambda stage: {"SessionApiUrl": "https://x/api"})
+    monkeypatch.setattr("hermes_cli.sessions.stack_outputs", lambda stage: {"SessionApiUrl": "https://x/api"})
     assert client_for(argparse.Namespace(local=False, stage="dev")) == SessionApiClient("https://x/api")

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from hermes_gateway.cli import main
-from hermes_gateway.cli.target import LOCAL_STATE_ENV
+from hermes_cli import main
+from hermes_cli.target import LOCAL_STATE_ENV
 from tests.fakes.telegram_server import FakeTelegram
 
 

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from hermes_gateway.domain.session_key import build_session_key
+from hermes_gateway.domain.sessions import TranscriptRow
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.services.commands import (
     COMMANDS,
@@ -16,11 +17,10 @@ from hermes_gateway.services.commands import (
     answer_command,
     may_run,
     parse_command,
-    register,
 )
 from hermes_gateway.settings import Settings
 from tests.fakes.services import FakeDirectory, FakeEvents, make_settings
-from tests.fakes.sessions import FakeSessionStore
+from tests.fakes.sessions import memory_stores
 
 NOW = 1_800_000_000.0
 ALICE = SessionSource("telegram", chat_id="99", user_id="42", user_name="Alice")
@@ -33,7 +33,7 @@ class Chat:
 
     def __init__(self, env: dict[str, str] | None = None, source: SessionSource = ALICE) -> None:
         self.settings: Settings = make_settings(env or {})
-        self.store = FakeSessionStore()
+        self.stores = memory_stores()
         self.events = FakeEvents()
         self.source = source
         self.key = build_session_key(source)
@@ -41,15 +41,22 @@ class Chat:
 
     def say(self, text: str, reply: str | None = None) -> str:
         """A user turn (and the agent's reply) as the router and the turn would store them."""
-        entry = self.store.get_or_create(self.source, self.key, self.now)
-        self.store.append_message(entry.session_id, "user", text, self.now)
-        self.store.append_message(entry.session_id, "assistant", reply or f"echo: {text}", self.now)
+        entry = self.stores.routes.open(self.source, self.key, self.now)
+        for role, content in (("user", text), ("assistant", reply or f"echo: {text}")):
+            seq = self.stores.leases.allocate(self.key, entry.session_id, 1, self.now)
+            assert seq is not None
+            self.stores.transcript.put(entry.session_id, TranscriptRow(seq, role, content, self.now))
         self.now += 10
         return entry.session_id
 
+    def hold(self) -> None:
+        """A turn is running in the chat's session."""
+        entry = self.stores.routes.get(self.key)
+        assert entry is not None and self.stores.leases.begin(entry, "turn-1", "tok", "e-hold", self.now) is not None
+
     def command(self, text: str) -> CommandResult | None:
         self.now += 1
-        context = CommandContext(self.source, self.settings, self.now, self.key, self.store, None, self.events)
+        context = CommandContext(self.source, self.settings, self.now, self.key, self.stores, None, self.events)
         return answer_command(text, context)
 
     def reply(self, text: str) -> str:
@@ -58,12 +65,13 @@ class Chat:
         return result.reply
 
     def route_session(self) -> str:
-        route = self.store.get_route(self.key)
+        route = self.stores.routes.get(self.key)
         assert route is not None
         return route.session_id
 
     def contents(self) -> list[str]:
-        return [row.content for row in self.store.transcript(self.route_session())]
+        info = self.stores.catalogue.get_session(self.route_session())
+        return [row.content for row in self.stores.transcript.rows(self.route_session(), info.hidden if info else ())]
 
 
 def context(source: SessionSource, settings: Settings, **kwargs: Any) -> CommandContext:
@@ -129,8 +137,6 @@ def test_whoami_names_a_named_profiles_bot() -> None:
 
 
 def test_help_lists_the_running_turns_commands_too() -> None:
-    import hermes_gateway.services.turn_commands  # noqa: F401 - registers its commands' help lines
-
     help_text = answer_command("/help", context(ALICE, make_settings({})))
     assert help_text is not None
     for name in ("/stop", "/approve", "/deny", "/yolo", "/queue"):
@@ -146,16 +152,14 @@ def test_plain_chat_and_unknown_commands_go_to_the_agent() -> None:
     assert chat.events.emitted == []
 
 
-def test_another_module_registers_a_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Given a command added from elsewhere (the busy-mode commands are), admin-only by default
-    monkeypatch.setattr("hermes_gateway.services.commands.COMMANDS", dict(COMMANDS))
-    register("stopx", "stop the turn", lambda call: f"stopped in {call.context.session_key}")
+def test_the_command_table_is_explicit_and_the_running_turns_commands_are_answered_elsewhere() -> None:
+    from hermes_gateway.services.turn_commands import TURN_COMMANDS
+
+    answered_by_the_turn = {name for name, spec in COMMANDS.items() if spec.handler is None}
+    assert answered_by_the_turn == set(TURN_COMMANDS)
+    assert all(name == spec.name for name, spec in COMMANDS.items())
     chat = Chat()
-    assert chat.reply("/stopx") == "/stopx is for admins here."
-    chat.settings = make_settings({"GATEWAY_ADMINS": "42"})
-    assert chat.reply("/stopx") == f"stopped in {KEY}"
-    with pytest.raises(ValueError, match="command name"):
-        register("Bad Name", "x", lambda call: "")
+    assert chat.command("/stop") is None  # the router's turn commands answer it, before any session command
 
 
 def test_sethome_stores_this_chat_for_an_admin_only() -> None:
@@ -173,9 +177,9 @@ def test_new_starts_a_fresh_session_with_an_optional_title() -> None:
     # Then the chat's route points at a new, titled, empty session; the old one ended
     assert chat.route_session() != first and chat.contents() == []
     assert reply == f'New session "Trip plans" started ({chat.route_session()}).'
-    info = chat.store.get_session(chat.route_session())
+    info = chat.stores.catalogue.get_session(chat.route_session())
     assert info is not None and info.title == "Trip plans"
-    old = chat.store.get_session(first)
+    old = chat.stores.catalogue.get_session(first)
     assert old is not None and old.ended_at is not None
     name, detail = chat.events.emitted[-1]
     assert name == "command:new" and detail["platform"] == "telegram" and detail["resubmit"] is False
@@ -209,7 +213,7 @@ def test_undo_hides_the_last_turns_and_keeps_the_rows() -> None:
     assert chat.contents() == ["one", "echo: one", "two", "echo: two"]
     assert chat.reply("/undo 2").startswith("Undone: 4 message(s)")
     assert chat.contents() == []
-    assert len(chat.store.messages[session]) == 6  # soft-deleted, kept
+    assert len(chat.stores.transcript.rows(session)) == 6  # soft-deleted, kept
     assert chat.reply("/undo") == "Nothing to undo."
     assert chat.reply("/undo zero").startswith("Usage: /undo [n]")
     assert chat.reply("/undo 0").startswith("Usage")
@@ -235,7 +239,7 @@ def test_retry_takes_back_the_last_turn_and_resubmits_its_text() -> None:
 def test_a_running_turn_refuses_undo_and_retry() -> None:
     chat = Chat()
     chat.say("hello")
-    assert chat.store.acquire(chat.key, "turn-1", "tok", chat.now, 600)
+    chat.hold()
     assert "being written" in chat.reply("/undo")
     assert "being written" in chat.reply("/retry")
     assert chat.contents() == ["hello", "echo: hello"]
@@ -252,7 +256,7 @@ def test_status_shows_id_title_messages_tokens_model_and_busy_or_idle() -> None:
     chat.say("more")
     chat.reply("/undo")
     assert "2 messages (2 undone)" in chat.reply("/status")
-    assert chat.store.acquire(chat.key, "turn-1", "tok", chat.now, 600)
+    chat.hold()
     assert "State: busy" in chat.reply("/status")
 
 
@@ -261,7 +265,7 @@ def test_model_shows_sets_and_clears_the_session_override() -> None:
     chat.say("hello")
     assert chat.reply("/model").startswith("Model: echo:")
     assert chat.reply("/model openai:gpt-4o-mini") == "This session now uses openai:gpt-4o-mini."
-    route = chat.store.get_route(chat.key)
+    route = chat.stores.routes.get(chat.key)
     assert route is not None and route.model_override is not None
     assert route.model_override.to_dict() == {"model": "gpt-4o-mini", "provider": "openai"}
     assert "(this session" in chat.reply("/model") and "status" not in chat.reply("/model")
@@ -269,7 +273,7 @@ def test_model_shows_sets_and_clears_the_session_override() -> None:
     refused = chat.reply("/model " + "sk-" + "abcdefghijklmnopqrstuvwxyz012345")
     assert refused.startswith("Model not changed") and "sk-abc" not in refused
     assert chat.reply("/model default") == "This session uses the default model again."
-    route = chat.store.get_route(chat.key)
+    route = chat.stores.routes.get(chat.key)
     assert route is not None and route.model_override is None
 
 
@@ -287,7 +291,7 @@ def test_title_shows_sets_and_refuses_a_taken_title() -> None:
 def test_title_before_any_chat_creates_the_session() -> None:
     chat = Chat()
     assert chat.reply("/title Fresh") == 'Session titled "Fresh".'
-    info = chat.store.get_session(chat.route_session())
+    info = chat.stores.catalogue.get_session(chat.route_session())
     assert info is not None and info.title == "Fresh"
 
 
@@ -312,8 +316,8 @@ def test_resume_never_reaches_another_chats_session() -> None:
     bob = SessionSource("telegram", chat_id="77", user_id="7", user_name="Bob")
     chat = Chat()
     bob_key = build_session_key(bob)
-    entry = chat.store.get_or_create(bob, bob_key, NOW)
-    chat.store.rename(entry.session_id, "Secret", fence=_fence(chat, bob_key), now=NOW)
+    entry = chat.stores.routes.open(bob, bob_key, NOW)
+    chat.stores.edits.rename(entry.session_id, "Secret", fence=_fence(chat, bob_key), now=NOW)
     chat.say("hello")
     # Then Alice can neither list nor resume it
     assert "Secret" not in chat.reply("/sessions")
@@ -324,7 +328,7 @@ def test_resume_never_reaches_another_chats_session() -> None:
 def _fence(chat: Chat, key: str) -> Any:
     from hermes_gateway.domain.sessions import Fence
 
-    route = chat.store.get_route(key)
+    route = chat.stores.routes.get(key)
     assert route is not None
     return Fence(route.revision)
 
@@ -340,7 +344,7 @@ def test_a_redelivered_command_runs_once_and_gets_its_first_answer() -> None:
 
     def deliver(text: str, event_id: str) -> CommandResult | None:
         context = CommandContext(
-            chat.source, chat.settings, chat.now, chat.key, chat.store, None, chat.events, receipts, event_id
+            chat.source, chat.settings, chat.now, chat.key, chat.stores, None, chat.events, receipts, event_id
         )
         return answer_command(text, context)
 
@@ -367,17 +371,18 @@ def test_a_command_that_fails_gives_its_claim_back_and_one_in_flight_is_retried_
     chat.say("one")
     receipts = FakeReceipts()
 
-    class Broken(FakeSessionStore):
+    class Broken:
         def undo(self, *args: Any, **kwargs: Any) -> Any:
             raise TransientError("throttled")
 
-    broken = Broken()
-    broken.__dict__.update(chat.store.__dict__)
+    from dataclasses import replace
+
+    broken = replace(chat.stores, edits=Broken())  # type: ignore[arg-type]
     context = CommandContext(chat.source, chat.settings, chat.now, chat.key, broken, None, None, receipts, "e1")
     with pytest.raises(TransientError):
         answer_command("/undo", context)
     assert receipts.items == {}  # given back: the redelivery runs it
-    ok = CommandContext(chat.source, chat.settings, chat.now, chat.key, chat.store, None, None, receipts, "e1")
+    ok = CommandContext(chat.source, chat.settings, chat.now, chat.key, chat.stores, None, None, receipts, "e1")
     result = answer_command("/undo", ok)
     assert result is not None and result.reply.startswith("Undone")
     # While another delivery of the same message holds the claim, this one is retried later
@@ -385,6 +390,6 @@ def test_a_command_that_fails_gives_its_claim_back_and_one_in_flight_is_retried_
 
     fingerprint = hashlib.sha256(b"undo ").hexdigest()
     assert receipts.claim("command#e2", fingerprint, chat.now).status == "claimed"
-    held = CommandContext(chat.source, chat.settings, chat.now, chat.key, chat.store, None, None, receipts, "e2")
+    held = CommandContext(chat.source, chat.settings, chat.now, chat.key, chat.stores, None, None, receipts, "e2")
     with pytest.raises(TransientError):
         answer_command("/undo", held)

@@ -88,13 +88,16 @@ def test_a_due_job_starts_one_cron_turn_with_the_turn_contract() -> None:
     run_id = str(int(T0 + 1800))
     turn_id = f"cron-{job.id}-{run_id}"
     assert result.started == [turn_id]
-    turn = starter_of(deps).started[turn_id]
-    assert turn == {
-        "kind": "cron",
-        "turn_id": turn_id,
-        "job": {"id": job.id, "name": job.name, "prompt": job.prompt, "deliver": ["origin", "local"],
-                "origin": ORIGIN, "run_id": run_id, "profile": None},
-        "started_at": T0 + 1800,
+    state = starter_of(deps).started[turn_id]
+    assert state == {
+        "turn": {
+            "turn_id": turn_id,
+            "kind": "cron",
+            "started_at": T0 + 1800,
+            "job": {"id": job.id, "run_id": run_id, "prompt": job.prompt, "name": job.name,
+                    "deliver": ["origin", "local"], "origin": ORIGIN, "profile": None},
+        },
+        "next": "model",
     }  # fmt: skip
     # And the one-shot is finished, with its run counted, and cron:ran published without the prompt
     stored = deps.jobs.get(job.id)

@@ -218,7 +218,7 @@ def test_a_null_text_or_delivery_id_is_a_bad_request(field: str) -> None:
 
 def claimed_chunk(outbox: FakeOutbox, at: float) -> None:
     """The one chunk of `job("hi")`, recorded and claimed by a worker at `at`."""
-    outbox.record(
+    _, claimed = outbox.record_claimed(
         "turn-abc#1",
         platform="telegram",
         chat_id="99",
@@ -229,7 +229,7 @@ def claimed_chunk(outbox: FakeOutbox, at: float) -> None:
         chunks=1,
         now=at,
     )
-    assert outbox.claim("turn-abc#1", at)
+    assert claimed
 
 
 def test_a_second_worker_does_not_send_a_chunk_another_worker_is_sending() -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from hermes_gateway.platforms import catalog
-from hermes_gateway.settings import _PLATFORM_SETTINGS, FIELDS, configured_paths, load_settings, read_yaml
+from hermes_gateway.settings import FIELDS, PlatformSettings, configured_paths, load_settings, read_yaml
+from hermes_gateway.settings.table import declared
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "gateway.example.yaml"
 
@@ -20,7 +21,7 @@ def documented(path: str) -> bool:
         return True
     platform, _, attr = rest.partition(".")
     spec = catalog.BY_NAME[platform]
-    shared = attr in {name for name, *_ in _PLATFORM_SETTINGS}
+    shared = attr in {name for name, _ in declared(PlatformSettings)}
     if platform == "telegram" or not shared or attr == "enabled":
         return True
     return attr == "api_base_url" and spec.api_base_url is not None

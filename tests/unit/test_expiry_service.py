@@ -1,120 +1,75 @@
-"""The lease sweep (services/expiry.py): release leases that outlived their turn, and only those."""
+"""The tick's lease part (services/expiry.py): a lease that outlived its turn is the tick's only
+when something waits on it (queued messages, an approval); the rest are taken over by the
+session's next message."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from hermes_gateway.domain.sessions import ExpiredLease, TurnLease
+from hermes_gateway.domain.ports import SessionStores
 from hermes_gateway.domain.source import SessionSource
+from hermes_gateway.domain.targets import ReplyTarget
+from hermes_gateway.domain.turns import QueuedInput
 from hermes_gateway.services.expiry import LeaseRecovery, recover_expired_leases
 from tests.fakes.services import FakeStarter, make_settings
-from tests.fakes.sessions import FakeSessionStore
-from tests.fakes.turns import FakeTurnControl
+from tests.fakes.sessions import memory_stores
 
 NOW = 1_764_400_000.0
 TTL = 360
 
 
-def release_expired_leases(lease: TurnLease, now: float, batch: int = 100) -> int:
-    """The tick's lease part over `lease` (the store itself, or a wrapper around it): how many it released."""
-    store = lease if isinstance(lease, FakeSessionStore) else lease.store  # type: ignore[attr-defined]
-    deps = LeaseRecovery(make_settings({}), store, lease, FakeTurnControl(store), FakeStarter())
-    return recover_expired_leases(deps, now, batch)["leases_released"]
+def tick(stores: SessionStores, now: float, batch: int = 100) -> dict[str, int]:
+    deps = LeaseRecovery(
+        make_settings({}), stores.routes, stores.leases, stores.control, stores.transcript, FakeStarter()
+    )
+    return recover_expired_leases(deps, now, batch)
 
 
-def store_with_leases(*keys_and_start: tuple[str, float]) -> FakeSessionStore:
-    store = FakeSessionStore()
-    for key, started in keys_and_start:
-        store.get_or_create(SessionSource("telegram", chat_id=key), key, started)
-        assert store.acquire(key, f"turn-{key}", f"token-{key}", started, TTL)
-    return store
+def leased(stores: SessionStores, key: str, started: float, *, waiting: bool) -> None:
+    source = SessionSource("telegram", chat_id=key)
+    entry = stores.routes.open(source, key, started)
+    assert stores.leases.begin(entry, f"turn-{key}", f"token-{key}", f"e-{key}", started) is not None
+    if waiting:
+        held = stores.routes.get(key)
+        assert held is not None
+        item = QueuedInput(f"q-{key}", "waiting", started, source, ReplyTarget("telegram", key))
+        assert stores.leases.enqueue(held, item, max_items=5, now=started).status == "queued"
 
 
-def test_only_expired_leases_are_released_and_marked_resume_pending() -> None:
-    # Given one lease past its expiry, one still running and one session without a lease
-    store = store_with_leases(("old", NOW - TTL - 1), ("fresh", NOW - 10))
-    store.get_or_create(SessionSource("telegram", chat_id="idle"), "idle", NOW - 1000)
+def test_only_expired_leases_with_something_waiting_are_released() -> None:
+    stores = memory_stores()
+    leased(stores, "old", NOW - TTL - 1, waiting=True)
+    leased(stores, "fresh", NOW - 10, waiting=True)
+    leased(stores, "plain", NOW - TTL - 1, waiting=False)
 
-    # When the sweep runs
-    released = release_expired_leases(store, NOW)
+    counts = tick(stores, NOW)
 
-    # Then only the expired lease is cleared, and only its session is marked resume_pending
-    assert released == 1
-    old, fresh, idle = (store.get_route(k) for k in ("old", "fresh", "idle"))
-    assert old is not None and old.lease_token is None and old.resume_pending is True
-    assert fresh is not None and fresh.lease_token == "token-fresh" and fresh.resume_pending is False
-    assert idle is not None and idle.resume_pending is False
+    assert counts["leases_released"] == 1 and counts["queues_recovered"] == 1
+    old, fresh, plain = (stores.routes.get(k) for k in ("old", "fresh", "plain"))
+    assert old is not None and old.resume_pending and old.lease_token != "token-old"  # handed to its queue
+    assert fresh is not None and fresh.lease_token == "token-fresh" and not fresh.resume_pending
+    assert plain is not None and plain.lease_token == "token-plain"  # the next message takes it over
 
 
 def test_a_lease_expiring_exactly_now_is_kept() -> None:
-    store = store_with_leases(("edge", NOW - TTL))
+    stores = memory_stores()
+    leased(stores, "edge", NOW - TTL, waiting=True)
 
-    assert release_expired_leases(store, NOW) == 0
-    assert store.get_route("edge").lease_token == "token-edge"  # type: ignore[union-attr]
-
-
-def test_a_second_sweep_finds_nothing() -> None:
-    store = store_with_leases(("a", NOW - 1000), ("b", NOW - 2000))
-
-    assert release_expired_leases(store, NOW) == 2
-    assert release_expired_leases(store, NOW + 60) == 0
+    assert tick(stores, NOW)["leases_released"] == 0
+    assert stores.routes.get("edge").lease_token == "token-edge"  # type: ignore[union-attr]
 
 
-class RenewsBetweenListAndExpire:
-    """The race the sweep must survive: between listing expired leases and clearing them, the turn
-    that holds one renews it (the router re-acquires with the same token) or a new turn takes it."""
+def test_a_second_tick_finds_nothing() -> None:
+    stores = memory_stores()
+    leased(stores, "a", NOW - 1000, waiting=True)
+    leased(stores, "b", NOW - 2000, waiting=True)
 
-    def __init__(self, store: FakeSessionStore, on_listed: Callable[[], object]) -> None:
-        self.store = store
-        self.on_listed = on_listed
-
-    def acquire(self, session_key: str, turn_id: str, token: str, now: float, ttl_seconds: int) -> bool:
-        return self.store.acquire(session_key, turn_id, token, now, ttl_seconds)
-
-    def release(self, session_key: str, token: str) -> bool:
-        return self.store.release(session_key, token)
-
-    def expired(self, now: float, limit: int = 100) -> list[ExpiredLease]:
-        found = self.store.expired(now, limit)
-        self.on_listed()
-        return found
-
-    def expire(self, lease: ExpiredLease, now: float) -> bool:
-        return self.store.expire(lease, now)
+    assert tick(stores, NOW)["leases_released"] == 2
+    assert tick(stores, NOW + 60) == {"leases_released": 0, "approvals_timed_out": 0, "queues_recovered": 0}
 
 
-def test_a_lease_renewed_meanwhile_is_kept() -> None:
-    # Given an expired lease that its own turn renews right after the sweep listed it
-    store = store_with_leases(("k", NOW - TTL - 5))
-    lease = RenewsBetweenListAndExpire(store, lambda: store.acquire("k", "turn-k", "token-k", NOW, TTL))
+def test_the_batch_limit_bounds_one_tick() -> None:
+    stores = memory_stores()
+    for n in range(3):
+        leased(stores, f"k{n}", NOW - 1000 - n, waiting=True)
 
-    # When the sweep runs
-    released = release_expired_leases(lease, NOW)
-
-    # Then the renewed lease stays and the session is not marked
-    assert released == 0
-    route = store.get_route("k")
-    assert route is not None and route.lease_token == "token-k" and route.lease_expires_at == NOW + TTL
-    assert route.resume_pending is False
-
-
-def test_a_lease_taken_by_a_new_turn_meanwhile_is_kept() -> None:
-    store = store_with_leases(("k", NOW - TTL - 5))
-
-    def hand_over() -> None:
-        assert store.release("k", "token-k")
-        assert store.acquire("k", "turn-next", "token-next", NOW, TTL)
-
-    released = release_expired_leases(RenewsBetweenListAndExpire(store, hand_over), NOW)
-
-    assert released == 0
-    route = store.get_route("k")
-    assert route is not None and route.lease_token == "token-next" and route.resume_pending is False
-
-
-def test_the_batch_limit_is_passed_to_the_index_query() -> None:
-    store = store_with_leases(*((f"k{i}", NOW - 1000) for i in range(5)))
-
-    assert release_expired_leases(store, NOW, batch=2) == 2
-    assert release_expired_leases(store, NOW, batch=2) == 2
-    assert release_expired_leases(store, NOW, batch=2) == 1
+    assert tick(stores, NOW, batch=2)["leases_released"] == 2
+    assert tick(stores, NOW, batch=2)["leases_released"] == 1

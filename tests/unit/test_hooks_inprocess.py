@@ -16,7 +16,7 @@ from hermes_gateway.hooks import HOOKS_DIR, load_hooks
 from hermes_gateway.services.router import Access, route_message
 from tests.fakes.access import FakePairingStore
 from tests.fakes.services import FakeDeliveryQueue, FakeEvents, FakeStarter, make_settings
-from tests.fakes.sessions import FakeSessionStore
+from tests.fakes.sessions import memory_stores
 
 KEY = "agent:main:telegram:dm:99"
 DETAIL = {"platform": "telegram", "chat_type": "dm", "session": "abc"}
@@ -103,7 +103,7 @@ def test_without_hooks_pre_route_only_publishes() -> None:
 
 def test_the_router_honours_a_session_switch() -> None:
     # Given a hook that routes every Telegram DM to one shared session
-    store, starter = FakeSessionStore(), FakeStarter()
+    stores, starter = memory_stores(), FakeStarter()
     hook = Hook("shared", ("message:pre_route",), lambda e, c: {"session_key": "agent:main:shared:all"})
     events = HookedEvents(FakeEvents(), [hook], {})
     access = Access(pairing=FakePairingStore(), replies=FakeDeliveryQueue(), events=events)
@@ -111,11 +111,11 @@ def test_the_router_honours_a_session_switch() -> None:
     msg = InboundMessage(source=source, text="hello", event_id="telegram:default:1", received_at=1.0)
     # When a message is routed
     outcome = route_message(
-        msg, settings=make_settings({"TELEGRAM_ALLOWED_USERS": "42"}), store=store, lease=store, starter=starter,
+        msg, settings=make_settings({"TELEGRAM_ALLOWED_USERS": "42"}), stores=stores, starter=starter,
         access=access, now=2.0,
     )  # fmt: skip
     # Then its turn runs in the session the hook chose
     assert outcome.status == "started"
-    assert store.get_route("agent:main:shared:all") is not None and store.get_route(KEY) is None
+    assert stores.routes.get("agent:main:shared:all") is not None and stores.routes.get(KEY) is None
     (turn,) = starter.started.values()
-    assert turn["session_key"] == "agent:main:shared:all"
+    assert turn["turn"]["session_key"] == "agent:main:shared:all"

@@ -238,7 +238,7 @@ def test_malformed_webchat_payload_is_400(payload: Any) -> None:
 @pytest.mark.parametrize(
     ("update", "reason"),
     [
-        (tg_update(text=None, sticker={"file_id": "abc", "emoji": "👍"}), "no_text"),
+        (tg_update(text=None, new_chat_members=[{"id": 1, "is_bot": False, "first_name": "A"}]), "no_text"),
         ({"update_id": 8, "edited_message": tg_update()["message"]}, "edited"),
         ({"update_id": 9, "poll": {"id": "q"}}, "unsupported_update"),
     ],

@@ -269,7 +269,7 @@ class FakeSessions:
         self.routes = routes or {}
         self.asked: list[str] = []
 
-    def get_route(self, session_key: str) -> SessionEntry | None:
+    def get(self, session_key: str) -> SessionEntry | None:
         self.asked.append(session_key)
         return self.routes.get(session_key)
 
@@ -360,7 +360,7 @@ def front(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, FakeSessions]]
     store = FakeSessions({"agent:main:webchat:dm:web-1": route("agent:main:webchat:dm:web-1", "s-42")})
     settings: Settings = load_settings(env={}, config={})
     monkeypatch.setattr(wiring, "settings", lambda: settings)
-    monkeypatch.setattr(wiring, "session_store", lambda: store)
+    monkeypatch.setattr(wiring, "session_stores", lambda: type("Stores", (), {"routes": store})())
     server = serve(StubGateway(), "127.0.0.1", 0)  # type: ignore[arg-type]
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", store

@@ -1,5 +1,5 @@
-"""The memory manager (routing, prefetch, failure isolation), the built-in notes provider, the
-Honcho provider against a fake Honcho on loopback, and the memory flush plan."""
+"""The memory manager (routing, prefetch, failure isolation), the built-in notes provider, and the
+Honcho provider against a fake Honcho on loopback."""
 
 from __future__ import annotations
 
@@ -11,13 +11,12 @@ import pytest
 from hermes_gateway.errors import ConfigError
 from hermes_gateway.memory import honcho as honcho_module
 from hermes_gateway.memory.builtin import BuiltinMemory
-from hermes_gateway.memory.flush import DONE, MAX_TRANSCRIPT_CHARS, plan_flush
 from hermes_gateway.memory.honcho import HonchoMemory
-from hermes_gateway.memory.manager import MAX_PREFETCH_CHARS, MemoryManager
+from hermes_gateway.memory.manager import MAX_PREFETCH_CHARS, MemoryManager, MemoryTool
 from hermes_gateway.memory.registry import build_memory_manager
 from hermes_gateway.observability import hash_id
 from hermes_gateway.providers.base import ChatMessage, ToolCall, ToolSpec
-from hermes_gateway.tools.base import ToolContext, ToolError, execute
+from hermes_gateway.tools.base import ToolContext, ToolError, ToolResult, execute
 from hermes_gateway.tools.registry import tools_for
 from tests.fakes.honcho_server import FakeHoncho
 from tests.fakes.memory_notes import FakeNoteStore
@@ -94,10 +93,10 @@ def test_tool_calls_go_to_the_provider_that_owns_them() -> None:
     manager = MemoryManager([first, second])
     manager.initialize("s-1", _ctx())
 
-    assert [t.name for t in manager.tools()] == ["alpha_recall", "beta_recall"]
+    assert manager.handle_tool("alpha_recall", {}, _ctx()).content == "alpha answers alpha_recall"
     assert manager.handle_tool("beta_recall", {}, _ctx()).content == "beta answers beta_recall"
     assert ("handle_tool", "beta_recall") not in first.calls
-    assert manager.owns("alpha_recall") and not manager.owns("gamma_recall")
+    assert ("handle_tool", "alpha_recall") not in second.calls
 
 
 def test_an_unowned_tool_is_an_error_result() -> None:
@@ -160,14 +159,15 @@ def test_a_crashing_tool_is_an_error_result_without_internals() -> None:
 
 def test_a_tool_error_from_a_provider_reaches_the_model() -> None:
     manager = MemoryManager([Probe("alpha")])
-    tool = manager.tools()[0]
+    tool = MemoryTool(ToolSpec("alpha_recall", "recall", {"type": "object"}))  # as the registry lists it
     result = execute(ToolCall("c1", "alpha_recall", {"bad": True}), [tool], _ctx(manager))
-    assert result.to_dict() == {"content": "error: that is not something I remember", "is_error": True}
+    assert result == ToolResult("error: that is not something I remember", is_error=True)
 
 
 def test_a_provider_that_cannot_list_tools_offers_none() -> None:
     manager = MemoryManager([Probe("broken", fail_in={"tools"}), Probe("ok")])
-    assert [t.name for t in manager.tools()] == ["ok_recall"]
+    assert "no memory provider offers 'broken_recall'" in manager.handle_tool("broken_recall", {}, _ctx()).content
+    assert manager.handle_tool("ok_recall", {}, _ctx()).content == "ok answers ok_recall"
 
 
 # --- the built-in provider ----------------------------------------------------------------------
@@ -180,7 +180,8 @@ def test_builtin_prefetch_shows_the_users_notes_with_their_ids() -> None:
     manager.initialize(ctx.session_id or "", ctx)
     assert manager.prefetch("q") == ""
 
-    execute(ToolCall("c1", "memory", {"action": "add", "text": "likes green tea"}), manager.tools(), ctx)
+    add = ToolCall("c1", "memory", {"action": "add", "text": "likes green tea"})
+    execute(add, tools_for("chat", make_settings()), ctx)
 
     context = manager.prefetch("q")
     (note,) = notes.list_notes(f"default#{USER}")
@@ -196,11 +197,17 @@ def test_builtin_prefetch_without_a_user_is_empty() -> None:
     assert manager.prefetch("q") == ""
 
 
-def test_build_memory_manager_follows_settings() -> None:
+def test_build_memory_manager_follows_settings(fake_honcho: FakeHoncho) -> None:
     plain = build_memory_manager(make_settings(), FakeNoteStore())
-    assert [p.name for p in plain.providers] == ["builtin"]
-    with_honcho = build_memory_manager(make_settings({"GATEWAY_MEMORY_PROVIDER": "honcho"}), FakeNoteStore(), "hk")
-    assert [p.name for p in with_honcho.providers] == ["builtin", "honcho"]
+    ask = ("honcho_ask", {"question": "anything?"}, _ctx())
+    assert "no memory provider offers 'honcho_ask'" in plain.handle_tool(*ask).content
+    assert not fake_honcho.requests
+
+    honcho = {"GATEWAY_MEMORY_PROVIDER": "honcho", "HONCHO_BASE_URL": fake_honcho.base_url}
+    with_honcho = build_memory_manager(make_settings(honcho), FakeNoteStore(), "hk")
+    assert not with_honcho.handle_tool(*ask).is_error
+    assert [r.path for r in fake_honcho.requests if r.path.endswith("/chat")]
+    assert not with_honcho.handle_tool("memory", {"action": "list"}, _ctx(with_honcho)).is_error  # built-in notes too
 
 
 @pytest.mark.parametrize(
@@ -275,7 +282,7 @@ def test_honcho_ask_tool_answers_through_the_manager(fake_honcho: FakeHoncho) ->
 
     result = execute(ToolCall("c1", "honcho_ask", {"question": "favourite colour?"}), tools, _ctx(manager))
 
-    assert result.to_dict() == {"content": "The user said: my favourite colour is teal", "is_error": False}
+    assert result == ToolResult("The user said: my favourite colour is teal")
     chat = [r for r in fake_honcho.requests if r.path.endswith("/chat")]
     assert chat[0].json == {"query": "favourite colour?"}
 
@@ -310,54 +317,11 @@ def test_honcho_refuses_a_base_url_that_is_not_http() -> None:
         HonchoMemory("file:///etc", "hermes", None)
 
 
-# --- the flush ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Row:
-    role: str
-    content: str
-
-
-def test_flush_plan_is_a_memory_only_turn_over_the_transcript() -> None:
-    rows = [Row("user", "I am vegetarian"), Row("tool", "{...}"), Row("assistant", "Got it."), Row("user", " ")]
-
-    plan = plan_flush(rows, reason="idle", memory_context="Notes you saved: - [n1] has a cat", settings=make_settings())
-
-    assert [t.name for t in plan.tools] == ["memory"]
-    assert "about to end (idle)" in plan.system
-    assert "[n1] has a cat" in plan.system
-    (message,) = plan.messages
-    assert message.role == "user"
-    assert "USER: I am vegetarian\nASSISTANT: Got it." in message.content
-    assert "{...}" not in message.content
-    assert message.content.endswith(f"then answer {DONE}.")
-    assert not plan.empty
-
-
-def test_flush_plan_keeps_the_newest_part_of_a_long_transcript() -> None:
-    rows = [Row("user", f"message {i} " + "x" * 1000) for i in range(100)]
-
-    (message,) = plan_flush(rows, reason="reset", memory_context="", settings=make_settings()).messages
-
-    assert "message 99" in message.content
-    assert "message 0 " not in message.content
-    assert "[earlier messages left out]" in message.content
-    assert len(message.content) < MAX_TRANSCRIPT_CHARS + 500
-
-
-def test_flush_plan_for_an_empty_session_is_empty() -> None:
-    plan = plan_flush([Row("assistant", "")], reason="expired", memory_context="", settings=make_settings())
-    assert plan.empty
-    assert "There are no saved notes yet." in plan.system
-
-
 # --- the pieces together, without a model ----------------------------------------------------
 
 
 def test_remember_in_one_session_and_recall_in_the_next_with_echo() -> None:
     from hermes_gateway.providers.echo import EchoProvider
-    from hermes_gateway.tools.base import specs
 
     notes = FakeNoteStore()
     settings = make_settings()
@@ -369,11 +333,11 @@ def test_remember_in_one_session_and_recall_in_the_next_with_echo() -> None:
     ctx = _ctx(manager, session_id="s-1")
     manager.initialize("s-1", ctx)
     history = [ChatMessage("user", 'echo-tool:memory {"action": "add", "text": "prefers metric units"}')]
-    asked = provider.complete("sys", history, specs(tools))
+    asked = provider.complete("sys", history, [tool.spec for tool in tools])
     (call,) = asked.tool_calls
     result = execute(call, tools, ctx)
     history += [asked.as_message(), ChatMessage("tool", result.content, tool_call_id=call.id, name=call.name)]
-    final = provider.complete("sys", history, specs(tools))
+    final = provider.complete("sys", history, [tool.spec for tool in tools])
     assert final.text.startswith('Echo: [memory] {"added"')
 
     # When the user starts a new session (a new manager, a new session id)

@@ -148,22 +148,23 @@ def test_no_plaintext_code_is_kept(store: FakePairingStore) -> None:
     assert code not in repr(store.__dict__)
 
 
-def test_three_slots_per_platform_and_try_later_once(store: FakePairingStore) -> None:
-    issued = {user: issue(store, user) for user in ("u1", "u2", "u3")}
-    # A fourth user is refused and told once; asking again within the interval is silent
-    first = store.request_code("telegram", "u4", None, None, T0)
+def test_a_platforms_slots_and_try_later_once(store: FakePairingStore) -> None:
+    users = [f"u{n}" for n in range(1, pairing.MAX_PENDING_PER_PLATFORM + 1)]
+    issued = {user: issue(store, user) for user in users}
+    # One user more is refused and told once; asking again within the interval is silent
+    first = store.request_code("telegram", "extra", None, None, T0)
     assert (first.status, first.tell_try_later) == ("no_slot", True)
-    again = store.request_code("telegram", "u4", None, None, T0 + 60)
+    again = store.request_code("telegram", "extra", None, None, T0 + 60)
     assert (again.status, again.tell_try_later) == ("no_slot", False)
     # Another platform is not affected
-    issue(store, "u4", platform="discord")
+    issue(store, "extra", platform="discord")
     # Once a slot frees up, the refused user gets a code at once: the refusal did not use their window
     assert store.approve("telegram", issued["u1"], T0 + 100, "op").status == "approved"
-    issue(store, "u4", T0 + 120)
+    issue(store, "extra", T0 + 120)
     # And a refused user hears "try later" again in the next interval
-    assert store.request_code("telegram", "u7", None, None, T0 + 120).tell_try_later
-    assert not store.request_code("telegram", "u7", None, None, T0 + 719).tell_try_later
-    assert store.request_code("telegram", "u7", None, None, T0 + 720).tell_try_later
+    assert store.request_code("telegram", "other", None, None, T0 + 120).tell_try_later
+    assert not store.request_code("telegram", "other", None, None, T0 + 719).tell_try_later
+    assert store.request_code("telegram", "other", None, None, T0 + 720).tell_try_later
 
 
 def test_one_request_per_interval_and_a_new_code_replaces_the_old(store: FakePairingStore) -> None:
@@ -197,7 +198,7 @@ def test_five_failures_lock_approvals_for_an_hour(store: FakePairingStore) -> No
     assert store.approve("discord", "AAAAAAAA", T0 + 11, "op").status == "invalid"
     assert store.approve("telegram", code, T0 + 3609, "op").status == "locked"
     # After the hour a fresh code works (the old one has expired meanwhile)
-    fresh = issue(store, "u1", T0 + 3610)
+    fresh = issue(store, "u3", T0 + 3610)
     assert store.approve("telegram", fresh, T0 + 3610, "op").status == "approved"
 
 

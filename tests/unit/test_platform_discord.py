@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -14,7 +13,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hermes_gateway.domain.source import InboundMessage
 from hermes_gateway.errors import (
     BadRequest,
-    ConfigError,
     OutcomeUnknown,
     PermanentError,
     RateLimited,
@@ -26,9 +24,7 @@ from hermes_gateway.platforms.base import Target
 from hermes_gateway.platforms.discord import (
     DiscordSender,
     build_sender,
-    register_webhook,
     verify_signature,
-    webhook_status,
 )
 from hermes_gateway.services.ingress import Accepted, Handshake, HttpRequest, HttpResponse, Ignored, handle_webhook
 from hermes_gateway.settings import Settings
@@ -43,7 +39,7 @@ from tests.fakes.services import FakeEnqueue, make_settings
 
 pytest_plugins = ("tests.fakes.discord_server",)
 
-# RFC 8032 §7.1 TEST 1 (PLATFORMS §3.9 / §15).
+# RFC 8032 §7.1 TEST 1 (PLATFORMS §3 / §15).
 RFC_SECRET = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60"
 RFC_PUBLIC = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"
 RFC_SIGNATURE = (
@@ -571,67 +567,3 @@ def test_a_sender_without_the_application_setting_uses_the_targets(fake_discord:
     discord = DiscordSender(fake_discord.base_url, bot_token=None, application_id=None, timeout=2.0)
     discord.send(interaction_target(), "answer")
     assert fake_discord.channel_texts(CHANNEL_ID) == ["answer"]
-
-
-# --- registration -------------------------------------------------------------------------------
-
-
-def registration_context(fake: FakeDiscord, secrets: Mapping[str, str] | None = None, **env: str) -> Any:
-    config = settings(DISCORD_API_BASE_URL=fake.base_url, **env)
-    return platforms.context("discord", config, {"DISCORD_BOT_TOKEN": fake.token} if secrets is None else secrets)
-
-
-def test_register_sets_the_endpoint_and_the_slash_command(fake_discord: FakeDiscord) -> None:
-    url = "https://abc.execute-api.eu-west-1.amazonaws.com/webhooks/discord"
-
-    summary = register_webhook(registration_context(fake_discord), url)
-
-    assert url in summary
-    assert fake_discord.application["interactions_endpoint_url"] == url
-    (patch,) = fake_discord.calls("PATCH", "/applications/@me")
-    assert patch.json == {"interactions_endpoint_url": url}
-    assert patch.headers["authorization"] == f"Bot {fake_discord.token}"
-    (put,) = fake_discord.calls("PUT", f"/applications/{APPLICATION_ID}/commands")
-    assert put.json == [
-        {
-            "name": "ask",
-            "type": 1,
-            "description": "Talk to the agent",
-            "options": [{"type": 3, "name": "prompt", "description": "What to ask or tell", "required": True}],
-        }
-    ]
-    assert [c["name"] for c in fake_discord.commands] == ["ask"]
-
-
-def test_register_takes_the_application_id_from_discord_when_unset(fake_discord: FakeDiscord) -> None:
-    register_webhook(
-        registration_context(fake_discord, DISCORD_APPLICATION_ID="", DISCORD_COMMAND_NAME="hermes"),
-        "https://x.example/d",
-    )
-    assert [c["name"] for c in fake_discord.commands] == ["hermes"]
-
-
-def test_status_reports_the_endpoint_and_the_key(fake_discord: FakeDiscord) -> None:
-    context = registration_context(fake_discord)
-    assert webhook_status(context) == {"url": None, "application_id": APPLICATION_ID, "public_key_matches": True}
-
-    register_webhook(context, "https://x.example/webhooks/discord")
-    status = webhook_status(registration_context(fake_discord, DISCORD_PUBLIC_KEY="ab" * 32))
-
-    assert status["url"] == "https://x.example/webhooks/discord"
-    assert status["public_key_matches"] is False
-
-
-def test_registration_needs_the_bot_token(fake_discord: FakeDiscord) -> None:
-    with pytest.raises(ConfigError, match="DISCORD_BOT_TOKEN"):
-        register_webhook(registration_context(fake_discord, {}), "https://x.example/d")
-    with pytest.raises(ConfigError, match="DISCORD_BOT_TOKEN"):
-        webhook_status(registration_context(fake_discord, {}))
-
-
-def test_a_refused_registration_is_permanent_and_leaks_no_token(fake_discord: FakeDiscord) -> None:
-    fake_discord.answer_next(400, {"message": "Invalid Form Body", "code": 50035})
-    with pytest.raises(PermanentError, match="Invalid Form Body") as caught:
-        register_webhook(registration_context(fake_discord), "https://x.example/d")
-    _assert_secret_free(caught.value, fake_discord.token)
-    assert fake_discord.calls("PUT", "/applications") == []

@@ -19,7 +19,7 @@ from hermes_gateway.errors import (
     TransientError,
     Unauthorized,
 )
-from hermes_gateway.platforms.base import AdapterContext, Target
+from hermes_gateway.platforms.base import Target
 from hermes_gateway.platforms.line import (
     REPLY_TOKEN_SECONDS,
     SIGNATURE_HEADER,
@@ -27,9 +27,7 @@ from hermes_gateway.platforms.line import (
     line_signature,
     parse_event,
     parse_webhook,
-    register_webhook,
     verify_signature,
-    webhook_status,
 )
 from hermes_gateway.services.ingress import Accepted, Handshake, HttpRequest, HttpResponse, Ignored, handle_webhook
 from tests.fakes import platforms
@@ -188,7 +186,6 @@ def test_without_a_webhook_event_id_the_message_id_dedupes() -> None:
         ({"type": "postback", "postback": {"data": "x"}}, "unsupported_event"),
         ({"type": "unsend", "unsend": {"messageId": "1"}}, "unsupported_event"),
         ({**text_event(), "mode": "standby"}, "standby"),
-        ({**text_event(), "message": {"id": "1", "type": "image"}}, "no_text"),
         ({**text_event(), "message": {"id": "1", "type": "sticker", "packageId": "1"}}, "no_text"),
         (text_event("  "), "no_text"),
         (text_event(source={"type": "unknown", "id": "x"}), "unsupported_source"),
@@ -426,55 +423,9 @@ def test_a_success_without_a_message_id_is_an_unknown_outcome(fake_line: FakeLin
         make_sender(fake_line).send(target(), "hi")
 
 
-def line_context(fake: FakeLine, token: str | None = None) -> AdapterContext:
-    settings = make_settings({**ENV, "LINE_API_BASE_URL": fake.base_url})
-    secrets = {"LINE_CHANNEL_ACCESS_TOKEN": token if token is not None else fake.token}
-    return platforms.context("line", settings, secrets)
-
-
 def test_built_from_settings_like_production(fake_line: FakeLine) -> None:
     settings = make_settings({**ENV, "LINE_API_BASE_URL": fake_line.base_url})
     built = platforms.sender("line", settings, {"LINE_CHANNEL_ACCESS_TOKEN": fake_line.token})
     assert built is not None
     assert built.send(target(), "hi") == "100001"
     assert platforms.sender("line", settings, {}) is None
-
-
-# --- webhook registration -----------------------------------------------------------------------
-
-
-def test_register_webhook_sets_the_endpoint(fake_line: FakeLine) -> None:
-    url = "https://abc123.execute-api.eu-west-1.amazonaws.com/webhooks/line"
-
-    result = register_webhook(line_context(fake_line), url)
-
-    assert url in result
-    request = fake_line.requests[0]
-    assert (request.http_method, request.path, request.json) == (
-        "PUT",
-        "/v2/bot/channel/webhook/endpoint",
-        {"endpoint": url},
-    )
-    assert request.headers["authorization"] == f"Bearer {fake_line.token}"
-    assert webhook_status(line_context(fake_line)) == {"endpoint": url, "active": True}
-
-
-def test_register_webhook_refuses_a_non_https_url(fake_line: FakeLine) -> None:
-    with pytest.raises(PermanentError, match="https"):
-        register_webhook(line_context(fake_line), "http://abc.example/webhooks/line")
-    assert fake_line.requests == []
-
-
-def test_registration_needs_the_access_token(fake_line: FakeLine) -> None:
-    with pytest.raises(PermanentError, match="LINE_CHANNEL_ACCESS_TOKEN"):
-        webhook_status(line_context(fake_line, token=""))
-
-
-def test_registration_failures_are_mapped_and_scrubbed(fake_line: FakeLine) -> None:
-    fake_line.answer_next(503, {"message": "unavailable"})
-    with pytest.raises(TransientError):
-        webhook_status(line_context(fake_line))
-    wrong = "wrong-line-token-for-registration"
-    with pytest.raises(PermanentError) as caught:
-        register_webhook(line_context(fake_line, token=wrong), "https://x.example/webhooks/line")
-    _assert_no_token(caught.value, wrong)

@@ -263,7 +263,7 @@ def test_a_mention_of_someone_else_is_not() -> None:
     [
         (message_event(sender=BOT), "own_message"),
         (message_event(msgtype="m.notice"), "notice"),
-        (message_event(msgtype="m.image"), "unsupported_msgtype"),
+        (message_event(msgtype="m.location"), "unsupported_msgtype"),
         (message_event(content={"m.relates_to": {"rel_type": "m.replace", "event_id": "$x"}}), "edited"),
         (message_event(body="   "), "no_text"),
         ({**message_event(), "type": "m.reaction"}, "unsupported_event"),

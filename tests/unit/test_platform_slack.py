@@ -156,7 +156,7 @@ def test_a_signature_over_another_timestamp_fails() -> None:
     [
         ({"x-slack-signature": None}, "signature header is missing"),
         ({"x-slack-signature": ""}, "signature header is missing"),
-        ({"x-slack-request-timestamp": None}, "timestamp header is missing"),
+        ({"x-slack-request-timestamp": None}, "missing x-slack-request-timestamp header"),
         ({"x-slack-request-timestamp": "1764400000.5"}, "malformed"),
         ({"x-slack-request-timestamp": "-1764400000"}, "malformed"),
         ({"x-slack-request-timestamp": "9" * 40}, "malformed"),
@@ -243,6 +243,30 @@ def test_mention_and_message_events_normalize_to_the_same_turn() -> None:
     assert as_message.text == as_mention.text == "what is the status?"
     assert as_message.facts == as_mention.facts == ("mentions_bot",)
     assert as_message.source == as_mention.source
+
+
+def test_an_install_that_sends_only_the_legacy_authed_users_has_its_mention_stripped() -> None:
+    # Given the envelopes of an older install: no `authorizations`, the bot user in `authed_users`
+    text = f"<@{BOT}> what is the status?"
+    legacy = {"authed_users": [BOT]}
+    as_mention = envelope(channel_message(text, type="app_mention", channel_type=None), event_id="Ev200")
+    as_message = envelope(channel_message(text), event_id="Ev201")
+    for payload in (as_mention, as_message):
+        del payload["authorizations"]
+        payload.update(legacy)
+    # Then both deliveries read as the one message to the bot, without its mention
+    mention, message = parse_message(as_mention), parse_message(as_message)
+    assert mention.text == message.text == "what is the status?"
+    assert mention.facts == message.facts == ("mentions_bot",)
+    assert mention.event_id == message.event_id
+
+
+def test_a_person_among_the_legacy_authed_users_is_not_taken_for_the_bot() -> None:
+    # (`authed_users` may name whoever installed the app: their own messages are still theirs)
+    payload = envelope(channel_message("hello"))
+    del payload["authorizations"]
+    payload["authed_users"] = [ALICE, BOT]
+    assert parse_message(payload).text == "hello"
 
 
 def test_a_mention_elsewhere_in_the_text_is_kept_but_noted() -> None:

@@ -208,12 +208,22 @@ def test_blank_text_is_ignored() -> None:
     assert adapter().parse(signed({"text": "  "}), NOW) == Ignored("no_text")
 
 
+@pytest.mark.parametrize("payload", [{}, {"type": "invoice.paid", "data": {"id": "in_1"}}, {"text": None}])
+def test_an_event_without_text_is_acknowledged_and_ignored(payload: dict[str, Any]) -> None:
+    # A sender treats a 400 as a failed delivery and retries it for a day: the event is
+    # acknowledged instead, with the reason in the log.
+    enqueue = FakeEnqueue()
+    assert adapter().parse(signed(payload), NOW) == Ignored("no_text")
+    response = call(signed(payload), enqueue)
+    assert (response.status, response.body) == (200, {"ok": True, "ignored": "no_text"})
+    assert enqueue.sent == []
+
+
 @pytest.mark.parametrize(
     "payload",
     [
         b"not json",
         b"[1, 2]",
-        {},
         {"text": 42},
         {"text": "hi", "chat_id": 7},
         {"text": "hi", "user_id": ["a"]},

@@ -403,6 +403,9 @@ def test_webhook_answers_400_for_a_verified_but_malformed_activity(
 # --- sender -------------------------------------------------------------------------------------
 
 
+LOOPBACK = ("127.0.0.1",)  # the fake Bot Framework's host; plain http is allowed on loopback only
+
+
 def target(**context: str) -> Target:
     base = {"service_url": "", "conversation_id": "a:1personal-conversation", "reply_to_id": "1764399999123"}
     return Target("teams", "a:1personal-conversation", None, {**base, **context})
@@ -421,6 +424,7 @@ def sender(fake_bot_framework: FakeBotFramework, clock: Clock) -> TeamsSender:
         token_url=fake_bot_framework.token_url,
         clock=clock,
         timeout=2.0,
+        service_url_hosts=LOOPBACK,
     )
 
 
@@ -555,7 +559,9 @@ def test_removed_bot_or_unknown_conversation_is_target_gone(
 
 def test_a_refused_app_password_is_permanent_and_never_echoed(fake_bot_framework: FakeBotFramework) -> None:
     wrong = "wrong-password-that-must-stay-secret"
-    sender = TeamsSender(app_id=DEFAULT_APP_ID, password=wrong, token_url=fake_bot_framework.token_url)
+    sender = TeamsSender(
+        app_id=DEFAULT_APP_ID, password=wrong, token_url=fake_bot_framework.token_url, service_url_hosts=LOOPBACK
+    )
     with pytest.raises(PermanentError) as caught:
         sender.send(to_fake(fake_bot_framework), "x")
     assert not isinstance(caught.value, TargetGone)
@@ -597,7 +603,9 @@ def test_build_sender_needs_the_app_password_and_id(fake_bot_framework: FakeBotF
 
 
 def test_the_catalog_sender_sends(fake_bot_framework: FakeBotFramework) -> None:
-    settings = make_settings(env(fake_bot_framework, TEAMS_TOKEN_URL=fake_bot_framework.token_url))
+    settings = make_settings(
+        env(fake_bot_framework, TEAMS_TOKEN_URL=fake_bot_framework.token_url, TEAMS_SERVICE_URL_HOSTS="127.0.0.1")
+    )
     built = platforms.sender("teams", settings, {"TEAMS_APP_PASSWORD": DEFAULT_APP_PASSWORD})
     assert built is not None
     assert built.send(to_fake(fake_bot_framework), "hi") == "activity-1"

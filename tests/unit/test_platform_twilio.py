@@ -27,10 +27,8 @@ from hermes_gateway.platforms.twilio import (
     EMPTY_TWIML,
     SIGNATURE_HEADER,
     parse_message,
-    register_webhook,
     signed_url,
     twilio_signature,
-    webhook_status,
 )
 from hermes_gateway.services.ingress import Accepted, HttpRequest, HttpResponse, Ignored, handle_webhook
 from tests.fakes import platforms
@@ -243,8 +241,8 @@ def test_media_is_listed_and_its_text_kept() -> None:
     message = _message(params)
     assert message.text == ""
     assert message.attachments == (
-        {"url": "https://api.twilio.com/m0", "content_type": "image/jpeg"},
-        {"url": "https://api.twilio.com/m1", "content_type": "image/png"},
+        {"kind": "image", "mime": "image/jpeg", "ref": {"url": "https://api.twilio.com/m0"}},
+        {"kind": "image", "mime": "image/png", "ref": {"url": "https://api.twilio.com/m1"}},
     )
 
 
@@ -446,46 +444,3 @@ def test_no_sender_without_credentials(fake_twilio: FakeTwilio) -> None:
     assert platforms.sender("sms", settings, {}) is None
     no_sid = make_settings({**ENV, "TWILIO_FROM_NUMBER": DEFAULT_NUMBER})
     assert platforms.sender("sms", no_sid, {"TWILIO_AUTH_TOKEN": fake_twilio.auth_token}) is None
-
-
-def test_register_webhook_sets_the_numbers_sms_url(fake_twilio: FakeTwilio) -> None:
-    url = "https://abc123.execute-api.eu-west-1.amazonaws.com/webhooks/sms"
-
-    result = register_webhook(context(fake_twilio), url)
-
-    assert url in result and DEFAULT_NUMBER in result
-    lookup, update = fake_twilio.requests
-    assert lookup.http_method == "GET" and lookup.query == {"PhoneNumber": DEFAULT_NUMBER}
-    assert update.path.endswith(f"/IncomingPhoneNumbers/{'PN' + 'f' * 32}.json")
-    assert update.form == {"SmsUrl": url, "SmsMethod": "POST"}
-    assert webhook_status(context(fake_twilio)) == {
-        "phone_number": DEFAULT_NUMBER,
-        "sid": "PN" + "f" * 32,
-        "sms_url": url,
-        "sms_method": "POST",
-    }
-
-
-def test_register_webhook_for_a_number_not_in_the_account(fake_twilio: FakeTwilio) -> None:
-    with pytest.raises(PermanentError, match="no phone number"):
-        register_webhook(context(fake_twilio, TWILIO_FROM_NUMBER="+15550001111"), "https://x.example/webhooks/sms")
-
-
-def test_register_webhook_needs_configuration_and_an_http_url(fake_twilio: FakeTwilio) -> None:
-    with pytest.raises(PermanentError, match="TWILIO_FROM_NUMBER"):
-        webhook_status(context(fake_twilio, TWILIO_FROM_NUMBER=""))
-    with pytest.raises(PermanentError, match="TWILIO_ACCOUNT_SID"):
-        webhook_status(context(fake_twilio, TWILIO_ACCOUNT_SID=""))
-    with pytest.raises(PermanentError, match="http"):
-        register_webhook(context(fake_twilio), "ftp://x.example/webhooks/sms")
-    assert fake_twilio.requests == []
-
-
-def test_registration_failures_are_mapped_and_scrubbed(fake_twilio: FakeTwilio) -> None:
-    fake_twilio.answer_next(500, twilio_error(500, 20500, "Internal Server Error"))
-    with pytest.raises(TransientError):
-        webhook_status(context(fake_twilio))
-    wrong = "wrong-token-for-registration"
-    with pytest.raises(PermanentError) as caught:
-        register_webhook(context(fake_twilio, token=wrong), "https://x.example/webhooks/sms")
-    _assert_no_token(caught.value, wrong)

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from hermes_gateway.adapters.aws import delivery_group_id
 from hermes_gateway.domain.profiles import ProfileDirectory, directory_for, pairing_for
 from hermes_gateway.domain.reset_policy import rules_from_settings
 from hermes_gateway.domain.source import InboundMessage, SessionSource
@@ -23,11 +22,11 @@ from hermes_gateway.services.ingress import HttpRequest, handle_webhook, webhook
 from hermes_gateway.services.router import Access, route_message
 from hermes_gateway.services.turn import turn_profile
 from hermes_gateway.services.turn_commands import reply_target
-from hermes_gateway.settings import MAX_PROFILES, load_settings
+from hermes_gateway.settings import MAX_PROFILES, load_settings, settings_env
 from tests.fakes import platforms
 from tests.fakes.access import FakePairingStore
 from tests.fakes.services import FakeDeliveryQueue, FakeDirectory, FakeEnqueue, FakeEvents, FakeStarter
-from tests.fakes.sessions import FakeSessionStore
+from tests.fakes.sessions import memory_stores, seed
 
 NOW = 1_764_400_000.0
 CODER = {
@@ -86,7 +85,7 @@ def test_an_unknown_profile_is_refused_and_a_named_profile_knows_only_itself() -
 
 def test_the_environment_carries_every_profile_and_reads_back_the_same_settings() -> None:
     base = settings()
-    env = base.to_env(changed_only=True)
+    env = settings_env(base, changed_only=True)
     overlays = json.loads(env["GATEWAY_PROFILES"])
     assert overlays["coder"]["GATEWAY_MODEL"] == "coder-model" and overlays["coder"]["TELEGRAM_ENABLED"] == "true"
     assert load_settings(env=env) == base
@@ -143,13 +142,13 @@ def test_a_session_key_names_its_profiles_settings_and_reset_rules() -> None:
 
 
 def test_each_profiles_reset_policy_applies_to_its_own_sessions_only() -> None:
-    store = FakeSessionStore(rules_from_settings(settings()))
+    stores = memory_stores(rules_from_settings(settings()))
     source = SessionSource("telegram", chat_id="99", user_id="42")
     for key in ("agent:main:telegram:dm:99", "agent:coder:telegram:dm:99"):
-        store.get_or_create(source, key, NOW)
+        stores.routes.open(source, key, NOW)
     later = NOW + 11 * 60
-    assert not store.get_or_create(source, "agent:main:telegram:dm:99", later).created
-    replaced = store.get_or_create(source, "agent:coder:telegram:dm:99", later)
+    assert not stores.routes.open(source, "agent:main:telegram:dm:99", later).created
+    replaced = stores.routes.open(source, "agent:coder:telegram:dm:99", later)
     assert replaced.created and replaced.reset_reason == "idle"
 
 
@@ -287,19 +286,19 @@ def _message(profile: str | None, event: str) -> InboundMessage:
 
 def test_a_user_allowed_by_one_bot_is_paired_separately_with_another() -> None:
     base = settings()
-    store, starter, pairing = FakeSessionStore(), FakeStarter(), FakePairingStore()
+    stores, starter, pairing = memory_stores(), FakeStarter(), FakePairingStore()
     replies = FakeDeliveryQueue()
 
     def access(profile: str | None) -> Access:
         return Access(pairing=pairing_for(pairing, profile), replies=replies, events=FakeEvents())
 
     allowed = route_message(
-        _message(None, "e1"), settings=base, store=store, lease=store, starter=starter, access=access(None), now=NOW
+        _message(None, "e1"), settings=base, stores=stores, starter=starter, access=access(None), now=NOW
     )
     assert allowed.status == "started"
     coder = base.for_profile("coder")
     paired = route_message(
-        _message("coder", "p:coder:e1"), settings=coder, store=store, lease=store, starter=starter,
+        _message("coder", "p:coder:e1"), settings=coder, stores=stores, starter=starter,
         access=access("coder"), now=NOW,
     )  # fmt: skip
     assert paired.status == "pairing"
@@ -313,7 +312,7 @@ def test_a_user_allowed_by_one_bot_is_paired_separately_with_another() -> None:
     assert pairing_for(pairing, "coder").is_approved("telegram", "42")
     assert not pairing.is_approved("telegram", "42")
     assert [a.platform for a in pairing_for(pairing, "coder").approved("telegram")] == ["telegram"]
-    [turn] = [t for name, t in starter.started.items() if t["session_key"].startswith("agent:main:")]
+    [turn] = [t["turn"] for name, t in starter.started.items() if t["turn"]["session_key"].startswith("agent:main:")]
     assert "profile" not in turn["reply_to"]
 
 
@@ -339,25 +338,19 @@ def test_each_profile_sees_only_its_own_home_channels_named_chats_and_gone_targe
 
 
 def test_a_reply_target_and_a_delivery_job_carry_a_named_profile() -> None:
-    target = reply_target(_message("coder", "e"))
-    assert target["profile"] == "coder" and "profile" not in reply_target(_message(None, "e"))
+    target = reply_target(_message("coder", "e")).to_dict()
+    assert target["profile"] == "coder" and "profile" not in reply_target(_message(None, "e")).to_dict()
     job = DeliveryJob.from_dict({"delivery_id": "d1", "target": target, "text": "hi"})
     assert job.profile == "coder"
     plain = {"delivery_id": "d1", "target": {"platform": "telegram", "chat_id": "9"}, "text": "hi"}
     assert DeliveryJob.from_dict(plain).profile is None
 
 
-def test_two_bots_in_one_chat_are_two_delivery_groups_and_the_default_keeps_its_group() -> None:
-    plain = {"platform": "telegram", "chat_id": "99", "thread_id": None}
-    assert delivery_group_id({"target": plain}) == delivery_group_id({"target": {**plain, "profile": None}})
-    assert delivery_group_id({"target": plain}) != delivery_group_id({"target": {**plain, "profile": "coder"}})
-
-
 def test_a_turn_runs_as_its_messages_profile_or_its_jobs() -> None:
-    assert turn_profile({"source": {"profile": "coder"}}) == "coder"
-    assert turn_profile({"kind": "cron", "job": {"profile": "coder"}}) == "coder"
-    assert turn_profile({"kind": "cron", "job": {"profile": None}}) is None
-    assert turn_profile({"source": {"platform": "telegram"}}) is None
+    assert turn_profile({"turn": {"source": {"profile": "coder"}}}) == "coder"
+    assert turn_profile({"turn": {"kind": "cron", "job": {"profile": "coder"}}}) == "coder"
+    assert turn_profile({"turn": {"kind": "cron", "job": {"profile": None}}}) is None
+    assert turn_profile({"turn": {"source": {"platform": "telegram"}}}) is None
 
 
 # -- the wiring builds each profile's own parts -----------------------------------------------------
@@ -399,45 +392,69 @@ def test_the_session_api_lists_and_changes_one_profiles_sessions_only() -> None:
     from hermes_gateway.services.session_api import SessionApiDeps, handle_request
     from tests.fakes.receipts import FakeReceipts
 
-    store, starter = FakeSessionStore(), FakeStarter()
+    stores, starter = memory_stores(), FakeStarter()
     source = SessionSource("telegram", chat_id="99", user_id="42", user_name="Al")
     ids = {}
     for profile in ("default", "coder"):
-        entry = store.get_or_create(source, build_session_key(source, profile=profile), NOW)
-        store.append_message(entry.session_id, "user", f"hi from {profile}", NOW)
-        ids[profile] = entry.session_id
-    deps = SessionApiDeps(settings(), store, FakeReceipts(), FakeEvents(), now=lambda: NOW + 5, starter=starter)
+        ids[profile] = seed(stores, source, build_session_key(source, profile=profile), f"hi from {profile}", now=NOW)
+    deps = SessionApiDeps(settings(), stores, FakeReceipts(), FakeEvents(), now=lambda: NOW + 5, starter=starter)
 
-    def listed(**extra: Any) -> list[str]:
-        answer = handle_request({"verb": "session.list", **extra}, deps)
+    def listed(route: str | None = None) -> list[str]:
+        answer = handle_request({"verb": "session.list"}, deps, route)
         return [item["session_id"] for item in answer.body["sessions"]]
 
-    assert listed() == [ids["default"]] and listed(profile="coder") == [ids["coder"]]
-    unknown = handle_request({"verb": "session.list", "profile": "writer"}, deps)
+    assert listed() == [ids["default"]] and listed("coder") == [ids["coder"]]
+    unknown = handle_request({"verb": "session.list"}, deps, "writer")
     assert (unknown.status, unknown.body["error"]["reason"]) == (404, "not_found")
     # another profile's session is not found; its own is reset, and its memories flushed
     foreign = handle_request({"verb": "session.resume", "session_id": ids["coder"]}, deps)
     assert foreign.status == 404
-    snap = handle_request({"verb": "session.resume", "session_id": ids["coder"], "profile": "coder"}, deps)
+    snap = handle_request({"verb": "session.resume", "session_id": ids["coder"]}, deps, "coder")
     fences = {k: snap.body["session"][k] for k in ("revision", "execution_generation")}
     body = {"verb": "session.mutate", "op": "reset", "request_id": "r1", "session_id": ids["coder"], **fences}
-    reset = handle_request({**body, "profile": "coder"}, deps)
+    reset = handle_request({**body, "profile": "coder"}, deps, "coder")  # the body may name its own route's
     assert reset.status == 200, reset.body
-    [(name, turn)] = starter.calls
-    assert name == f"flush-{ids['coder']}" and turn["kind"] == "flush"
-    assert turn["session_key"] == "agent:coder:telegram:dm:99"
+    [(name, state)] = starter.calls
+    assert name == f"flush-{ids['coder']}" and state["turn"]["kind"] == "flush"
+    assert state["turn"]["session_key"] == "agent:coder:telegram:dm:99"
+
+
+@pytest.mark.parametrize(
+    ("route", "named"),
+    [(None, "coder"), ("coder", "default"), ("coder", "writer"), (None, "writer")],
+)
+def test_a_caller_of_one_profiles_route_is_denied_another_profiles_sessions(route: str | None, named: str) -> None:
+    # Given a caller IAM allows on one profile's route only (its own `execute-api:Invoke` grant)
+    from hermes_gateway.domain.session_key import build_session_key
+    from hermes_gateway.services.session_api import SessionApiDeps, handle_request
+    from tests.fakes.receipts import FakeReceipts
+
+    stores = memory_stores()
+    source = SessionSource("telegram", chat_id="99", user_id="42", user_name="Al")
+    other = stores.routes.open(source, build_session_key(source, profile=named), NOW)
+    deps = SessionApiDeps(settings(), stores, FakeReceipts(), FakeEvents(), now=lambda: NOW + 5)
+    for body in (
+        {"verb": "session.list", "profile": named},
+        {"verb": "session.resume", "session_id": other.session_id, "profile": named},
+        {"verb": "session.mutate", "op": "delete", "request_id": "r9", "session_id": other.session_id,
+         "revision": other.revision, "execution_generation": other.execution_generation, "profile": named},
+    ):  # fmt: skip
+        # When its request names another profile
+        answer = handle_request(body, deps, route)
+        # Then it is refused as such, and the other profile's session is untouched
+        assert (answer.status, answer.body["error"]["reason"]) == (403, "permission_denied"), body
+    assert stores.catalogue.get_session(other.session_id) is not None
 
 
 def test_the_expiry_sweep_ends_a_session_by_its_own_profiles_policy() -> None:
     from hermes_gateway.services.session_sweep import sweep_expired_sessions
 
     base = settings()
-    store, starter = FakeSessionStore(rules_from_settings(base)), FakeStarter()
+    stores, starter = memory_stores(rules_from_settings(base)), FakeStarter()
     source = SessionSource("telegram", chat_id="99", user_id="42")
     for key in ("agent:main:telegram:dm:99", "agent:coder:telegram:dm:99"):
-        entry = store.get_or_create(source, key, NOW)
-        store.append_message(entry.session_id, "user", "hello", NOW)
-    result = sweep_expired_sessions(store, starter, base, NOW + 11 * 60)
+        seed(stores, source, key, "hello", now=NOW)
+    result = sweep_expired_sessions(stores.sweep, stores.catalogue, starter, base, NOW + 11 * 60)
     assert result.expired == 1
-    [(_, turn)] = starter.calls
-    assert turn["session_key"] == "agent:coder:telegram:dm:99"
+    [(_, state)] = starter.calls
+    assert state["turn"]["session_key"] == "agent:coder:telegram:dm:99"

@@ -64,7 +64,7 @@ def test_openai_sends_tools_and_reads_tool_calls(fake_openai: FakeOpenAI) -> Non
         ToolCall("call_0_0", "memory", {"action": "list"}),
         ToolCall("call_0_1", "session_search", {"query": "tea"}),
     )
-    assert (reply.text, reply.stop_reason, reply.wants_tools) == ("", "tool_calls", True)
+    assert (reply.text, reply.stop_reason) == ("", "tool_calls")
 
 
 def test_openai_sends_tool_calls_and_results_back_in_its_format(fake_openai: FakeOpenAI) -> None:

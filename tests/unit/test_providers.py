@@ -15,12 +15,13 @@ from hermes_gateway.providers.base import ChatMessage
 from hermes_gateway.providers.bedrock import BedrockProvider
 from hermes_gateway.providers.echo import EchoProvider
 from hermes_gateway.providers.openai_compat import OpenAICompatProvider
-from hermes_gateway.providers.retry import SINGLE_ATTEMPT
+from hermes_gateway.providers.retry import RetryPolicy
 from hermes_gateway.secrets import Secrets
 from hermes_gateway.settings import ProviderSettings
 from tests.fakes.openai_server import DEFAULT_REPLY, FakeOpenAI
 
 API_KEY = "sk-test-0123456789abcdef"
+SINGLE_ATTEMPT = RetryPolicy(max_attempts=1)  # the failure itself, without the retries around it
 HISTORY = [
     ChatMessage("user", "hello"),
     ChatMessage("assistant", "hi there"),

@@ -7,13 +7,15 @@ from typing import Any
 
 import pytest
 
+from hermes_gateway.domain.ports import SessionStores
 from hermes_gateway.domain.session_key import build_session_key
+from hermes_gateway.domain.sessions import SessionTally, TranscriptRow
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.errors import TransientError
 from hermes_gateway.services.session_api import REASONS, ApiResponse, SessionApiDeps, handle_request
 from tests.fakes.receipts import FakeReceipts
 from tests.fakes.services import FakeEvents, make_settings
-from tests.fakes.sessions import FakeSessionStore
+from tests.fakes.sessions import memory_stores, seed
 
 NOW = 1_800_000_000.0
 DM = SessionSource("telegram", chat_id="99", user_id="42", user_name="Al")
@@ -28,11 +30,11 @@ class Clock:
         return self.now
 
 
-def make_deps(store: FakeSessionStore | None = None, profile: str = "default", **kwargs: Any) -> SessionApiDeps:
+def make_deps(stores: SessionStores | None = None, profile: str = "default", **kwargs: Any) -> SessionApiDeps:
     settings = make_settings({"GATEWAY_PROFILE": profile})
     return SessionApiDeps(
         settings=settings,
-        store=store or FakeSessionStore(),
+        stores=stores or memory_stores(),
         receipts=kwargs.pop("receipts", FakeReceipts()),
         events=kwargs.pop("events", FakeEvents()),
         now=kwargs.pop("now", Clock()),
@@ -41,13 +43,31 @@ def make_deps(store: FakeSessionStore | None = None, profile: str = "default", *
     )
 
 
-def chat_session(store: FakeSessionStore, texts: list[str], profile: str | None = None) -> str:
+def chat_session(stores: SessionStores, texts: list[str], profile: str | None = None) -> str:
     """A telegram DM session with alternating user/assistant rows."""
-    key = build_session_key(DM, profile=profile)
-    entry = store.get_or_create(DM, key, NOW)
-    for i, text in enumerate(texts):
-        store.append_message(entry.session_id, "user" if i % 2 == 0 else "assistant", text, NOW + i)
-    return entry.session_id
+    return seed(stores, DM, build_session_key(DM, profile=profile), *texts, now=NOW)
+
+
+def hold(stores: SessionStores, key: str, at: float) -> str:
+    """A turn takes the session's lease; its token."""
+    entry = stores.routes.get(key)
+    assert entry is not None and stores.leases.begin(entry, "turn-1", "tok", f"e{at}", at) is not None
+    return "tok"
+
+
+def release(stores: SessionStores, key: str, at: float) -> None:
+    entry = stores.routes.get(key)
+    assert entry is not None
+    finished = stores.leases.finish(
+        key,
+        entry.session_id,
+        "tok",
+        lambda queue, seq: None,
+        at,
+        tally=SessionTally(),
+        succeeded=True,  # type: ignore[arg-type,return-value]
+    )
+    assert finished.status == "released"
 
 
 def call(deps: SessionApiDeps, **body: Any) -> ApiResponse:
@@ -69,7 +89,7 @@ def mutate(deps: SessionApiDeps, session_id: str, op: str, request_id: str, **ex
 def test_resume_returns_a_snapshot_with_row_ids_and_fences() -> None:
     # Given a session with two messages
     deps = make_deps()
-    session_id = chat_session(deps.store, ["hello", "hi there"])  # type: ignore[arg-type]
+    session_id = chat_session(deps.stores, ["hello", "hi there"])
     # When it is resumed
     snap = resume(deps, session_id)
     # Then the snapshot carries its id, title, messages with row ids, and the fences
@@ -78,7 +98,7 @@ def test_resume_returns_a_snapshot_with_row_ids_and_fences() -> None:
         (1, "user", "hello"),
         (2, "assistant", "hi there"),
     ]
-    route = deps.store.get_route(build_session_key(DM))
+    route = deps.stores.routes.get(build_session_key(DM))
     assert route is not None
     assert (snap["revision"], snap["execution_generation"]) == (route.revision, route.execution_generation)
     assert snap["info"]["message_count"] == 2 and snap["info"]["current"] is True
@@ -87,7 +107,7 @@ def test_resume_returns_a_snapshot_with_row_ids_and_fences() -> None:
 
 def test_rename_then_a_stale_revision_is_a_conflict_and_changes_nothing() -> None:
     deps = make_deps()
-    session_id = chat_session(deps.store, ["hello"])  # type: ignore[arg-type]
+    session_id = chat_session(deps.stores, ["hello"])
     snap = resume(deps, session_id)
     first = call(
         deps,
@@ -117,7 +137,7 @@ def test_rename_then_a_stale_revision_is_a_conflict_and_changes_nothing() -> Non
 @pytest.mark.parametrize("op", ["delete", "rewind", "reset", "branch", "model", "compress"])
 def test_every_op_but_rename_needs_the_execution_generation(op: str) -> None:
     deps = make_deps()
-    session_id = chat_session(deps.store, ["hello", "hi"])  # type: ignore[arg-type]
+    session_id = chat_session(deps.stores, ["hello", "hi"])
     snap = resume(deps, session_id)
     extra = {"to_seq": 1, "model": {"model": "gpt-4o"}, "summary": "s"}
     missing = call(
@@ -126,8 +146,8 @@ def test_every_op_but_rename_needs_the_execution_generation(op: str) -> None:
     assert missing.status == 400 and missing.body["error"]["reason"] == "invalid"
     # A turn started since the read: the generation moved on, the mutation is refused
     key = build_session_key(DM)
-    assert deps.store.acquire(key, "turn-1", "tok", NOW, 60)  # type: ignore[attr-defined]
-    assert deps.store.release(key, "tok")  # type: ignore[attr-defined]
+    hold(deps.stores, key, NOW)
+    release(deps.stores, key, NOW + 1)
     stale = call(
         deps,
         verb="session.mutate",
@@ -145,7 +165,7 @@ def test_every_op_but_rename_needs_the_execution_generation(op: str) -> None:
 def test_a_retried_request_returns_its_first_receipt_and_applies_once() -> None:
     # Given a rewind applied once
     deps = make_deps()
-    session_id = chat_session(deps.store, ["a", "b", "c", "d"])  # type: ignore[arg-type]
+    session_id = chat_session(deps.stores, ["a", "b", "c", "d"])
     snap = resume(deps, session_id)
     body = {
         "verb": "session.mutate",
@@ -171,7 +191,7 @@ def test_a_retried_request_returns_its_first_receipt_and_applies_once() -> None:
 
 def test_a_request_id_reused_for_another_request_is_invalid() -> None:
     deps = make_deps()
-    session_id = chat_session(deps.store, ["a"])  # type: ignore[arg-type]
+    session_id = chat_session(deps.stores, ["a"])
     snap = resume(deps, session_id)
     base = {"verb": "session.mutate", "op": "rename", "request_id": "same", "session_id": session_id}
     assert handle_request({**base, "revision": snap["revision"], "title": "One"}, deps).status == 200
@@ -182,7 +202,7 @@ def test_a_request_id_reused_for_another_request_is_invalid() -> None:
 def test_concurrent_retries_apply_once_and_all_see_the_same_receipt() -> None:
     # Given one branch request sent by eight racing retries
     deps = make_deps(in_progress_wait=5.0, sleep=lambda s: threading.Event().wait(0.01))
-    session_id = chat_session(deps.store, ["a", "b"])  # type: ignore[arg-type]
+    session_id = chat_session(deps.stores, ["a", "b"])
     snap = resume(deps, session_id)
     body = {
         "verb": "session.mutate",
@@ -203,9 +223,10 @@ def test_concurrent_retries_apply_once_and_all_see_the_same_receipt() -> None:
     children = {a.body["session"]["id"] for a in answers}
     assert len(children) == 1
     assert sum(1 for a in answers if not a.replayed) == 1
-    store = deps.store
-    assert isinstance(store, FakeSessionStore)
-    assert len([s for s in store.sessions.values() if s.get("parent_session_id") == session_id]) == 1
+    children_in_store = [
+        s for s in deps.stores.catalogue.list_sessions("agent:main") if s.parent_session_id == session_id
+    ]
+    assert len(children_in_store) == 1
 
 
 def test_create_list_search_and_detach() -> None:
@@ -218,7 +239,11 @@ def test_create_list_search_and_detach() -> None:
     listed = call(deps, verb="session.list")
     assert [s["session_id"] for s in listed.body["sessions"]] == [session_id]
     assert listed.body["sessions"][0]["title"] == "Notes"
-    deps.store.append_message(session_id, "user", "the blue whale is big", NOW)
+    info = deps.stores.catalogue.get_session(session_id)
+    assert info is not None
+    seq = deps.stores.leases.allocate(info.session_key, session_id, 1, NOW)
+    assert seq is not None
+    deps.stores.transcript.put(session_id, TranscriptRow(seq, "user", "the blue whale is big", NOW))
     hits = call(deps, verb="session.search", query="WHALE").body["hits"]
     assert [h["session_id"] for h in hits] == [session_id] and "whale" in hits[0]["snippet"]
     detached = call(deps, verb="session.detach", request_id="d1", session_id=session_id, end_reason="client_closed")
@@ -231,7 +256,7 @@ def test_create_list_search_and_detach() -> None:
 
 def test_sessions_are_scoped_to_the_deployment_profile() -> None:
     # Given one store shared by two profiles, with a session in profile "coder"
-    store = FakeSessionStore()
+    store = memory_stores()
     coder_session = chat_session(store, ["secret plans"], profile="coder")
     main = make_deps(store, profile="default")
     coder = make_deps(store, profile="coder")
@@ -250,10 +275,10 @@ def test_sessions_are_scoped_to_the_deployment_profile() -> None:
 
 def test_a_running_turn_makes_destructive_ops_busy() -> None:
     deps = make_deps()
-    session_id = chat_session(deps.store, ["a", "b"])  # type: ignore[arg-type]
+    session_id = chat_session(deps.stores, ["a", "b"])
     key = build_session_key(DM)
     snap_before = resume(deps, session_id)
-    assert deps.store.acquire(key, "turn-1", "tok", NOW + 100, 3600)  # type: ignore[attr-defined]
+    hold(deps.stores, key, NOW + 100)
     snap = resume(deps, session_id)
     assert snap["info"]["busy"] is True and snap["execution_generation"] > snap_before["execution_generation"]
     busy = call(
@@ -269,7 +294,7 @@ def test_a_running_turn_makes_destructive_ops_busy() -> None:
     assert busy.status == 423 and busy.body["error"]["reason"] == "busy"
     # A busy answer is not a receipt: once the turn ends, the same request is decided afresh
     # (here refused: the turn moved the session on, so the fences the client read are stale)
-    assert deps.store.release(key, "tok")  # type: ignore[attr-defined]
+    release(deps.stores, key, NOW + 150)
     again = call(
         deps,
         verb="session.mutate",
@@ -288,7 +313,7 @@ def test_a_running_turn_makes_destructive_ops_busy() -> None:
 
 def test_model_override_is_sanitized_and_keys_are_refused() -> None:
     deps = make_deps()
-    session_id = chat_session(deps.store, ["a"])  # type: ignore[arg-type]
+    session_id = chat_session(deps.stores, ["a"])
     ok = mutate(deps, session_id, "model", "m1", model={"model": "gpt-4o", "provider": "openai"})
     assert ok.status == 200 and ok.body["model_override"] == {"model": "gpt-4o", "provider": "openai"}
     assert resume(deps, session_id)["info"]["model_override"] == {"model": "gpt-4o", "provider": "openai"}
@@ -301,7 +326,7 @@ def test_model_override_is_sanitized_and_keys_are_refused() -> None:
 def test_reset_branch_compress_and_delete() -> None:
     events = FakeEvents()
     deps = make_deps(events=events)
-    session_id = chat_session(deps.store, ["a", "b", "c", "d"])  # type: ignore[arg-type]
+    session_id = chat_session(deps.stores, ["a", "b", "c", "d"])
     branched = mutate(deps, session_id, "branch", "b1", title="Fork")
     child = branched.body["session"]["id"]
     assert branched.status == 200 and branched.body["parent"] == session_id
@@ -343,20 +368,37 @@ def test_bad_requests_get_a_bounded_reason_code(body: Any, reason: str) -> None:
 
 
 def test_an_unavailable_store_answers_503_and_gives_the_request_id_back() -> None:
-    class Throttled(FakeSessionStore):
+    stores = memory_stores()
+
+    class Throttled:
         fail = True
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(stores.catalogue, name)
 
         def end_session(self, session_id: str, reason: str, now: float) -> bool:
             if self.fail:
                 raise TransientError("throttled")
-            return super().end_session(session_id, reason, now)
+            return stores.catalogue.end_session(session_id, reason, now)
 
-    store = Throttled()
-    deps = make_deps(store)
-    session_id = chat_session(store, ["a"])
+    throttled = Throttled()
+    from dataclasses import replace
+
+    deps = make_deps(replace(stores, catalogue=throttled))  # type: ignore[arg-type]
+    session_id = chat_session(stores, ["a"])
     body = {"verb": "session.detach", "request_id": "d1", "session_id": session_id}
     first = handle_request(dict(body), deps)
     assert first.status == 503 and first.body["error"]["reason"] == "unavailable"
-    store.fail = False
+    throttled.fail = False
     second = handle_request(dict(body), deps)
     assert second.status == 200 and second.body["ended"] is True and not second.replayed
+
+
+@pytest.mark.parametrize(
+    ("path", "profile"),
+    [("/api/sessions", None), ("/p/coder/api/sessions", "coder"), ("/p/my_bot/api/sessions/", "my_bot")],
+)
+def test_the_route_names_the_profile(path: str, profile: str | None) -> None:
+    from hermes_gateway.services.session_api import route_profile
+
+    assert route_profile(path) == profile

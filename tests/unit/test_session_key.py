@@ -38,7 +38,8 @@ EXAMPLES = [
     (
         S("telegram", chat_id=SUPERGROUP, chat_type="group", thread_id="17585", user_id="42"),
         {},
-        f"agent:main:telegram:group:{SUPERGROUP}:17585",
+        # `thread`, not `group`: user 17585's own session in the forum's General topic is `group:…:17585`
+        f"agent:main:telegram:thread:{SUPERGROUP}:17585",
     ),
     (
         S("telegram", chat_id=SUPERGROUP, chat_type="group", thread_id="17585", user_id="42"),
@@ -90,7 +91,7 @@ def test_channel_message_and_the_thread_it_opens_share_a_key() -> None:
 def test_thread_isolation_needs_both_settings() -> None:
     src = S("telegram", chat_id="g", chat_type="group", thread_id="t", user_id="u")
     assert build_session_key(src, thread_sessions_per_user=True, group_sessions_per_user=False) == (
-        "agent:main:telegram:group:g:t"
+        "agent:main:telegram:thread:g:t"
     )
 
 
@@ -196,8 +197,12 @@ def test_participant_is_appended_only_when_isolation_applies(src: SessionSource)
     shared = build_session_key(src, group_sessions_per_user=False)
     isolated = build_session_key(src, group_sessions_per_user=True, thread_sessions_per_user=True)
     default = build_session_key(src)
+    grouped = shared
+    if thread and src.platform == "telegram":  # a shared thread says so (test_session_key_collisions.py)
+        slot = "thread" if src.prospective_thread_id and not src.thread_id else src.chat_type
+        grouped = shared.replace(":telegram:thread:", f":telegram:{slot}:", 1)
     if participant:
-        assert isolated == f"{shared}:{participant}"
+        assert isolated == f"{grouped}:{participant}"
         assert default == (shared if thread else isolated)
     else:
         assert isolated == shared == default

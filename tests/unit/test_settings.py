@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from hermes_gateway.errors import ConfigError
 from hermes_gateway.resources import SECRET_NAMES
-from hermes_gateway.settings import FIELDS, PROVIDERS, Settings, load_settings, load_settings_file
+from hermes_gateway.settings import FIELDS, PROVIDERS, Settings, load_settings, load_settings_file, settings_env
 
 
 def load(env: dict[str, str] | None = None, config: dict[str, Any] | None = None) -> Settings:
@@ -162,7 +162,7 @@ def test_an_empty_list_variable_clears_a_yaml_list() -> None:
 
 
 def test_to_env_names_every_field_and_no_secret() -> None:
-    env = load().to_env()
+    env = settings_env(load())
 
     assert set(env) == {f.env for f in FIELDS}
     assert not set(env) & set(SECRET_NAMES)
@@ -184,7 +184,7 @@ def test_to_env_round_trips_a_fully_configured_settings() -> None:
     )
 
     # When it travels as environment variables into a function
-    rebuilt = load_settings(env=original.to_env(), config={})
+    rebuilt = load_settings(env=settings_env(original), config={})
 
     # Then the function sees the same settings
     assert rebuilt == original
@@ -201,7 +201,7 @@ _IDS = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-@.", min_size=1, 
     model=st.from_regex(r"[a-z0-9.:-]{1,20}", fullmatch=True),
     time_zone=st.sampled_from(["UTC", "Europe/Berlin", "Asia/Kolkata", "America/Sao_Paulo"]),
     timeout=st.integers(1, 80),
-    busy_retry=st.integers(1, 60),
+    busy_retry=st.integers(1, 5),
     body=st.integers(1024, 200_000),
     flags=st.tuples(*[st.booleans()] * 7),
     tg_users=st.lists(_IDS, max_size=4),
@@ -239,7 +239,7 @@ def test_to_env_round_trip_property(
     }
     original = load(config=config)
 
-    assert load_settings(env=original.to_env(), config={}) == original
+    assert load_settings(env=settings_env(original), config={}) == original
 
 
 def test_an_allowlist_entry_that_the_environment_could_not_carry_is_refused() -> None:
@@ -347,7 +347,7 @@ def test_a_secret_in_the_environment_is_not_a_setting() -> None:
     # Local mode reads secrets from the environment: they must neither fail settings nor leak into to_env.
     env = {"TELEGRAM_BOT_TOKEN": "123:abc", "OPENAI_API_KEY": "sk-test"}
 
-    assert "123:abc" not in str(load(env).to_env())
+    assert "123:abc" not in str(settings_env(load(env)))
 
 
 def test_an_empty_yaml_section_is_no_settings() -> None:
@@ -411,34 +411,18 @@ def test_a_url_with_whitespace_is_refused(url: str) -> None:
     assert "provider.openai_base_url" in message
 
 
-def test_busy_retry_delay_is_short_for_a_young_turn_and_grows_with_its_age() -> None:
-    from hermes_gateway.settings import BUSY_RETRY_CAP_SECONDS, busy_patience_seconds, busy_retry_delay
-
-    assert busy_retry_delay(1, 0.0) == 1
-    assert busy_retry_delay(1, 40.0) == 10
-    assert busy_retry_delay(1, 10_000.0) == BUSY_RETRY_CAP_SECONDS
-    # With the defaults, a waiting message outlives the longest lease before it is dead-lettered.
-    s = load()
-    assert busy_patience_seconds(1, 30) > s.sessions.turn_timeout_seconds + 60
-
-
-def test_a_queue_that_would_dead_letter_waiting_messages_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Given an inbound queue that gives up after 5 receives (about 5 s of waiting at 1 s a try)
-    import dataclasses
-
-    import hermes_gateway.settings as settings_module
-
-    short = dataclasses.replace(settings_module.INBOUND_QUEUE, max_receive_count=5)
-    monkeypatch.setattr(settings_module, "INBOUND_QUEUE", short)
-    # Then a turn's 360 s lease cannot be waited out, and the settings say so
-    with pytest.raises(ConfigError, match=r"sessions\.busy_retry_seconds.*less than a turn's lease"):
-        load()
+def test_the_busy_retry_pause_is_bounded_by_the_inbox_consumers_longest_pause() -> None:
+    # A message for a busy session waits on the lease as queued input; the router retries only a
+    # message whose route changed under it, after this pause.
+    assert load().sessions.busy_retry_seconds == 1
+    with pytest.raises(ConfigError, match=r"sessions\.busy_retry_seconds"):
+        load({"GATEWAY_BUSY_RETRY_SECONDS": "6"})
 
 
 def test_group_users_from_yaml_and_from_the_environment_round_trip() -> None:
     s = load(config={"platforms": {"telegram": {"group_users": {"-100": ["42", "43"], -200: [7]}}}})
     assert s.platforms["telegram"].group_users == {"-100": ("42", "43"), "-200": ("7",)}
-    assert load_settings(env=s.to_env(), config={}) == s
+    assert load_settings(env=settings_env(s), config={}) == s
     with pytest.raises(ConfigError, match="TELEGRAM_GROUP_USERS"):
         load_settings(env={"TELEGRAM_GROUP_USERS": "-100"}, config={})
     with pytest.raises(ConfigError, match="group_users"):
@@ -447,6 +431,6 @@ def test_group_users_from_yaml_and_from_the_environment_round_trip() -> None:
 
 def test_to_env_changed_only_round_trips_and_leaves_the_defaults_out() -> None:
     original = load_settings(env={"SLACK_ENABLED": "true", "TELEGRAM_ALLOWED_USERS": "1,2", "GATEWAY_STAGE": "prod"})
-    env = original.to_env(changed_only=True)
+    env = settings_env(original, changed_only=True)
     assert env == {"SLACK_ENABLED": "true", "TELEGRAM_ALLOWED_USERS": "1,2", "GATEWAY_STAGE": "prod"}
     assert load_settings(env=env, config={}) == original

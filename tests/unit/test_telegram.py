@@ -213,7 +213,6 @@ def test_caption_is_the_text_of_a_media_message() -> None:
 @pytest.mark.parametrize(
     ("update", "reason"),
     [
-        (_update({"from": ALICE, "sticker": {"file_id": "s"}}), "no_text"),
         (_update({"from": ALICE, "new_chat_members": [ALICE]}), "no_text"),
         (_update({"from": ALICE, "text": "typo fixed"}, "edited_message"), "edited"),
         (_update({"text": "typo fixed"}, "edited_channel_post"), "edited"),

@@ -1,66 +1,29 @@
-"""The turn engine (services/turn.py, services/turn_commands.py) against in-memory fakes.
-
-A small driver plays the state machine (infra/statemachines/turn.asl.json): it follows each task's
-`next`, sends a raised error to Fail, and runs the executions the engine starts (queued turns,
-continuations, approval answers) in the order they were started. State travels as JSON.
-"""
+"""The turn engine (services/turn/, services/turn_commands.py, services/lifecycle.py) over
+in-memory stores, driven through the real turn workflow (tests/fakes/engine.py)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from hermes_gateway.domain.sessions import SessionEntry
-from hermes_gateway.domain.source import InboundMessage, SessionSource
+from hermes_gateway.domain.sessions import Fence, ModelOverride
+from hermes_gateway.domain.source import SessionSource
+from hermes_gateway.domain.turn_state import CronRun, Step, TurnNotes, TurnState
 from hermes_gateway.errors import TransientError
 from hermes_gateway.observability import hash_id
 from hermes_gateway.providers.base import ChatMessage, ModelReply, ToolCall, ToolSpec
-from hermes_gateway.services.router import Access, RouteOutcome, route_message
-from hermes_gateway.services.turn import APOLOGY, TurnDeps, run_step, system_prompt
-from hermes_gateway.settings import Settings
-from hermes_gateway.tools.base import SpecTool, Tool, ToolContext
-from tests.fakes.access import FakePairingStore
-from tests.fakes.services import FakeDeliveryQueue, FakeEvents, FakeStarter, make_settings
-from tests.fakes.sessions import FakeSessionStore
-from tests.fakes.turns import FakeTurnControl
+from hermes_gateway.services import lifecycle
+from hermes_gateway.services.expiry import LeaseRecovery, recover_expired_leases
+from hermes_gateway.services.turn import APOLOGY, run_step, system_prompt
+from hermes_gateway.tools.base import ToolContext
+from tests.fakes.engine import ALICE, NOW, OPEN, Engine, ToolModel, tool
+from tests.fakes.services import FakeDirectory, make_settings
 
-NOW = 1_764_400_000.0
-ALICE = SessionSource("telegram", chat_id="99", chat_type="dm", user_id="42", user_name="Alice")
-OPEN = {"TELEGRAM_ALLOW_ALL_USERS": "true"}
-
-Step = str | list[tuple[str, dict[str, Any]]] | Callable[[list[ChatMessage]], str]
-
-
-class ToolModel:
-    """Plays a script: a text answers, a list of (tool, arguments) asks for tool calls. When the
-    script is out it echoes the last user message. Keeps every request."""
-
-    name = "tooly"
-
-    def __init__(self, *script: Step, fail: list[Exception] | None = None) -> None:
-        self.script = list(script)
-        self.fail = list(fail or [])
-        self.requests: list[tuple[str, list[ChatMessage], list[ToolSpec] | None]] = []
-        self.calls = 0
-
-    def complete(self, system: str, messages: list[ChatMessage], tools: list[ToolSpec] | None = None) -> ModelReply:
-        self.requests.append((system, list(messages), tools))
-        if self.fail:
-            raise self.fail.pop(0)
-        step: Step = self.script.pop(0) if self.script else (lambda ms: f"re: {ms[-1].content}")
-        if isinstance(step, list):
-            self.calls += 1
-            calls = tuple(ToolCall(f"call-{self.calls}-{i}", name, args) for i, (name, args) in enumerate(step))
-            return ModelReply("", "tooly", 5, 2, "tool_calls", tool_calls=calls)
-        return ModelReply(step(messages) if callable(step) else step, "tooly", 5, 2)
-
-
-def _tool(name: str, run: Callable[[dict[str, Any], ToolContext], str], *, approval: bool = False) -> Tool:
-    spec = ToolSpec(name, f"the {name} tool", {"type": "object", "properties": {}, "additionalProperties": True})
-    return SpecTool(spec, run, needs_approval=approval)
+BUSY = "I'm still working on your previous message; this one is queued for the next turn."
 
 
 def _record(calls: list[str], name: str, result: str = "") -> str:
@@ -68,130 +31,45 @@ def _record(calls: list[str], name: str, result: str = "") -> str:
     return result or name
 
 
-class Engine:
-    """The router and the turn tasks over one set of fakes, with a driver for executions."""
+# -- one message, its path -----------------------------------------------------------------------
 
-    def __init__(
-        self, env: dict[str, str] | None = None, model: ToolModel | None = None, tools: list[Tool] | None = None
-    ):
-        self.settings: Settings = make_settings({**OPEN, **(env or {})})
-        self.store = FakeSessionStore()
-        self.control = FakeTurnControl(self.store)
-        self.starter = FakeStarter()
-        self.delivery = FakeDeliveryQueue()
-        self.replies = FakeDeliveryQueue()
-        self.events = FakeEvents()
-        self.model = model or ToolModel()
-        self.tools = tools or []
-        self.clock = NOW
-        self.ran: list[str] = []
-        self.crash_before: dict[str, int] = {}  # step -> how many more runs raise before doing anything
 
-    @property
-    def deps(self) -> TurnDeps:
-        return TurnDeps(
-            settings=self.settings,
-            store=self.store,
-            lease=self.store,
-            provider=lambda: self.model,
-            delivery=self.delivery,
-            now=lambda: self.clock,
-            control=self.control,
-            starter=self.starter,
-            events=self.events,
-            tools=lambda kind: [t for t in self.tools if kind == "chat" or t.name != "cronjob"],
-        )
+def test_a_turn_without_tools_is_three_tasks_and_one_delivery() -> None:
+    engine = Engine()
+    assert engine.send("hello", "e0").status == "started"
 
-    def send(self, text: str, event: str, source: SessionSource = ALICE) -> RouteOutcome:
-        access = Access(FakePairingStore(), self.replies, FakeEvents(), control=self.control)
-        msg = InboundMessage(source=source, text=text, event_id=event, received_at=self.clock)
-        return route_message(
-            msg,
-            settings=self.settings,
-            store=self.store,
-            lease=self.store,
-            starter=self.starter,
-            access=access,
-            now=self.clock,
-        )
+    workflow = engine.workflow
+    ending, _ = workflow.run(engine.starter.started[engine.first()])
 
-    def step(self, name: str, state: dict[str, Any]) -> dict[str, Any]:
-        if self.crash_before.get(name, 0) > 0:
-            self.crash_before[name] -= 1
-            raise RuntimeError(f"crash in {name}")
-        result: dict[str, Any] = json.loads(json.dumps(run_step(name, json.loads(json.dumps(state)), self.deps)))
-        return result
-
-    def execute(self, name: str) -> str:
-        """Run one execution as the state machine would; returns how it ended."""
-        self.ran.append(name)
-        state, current = self.starter.started[name], "prepare"
-        routes = {
-            "prepare": {"tools": "run_tools", "stopped": "commit"},
-            "call_model": {"tools": "run_tools", "stopped": "commit"},
-            "run_tools": {"model": "call_model", "paused": "", "continue": "continue", "stopped": "commit"},
-        }
-        defaults = {"prepare": "call_model", "call_model": "deliver", "run_tools": "call_model", "deliver": "commit"}
-        while True:
-            try:
-                out = self.step(current, state)
-            except Exception as exc:  # the Catch of every task
-                self.step("fail", {**state, "error": {"Error": type(exc).__name__, "Cause": str(exc)}})
-                return "failed"
-            if current in ("commit", "continue"):
-                return "ok" if current == "commit" else "continued"
-            following = routes.get(current, {}).get(out.get("next", ""), defaults.get(current))
-            if not following:
-                return "paused"
-            state, current = out, following
-
-    def pump(self) -> list[str]:
-        """Run every started execution not yet run, in start order, until none is left."""
-        endings = []
-        while pending := [name for name in self.starter.started if name not in self.ran]:
-            endings.append(self.execute(pending[0]))
-        return endings
-
-    def texts(self) -> list[str]:
-        return [b["text"] for b in self.delivery.bodies]
-
-    def key(self) -> str:
-        return "agent:main:telegram:dm:99"
-
-    def route(self) -> SessionEntry:
-        route = self.store.get_route(self.key())
-        assert route is not None
-        return route
-
-    def transcript(self) -> list[tuple[str, str]]:
-        route = self.store.get_route(self.key())
-        assert route is not None
-        return [(r.role, r.content) for r in self.store.transcript(route.session_id)]
+    assert ending == "succeeded"
+    assert [s for s in workflow.visited if workflow.asl["States"][s]["Type"] == "Task"] == [
+        "Respond",
+        "Deliver",
+        "Finish",
+    ]
+    assert [job["text"] for job in engine.delivered] == ["re: hello"]
+    assert engine.transcript() == [("user", "hello"), ("assistant", "re: hello")]
+    route = engine.route()
+    assert route.lease_token is None and route.tally.message_count == 2 and route.tally.input_tokens == 5
 
 
 # -- busy sessions -------------------------------------------------------------------------------
 
 
 def test_a_burst_of_five_during_a_turn_is_answered_in_order_with_one_busy_notice() -> None:
-    # Given a running turn
     engine = Engine()
     assert engine.send("first", "e0").status == "started"
 
-    # When five more messages arrive before it ends
     outcomes = [engine.send(f"m{n}", f"e{n}") for n in range(1, 6)]
     engine.pump()
 
-    # Then each was queued, the chat heard about it once, and every message got its answer in order
     assert [o.status for o in outcomes] == ["queued"] * 5
-    assert [b["text"] for b in engine.replies.bodies] == [
-        "I'm still working on your previous message; this one is queued for the next turn."
-    ]
+    assert [b["text"] for b in engine.replies.bodies] == [BUSY]
     assert engine.texts() == ["re: first"] + [f"re: m{n}" for n in range(1, 6)]
     assert engine.transcript() == [("user", "first"), ("assistant", "re: first")] + [
         row for n in range(1, 6) for row in (("user", f"m{n}"), ("assistant", f"re: m{n}"))
     ]
-    # And the session is free again, its queue empty
-    state = engine.control.state(engine.key())
+    state = engine.stores.control.state(engine.key())
     assert state.lease_token is None and state.queue == ()
 
 
@@ -203,7 +81,6 @@ def test_a_burst_can_be_answered_as_one_follow_up() -> None:
 
     engine.pump()
 
-    # Then two turns ran: the first, and one follow-up that saw all five messages
     assert engine.texts() == ["re: first", "re: m1\n\nm2\n\nm3\n\nm4\n\nm5"]
     assert [r for r in engine.transcript() if r[0] == "user"] == [
         ("user", t) for t in ["first", "m1", "m2", "m3", "m4", "m5"]
@@ -219,38 +96,39 @@ def test_the_busy_notice_can_be_switched_off_and_comes_again_for_the_next_turn()
     engine = Engine()
     engine.send("first", "e0")
     engine.send("second", "e1")
-    engine.execute(next(iter(engine.starter.started)))  # the first turn ends; the second starts
+    engine.execute(engine.first())  # the first turn ends; the second starts
     engine.send("third", "e2")
     assert len(engine.replies.bodies) == 2
 
 
-def test_a_redelivered_queued_message_is_queued_once() -> None:
+def test_a_redelivered_message_is_routed_once() -> None:
     engine = Engine()
     engine.send("first", "e0")
+    again = engine.send("first", "e0")
     engine.send("second", "e1")
     engine.send("second", "e1")
 
     engine.pump()
 
+    assert again.status == "already_started"
     assert engine.texts() == ["re: first", "re: second"]
+    assert engine.send("first", "e0").status == "already_answered"
 
 
-def test_a_message_queued_as_the_turn_releases_is_never_stranded() -> None:
-    # Given a turn at its commit, and a message queued just before the commit's write
+def test_a_message_queued_as_the_turn_finishes_is_never_stranded() -> None:
+    # Given a turn just before its Finish, and a message queued just before Finish's write
     engine = Engine()
     engine.send("first", "e0")
-    name = next(iter(engine.starter.started))
-    state = engine.starter.started[name]
-    for step in ("prepare", "call_model", "deliver"):
-        state = engine.step(step, state)
+    name = engine.first()
+    ending, state = engine.workflow.run(engine.starter.started[name], stop_before="Finish")
+    assert ending == "before:Finish"
     engine.send("late", "e1")
 
-    # When the commit runs (twice, as Express may)
-    first = engine.step("commit", state)
-    again = engine.step("commit", state)
+    # When Finish runs (twice, as Express may)
+    engine.step("finish", state)
+    engine.step("finish", state)
 
     # Then the lease went to the queued message's turn, started once, and it is answered
-    assert first["released"] == again["released"] == "handed_off"
     assert len(engine.starter.started) == 2
     engine.ran.append(name)
     engine.pump()
@@ -269,39 +147,45 @@ def test_queue_command_queues_its_text() -> None:
 
 
 def test_stop_ends_the_running_turn_at_the_next_safe_point() -> None:
-    # Given a turn in its tool loop
     lookups: list[str] = []
-    tool = _tool("lookup", lambda args, ctx: _record(lookups, "found"))
-    engine = Engine(model=ToolModel([("lookup", {})], [("lookup", {})], "done"), tools=[tool])
+    lookup = tool("lookup", lambda args, ctx: _record(lookups, "found"))
+    engine = Engine(model=ToolModel([("lookup", {})], [("lookup", {})], "done"), tools=[lookup])
     engine.send("research this", "e0")
-    name = next(iter(engine.starter.started))
-    state = engine.step("call_model", engine.step("prepare", engine.starter.started[name]))
+    state = engine.step("respond", engine.starter.started[engine.first()])
+    assert state["next"] == "tools"
 
-    # When the user sends /stop, which bypasses the busy check
     stop = engine.send("/stop", "e1")
-    out = engine.step("run_tools", state)
+    out = engine.step("tools", state)
 
-    # Then the turn stops there, sends nothing, and frees the session
-    assert stop.status == "command"
-    assert engine.replies.bodies[-1]["text"] == "Stopping the current turn."
-    assert out["next"] == "stopped" and lookups == []
-    result = engine.step("commit", out)
-    assert result["status"] == "stopped" and result["released"] == "released"
-    assert engine.texts() == []
+    assert stop.status == "command" and engine.replies.bodies[-1]["text"] == "Stopping the current turn."
+    assert out["next"] == "finish" and out["stopped"] and lookups == []
+    engine.step("finish", out)
+    assert engine.texts() == [] and engine.route().lease_token is None
     assert engine.send("/stop", "e2").status == "command"
     assert engine.replies.bodies[-1]["text"] == "Nothing is running."
 
 
+def test_stop_while_the_model_answers_drops_the_answer() -> None:
+    engine = Engine(model=ToolModel("an answer nobody wants"))
+    engine.send("long question", "e0")
+    engine.send("/stop", "e1")  # before the model's answer is kept
+
+    assert engine.pump() == ["ok"]
+
+    assert engine.texts() == [] and engine.transcript() == [("user", "long question")]
+    assert engine.route().lease_token is None
+
+
 def test_interrupt_stops_the_turn_and_answers_the_new_message() -> None:
-    tool = _tool("lookup", lambda args, ctx: "found")
-    engine = Engine({"TELEGRAM_BUSY_INPUT_MODE": "interrupt"}, ToolModel([("lookup", {})]), [tool])
+    lookup = tool("lookup", lambda args, ctx: "found")
+    engine = Engine({"TELEGRAM_BUSY_INPUT_MODE": "interrupt"}, ToolModel([("lookup", {})]), [lookup])
     engine.send("long job", "e0")
-    name = next(iter(engine.starter.started))
-    state = engine.step("call_model", engine.step("prepare", engine.starter.started[name]))
+    name = engine.first()
+    state = engine.step("respond", engine.starter.started[name])
 
     outcome = engine.send("actually, something else", "e1")
-    out = engine.step("run_tools", state)
-    engine.step("commit", out)
+    out = engine.step("tools", state)
+    engine.step("finish", out)
     engine.ran.append(name)
     engine.pump()
 
@@ -311,22 +195,26 @@ def test_interrupt_stops_the_turn_and_answers_the_new_message() -> None:
 
 
 def test_steer_injects_the_message_after_the_next_tool_call() -> None:
-    tool = _tool("lookup", lambda args, ctx: "found")
-    engine = Engine({"GATEWAY_BUSY_INPUT_MODE": "steer"}, ToolModel([("lookup", {})]), [tool])
+    lookup = tool("lookup", lambda args, ctx: "found")
+    engine = Engine({"GATEWAY_BUSY_INPUT_MODE": "steer"}, ToolModel([("lookup", {})]), [lookup])
     engine.send("find flights", "e0")
-    name = next(iter(engine.starter.started))
-    state = engine.step("call_model", engine.step("prepare", engine.starter.started[name]))
+    name = engine.first()
+    state = engine.step("respond", engine.starter.started[name])
 
     engine.send("only direct ones", "e1")
-    state = engine.step("run_tools", state)
-    state = engine.step("call_model", state)
+    state = engine.step("tools", state)
+    state = engine.step("respond", state)
 
-    # Then the model saw the tool result and then the user's new words, in one turn
     messages = engine.model.requests[-1][1]
     assert [(m.role, m.content) for m in messages[-2:]] == [("tool", "found"), ("user", "only direct ones")]
-    assert engine.control.state(engine.key()).queue == ()
-    engine.step("commit", engine.step("deliver", state))
+    assert engine.stores.control.state(engine.key()).queue == ()
+    engine.step("finish", engine.deliver_state(state))
     assert engine.starter.started.keys() == {name}
+    assert engine.transcript() == [
+        ("user", "find flights"),
+        ("user", "only direct ones"),
+        ("assistant", "re: only direct ones"),
+    ]
 
 
 # -- the tool loop -------------------------------------------------------------------------------
@@ -336,7 +224,7 @@ def test_tool_results_and_errors_go_back_to_the_model() -> None:
     def broken(args: dict[str, Any], ctx: ToolContext) -> str:
         raise RuntimeError("database on fire")
 
-    tools = [_tool("lookup", lambda args, ctx: f"value for {args.get('q')}"), _tool("broken", broken)]
+    tools = [tool("lookup", lambda args, ctx: f"value for {args.get('q')}"), tool("broken", broken)]
     engine = Engine(model=ToolModel([("lookup", {"q": "x"}), ("broken", {})], "all done"), tools=tools)
     engine.send("go", "e0")
 
@@ -358,35 +246,34 @@ def test_tool_results_and_errors_go_back_to_the_model() -> None:
 
 
 def test_the_loop_is_bounded_by_iterations() -> None:
-    tool = _tool("lookup", lambda args, ctx: "more")
+    more = tool("lookup", lambda args, ctx: "more")
     engine = Engine(
-        {"GATEWAY_MAX_TOOL_ITERATIONS": "2"}, ToolModel([("lookup", {})], [("lookup", {})], "final"), [tool]
+        {"GATEWAY_MAX_TOOL_ITERATIONS": "2"}, ToolModel([("lookup", {})], [("lookup", {})], "final"), [more]
     )
     engine.send("loop forever", "e0")
 
     engine.pump()
 
-    # Then after two model calls with tools, the third is asked without tools and must answer
     assert [r[2] is not None for r in engine.model.requests] == [True, True, False]
     assert engine.texts() == ["final"]
 
 
 def test_a_long_turn_continues_in_a_new_execution_from_its_state() -> None:
-    tool = _tool("slow", lambda args, ctx: "ok")
-    engine = Engine(model=ToolModel([("slow", {})], [("slow", {})], "finished"), tools=[tool])
+    slow = tool("slow", lambda args, ctx: "ok")
+    engine = Engine(model=ToolModel([("slow", {})], [("slow", {})], "finished"), tools=[slow])
     engine.send("big job", "e0")
-    first = next(iter(engine.starter.started))
-    state = engine.step("call_model", engine.step("prepare", engine.starter.started[first]))
+    first = engine.first()
+    state = engine.step("respond", engine.starter.started[first])
 
-    # When the tools take the execution past its budget
     engine.clock += engine.settings.turns.continue_after_seconds + 1
-    out = engine.step("run_tools", state)
+    out = engine.step("tools", state)
     assert out["next"] == "continue"
     engine.step("continue", out)
     engine.step("continue", out)  # a repeated task starts nothing new
     engine.ran.append(first)
+    # the next execution has a lease of its own time limit
+    assert engine.route().lease_expires_at == pytest.approx(engine.clock + engine.settings.sessions.lease_ttl_seconds)
 
-    # Then a continuation named after the turn picks the loop up and finishes it
     assert list(engine.starter.started) == [first, f"{first}-c1"]
     assert engine.pump() == ["ok"]
     assert engine.texts() == ["finished"]
@@ -398,8 +285,8 @@ def test_a_long_turn_continues_in_a_new_execution_from_its_state() -> None:
 
 def _approval_engine(env: dict[str, str] | None = None) -> tuple[Engine, list[str]]:
     ran: list[str] = []
-    tool = _tool("deploy", lambda args, ctx: _record(ran, "deploy", "deployed"), approval=True)
-    return Engine(env, ToolModel([("deploy", {"to": "prod"})], "it is done"), [tool]), ran
+    deploy = tool("deploy", lambda args, ctx: _record(ran, "deploy", "deployed"), approval=True)
+    return Engine(env, ToolModel([("deploy", {"to": "prod"})], "it is done"), [deploy]), ran
 
 
 def test_an_approval_is_asked_then_approved() -> None:
@@ -407,12 +294,11 @@ def test_an_approval_is_asked_then_approved() -> None:
     engine.send("deploy it", "e0")
 
     assert engine.pump() == ["paused"]
-    ask = engine.delivery.bodies[-1]
+    ask = engine.deliveries.bodies[-1]
     assert "`deploy`" in ask["text"] and "/approve" in ask["text"]
     assert [b["reply"] for b in ask["buttons"]] == ["/approve", "/approve session", "/deny"]
     assert ran == []
-    # the session stays busy while it waits: other messages queue
-    assert engine.send("meanwhile", "e1").status == "queued"
+    assert engine.send("meanwhile", "e1").status == "queued"  # the session stays busy while it waits
 
     reply = engine.send("/approve", "e2")
     assert engine.pump() == ["ok", "ok"]
@@ -420,6 +306,22 @@ def test_an_approval_is_asked_then_approved() -> None:
     assert reply.status == "command" and "Approved" in engine.replies.bodies[-1]["text"]
     assert ran == ["deploy"]
     assert engine.texts()[-2:] == ["it is done", "re: meanwhile"]
+
+
+def test_an_approval_answered_minutes_later_runs_in_one_execution() -> None:
+    # Given a turn paused for an approval
+    engine, ran = _approval_engine()
+    engine.send("deploy it", "e0")
+    assert engine.pump() == ["paused"]
+
+    # When the answer comes more than continue_after_seconds after the pause
+    engine.clock += engine.settings.turns.continue_after_seconds + 60
+    engine.send("/approve", "e1")
+
+    # Then the resumed execution keeps its own clock: no continuation is started
+    assert engine.pump() == ["ok"]
+    assert ran == ["deploy"] and engine.texts()[-1] == "it is done"
+    assert not [name for name in engine.starter.started if re.search(r"-c\d+$", name)]
 
 
 def test_no_denies_and_the_model_hears_it() -> None:
@@ -441,14 +343,11 @@ def test_an_unanswered_approval_times_out_as_denied() -> None:
     engine.send("deploy it", "e0")
     engine.pump()
 
-    # When the next message comes after the timeout
     engine.clock += 301
     outcome = engine.send("hello?", "e1")
     engine.pump()
 
-    # Then the approval was denied, the turn finished, and the new message was answered after it
-    assert outcome.status == "queued"
-    assert ran == []
+    assert outcome.status == "queued" and ran == []
     assert engine.texts()[-2:] == ["it is done", "re: hello?"]
 
 
@@ -497,21 +396,34 @@ def test_a_provider_failure_apologizes_once_and_keeps_the_message_for_retry() ->
 
     assert engine.pump() == ["failed"]
 
-    assert engine.texts() == [APOLOGY]
-    assert engine.delivery.bodies[0]["delivery_id"].endswith("-failed")
+    assert [b["text"] for b in engine.deliveries.bodies] == [APOLOGY]
+    assert engine.deliveries.bodies[0]["delivery_id"].endswith("-failed")
     assert engine.transcript() == [("user", "hello")]
-    assert engine.control.state(engine.key()).lease_token is None
+    assert engine.route().lease_token is None
 
 
 def test_a_crash_after_the_model_answered_delivers_that_answer_not_an_apology() -> None:
     engine = Engine(model=ToolModel("the answer"))
-    engine.crash_before["deliver"] = 1
+    engine.crash_before["finish"] = 1
     engine.send("q", "e0")
 
     assert engine.pump() == ["failed"]
 
-    assert engine.texts() == ["the answer"]
+    assert [job["text"] for job in engine.sent()] == ["the answer", "the answer"]  # one delivery id
+    assert {job["delivery_id"] for job in engine.sent()} == {engine.first()}
     assert engine.transcript() == [("user", "q"), ("assistant", "the answer")]
+    assert engine.route().lease_token is None
+
+
+def test_a_platform_outage_hands_the_answer_to_the_delivery_function() -> None:
+    engine = Engine(model=ToolModel("the answer"))
+    engine.deliver_fails = 1
+    engine.send("q", "e0")
+
+    assert engine.pump() == ["ok"]
+
+    assert engine.texts() == [] and [b["text"] for b in engine.deliveries.bodies] == ["the answer"]
+    assert engine.route().lease_token is None
 
 
 def test_a_failed_turn_still_hands_the_lease_to_queued_messages() -> None:
@@ -520,7 +432,8 @@ def test_a_failed_turn_still_hands_the_lease_to_queued_messages() -> None:
     engine.send("two", "e1")
 
     assert engine.pump() == ["failed", "ok"]
-    assert engine.texts() == [APOLOGY, "re: one\n\ntwo"]
+    assert [b["text"] for b in engine.deliveries.bodies] == [APOLOGY]
+    assert engine.texts() == ["re: one\n\ntwo"]
 
 
 def test_every_task_run_twice_changes_nothing_twice() -> None:
@@ -533,71 +446,68 @@ def test_every_task_run_twice_changes_nothing_twice() -> None:
                 return ModelReply("fine", "tooly", 5, 2)
             return ModelReply("", "tooly", 5, 2, "tool_calls", tool_calls=(ToolCall("c1", "note", {}),))
 
-    tool = _tool("note", lambda args, ctx: "noted")
-    engine = Engine(model=Deterministic(), tools=[tool])
+    engine = Engine(model=Deterministic(), tools=[tool("note", lambda args, ctx: "noted")])
     engine.send("hi", "e0")
     engine.send("then", "e1")
-    name = next(iter(engine.starter.started))
+    name = engine.first()
     state = engine.starter.started[name]
-    for step in ("prepare", "call_model", "run_tools", "call_model", "deliver", "commit"):
-        out = engine.step(step, state)
-        again = engine.step(step, state)
+    for step in ("respond", "tools", "respond", "deliver", "finish"):
+        if step == "deliver":
+            out, again = engine.deliver_state(state), engine.deliver_state(state)
+        else:
+            out, again = engine.step(step, state), engine.step(step, state)
         assert again == out
         state = out
 
-    route = engine.store.get_route(engine.key())
-    assert route is not None
     assert engine.texts() == ["fine", "fine"]  # one delivery id, twice: the outbox keeps one
-    assert {b["delivery_id"] for b in engine.delivery.bodies} == {name}
+    assert {b["delivery_id"] for b in engine.delivered} == {name}
     assert engine.transcript() == [("user", "hi"), ("assistant", "fine"), ("user", "then")]
     assert len(engine.starter.started) == 2
-    assert engine.store.sessions[route.session_id]["input_tokens"] > 0
+    assert engine.route().tally.input_tokens == 10  # two model calls, counted once
 
 
 # -- turn kinds and context ----------------------------------------------------------------------
+
+
+def _cron_state(job_id: str = "j0123456789ab", run_id: str = "r1", **job: Any) -> dict[str, Any]:
+    run = CronRun(
+        job_id,
+        run_id,
+        job.get("prompt", "summarize"),
+        name="n",
+        deliver=tuple(job.get("deliver", ("origin", "telegram:555"))),
+        origin={"platform": "telegram", "chat_id": "99", "thread_id": None},
+    )
+    return TurnState(lifecycle.cron_turn(run, NOW)).to_json()
 
 
 def test_a_cron_turn_pushes_to_each_target_records_the_run_and_denies_approvals() -> None:
     recorded: list[tuple[str, str, str]] = []
 
     class Jobs:
+        def get(self, job_id: str) -> None:
+            return None
+
         def record_run(self, job_id: str, run_id: str, status: str, error: str | None, now: float) -> bool:
             recorded.append((job_id, run_id, status))
             return True
 
     ran: list[str] = []
-    tools = [
-        _tool("deploy", lambda args, ctx: _record(ran, "x"), approval=True),
-        _tool("cronjob", lambda args, ctx: "no"),
-    ]
+    tools = [tool("deploy", lambda args, ctx: _record(ran, "x"), approval=True), tool("cronjob", lambda a, c: "no")]
     engine = Engine(model=ToolModel([("deploy", {})], "daily summary"), tools=tools)
-    deps = engine.deps
-    deps.jobs = Jobs()
-    from tests.fakes.services import FakeDirectory
+    engine.overrides = {"jobs": Jobs(), "tool_ports": {"directory": FakeDirectory()}}
+    engine.starter.start("cron", _cron_state())
 
-    deps.tool_ports = {"directory": FakeDirectory()}
-    turn = {
-        "kind": "cron",
-        "turn_id": "cron-j1-r1",
-        "job": {"id": "j1", "name": "n", "prompt": "summarize", "deliver": ["origin", "telegram:555"],
-                "origin": {"platform": "telegram", "chat_id": "99", "thread_id": None}, "run_id": "r1"},
-        "started_at": NOW,
-    }  # fmt: skip
-    state = run_step("prepare", turn, deps)
-    state = run_step("call_model", state, deps)
-    assert {s.name for s in engine.model.requests[0][2] or []} == {"deploy"}
-    state = run_step("run_tools", state, deps)
-    state = run_step("call_model", state, deps)
-    run_step("commit", run_step("deliver", state, deps), deps)
+    assert engine.pump() == ["ok"]
 
     assert ran == []
     assert engine.model.requests[0][1] == [ChatMessage("user", "summarize")]
-    pushes = engine.delivery.bodies
-    assert [(p["target"]["chat_id"], p["kind"], p["mirror"], p["cron"]) for p in pushes] == [
-        ("99", "push", True, {"job_id": "j1", "run_id": "r1"}),
-        ("555", "push", True, {"job_id": "j1", "run_id": "r1"}),
+    assert {s.name for s in engine.model.requests[0][2] or []} == {"deploy"}
+    assert [(p["target"]["chat_id"], p["kind"], p["mirror"], p["cron"]) for p in engine.delivered] == [
+        ("99", "push", True, {"job_id": "j0123456789ab", "run_id": "r1"}),
+        ("555", "push", True, {"job_id": "j0123456789ab", "run_id": "r1"}),
     ]
-    assert recorded == [("j1", "r1", "ok")]
+    assert recorded == [("j0123456789ab", "r1", "ok")]
 
 
 def test_a_failed_cron_turn_is_recorded_and_told_to_its_origin_chat_once() -> None:
@@ -610,45 +520,43 @@ def test_a_failed_cron_turn_is_recorded_and_told_to_its_origin_chat_once() -> No
     job = cron.create_job(
         jobs, prompt="p", schedule="every 10m", deliver=["origin"], origin=origin, now=NOW, time_zone="UTC"
     )
-    deps = engine.deps
-    deps.jobs = jobs
-    turn = {"kind": "cron", "turn_id": f"cron-{job.id}-r1", "job": job.turn_job("r1"), "started_at": NOW}
-    failed = {**turn, "error": {"Error": "TransientError", "Cause": "model down"}}
+    engine.overrides = {"jobs": jobs}
+    turn = lifecycle.cron_turn(CronRun.from_json(job.turn_job("r1")), NOW)
+    failed = TurnState(turn, error={"Error": "TransientError", "Cause": "model down"}).to_json()
 
-    run_step("fail", failed, deps)
-    run_step("fail", failed, deps)  # the task retried
+    engine.step("fail", failed)
+    engine.step("fail", failed)  # the task retried
 
     stored = jobs.get(job.id)
     assert stored is not None and stored.last_status == "error"
-    assert [(b["target"]["chat_id"], b["kind"]) for b in engine.delivery.bodies] == [("99", "push")]
+    assert [(b["target"]["chat_id"], b["kind"]) for b in engine.deliveries.bodies] == [("99", "push")]
 
 
 def test_a_flush_turn_has_only_memory_and_delivers_nothing() -> None:
-    memory = _tool("memory", lambda args, ctx: "saved")
-    engine = Engine(model=ToolModel([("memory", {"action": "add"})], "NO_REPLY"), tools=[memory])
+    memory = tool("memory", lambda args, ctx: "saved")
+    engine = Engine(tools=[memory])
     engine.send("I like tea", "e0")
     engine.pump()
-    route = engine.store.get_route(engine.key())
-    assert route is not None
-    deps = engine.deps
-    deps.tools = lambda kind: [memory] if kind == "flush" else []
-    turn = {"kind": "flush", "turn_id": f"flush-{route.session_id}", "session_id": route.session_id,
-            "session_key": engine.key(), "source": ALICE.to_dict(), "reason": "idle", "started_at": NOW}  # fmt: skip
-    sent = len(engine.delivery.bodies)
+    engine.model.script = [[("memory", {"action": "add"})], "NO_REPLY"]
+    session_id = engine.route().session_id
+    engine.overrides = {"tools": lambda kind: [memory] if kind.value == "flush" else []}
+    turn = lifecycle.flush_turn(session_id, engine.key(), ALICE, "idle", NOW)
+    sent = len(engine.sent())
+    engine.starter.start(turn.turn_id, TurnState(turn).to_json())
 
-    state = run_step("call_model", run_step("prepare", turn, deps), deps)
-    state = run_step("call_model", run_step("run_tools", state, deps), deps)
-    run_step("commit", run_step("deliver", state, deps), deps)
+    assert engine.pump() == ["ok"]
 
-    assert len(engine.delivery.bodies) == sent
+    assert len(engine.sent()) == sent
     assert [s.name for s in engine.model.requests[-2][2] or []] == ["memory"]
     assert "about to end" in engine.model.requests[-2][1][-1].content
+    assert engine.stores.catalogue.memory_flushed(session_id)
 
 
 def test_the_system_prompt_names_platforms_homes_and_the_session() -> None:
     settings = make_settings({**OPEN, "SLACK_ENABLED": "true", "TELEGRAM_HOME_CHANNEL": "12345"})
-    text = system_prompt(ALICE, "sid-1", settings, session_key="agent:main:telegram:dm:99",
-                         home_channels={"telegram": "12345"})  # fmt: skip
+    text = system_prompt(
+        ALICE, "sid-1", settings, session_key="agent:main:telegram:dm:99", home_channels={"telegram": "12345"}
+    )
     assert "slack (home: not set)" in text
     assert f"telegram (home: telegram:{hash_id('12345')})" in text
     assert "12345" not in text and "dm:99" not in text
@@ -659,23 +567,21 @@ def test_the_system_prompt_names_platforms_homes_and_the_session() -> None:
     )
 
 
-def test_a_resumed_turn_tells_the_model_and_answers_the_unanswered_message() -> None:
+def test_a_turn_cut_short_is_answered_by_the_next_message_with_its_unanswered_one() -> None:
+    # Given a turn that crashed without answering (its execution never ends)
     engine = Engine()
     engine.send("first", "e0")
-    # the turn crashed without answering; the lease expired and the session is resume_pending
-    route = engine.store.get_route(engine.key())
-    assert route is not None and route.lease_token is not None
-    engine.starter.started.clear()
-    engine.clock += 1000
-    for lease in engine.store.expired(engine.clock):
-        engine.store.expire(lease, engine.clock)
+    engine.ran.append(engine.first())
+    engine.clock += 1000  # its lease has expired
 
-    engine.send("hello again", "e1")
+    # When the next message comes, it takes the lease over and the session resumes
+    assert engine.send("hello again", "e1").status == "started"
     engine.pump()
 
     system, messages, _ = engine.model.requests[-1]
     assert "cut short" in system
     assert [m.content for m in messages] == ["first\n\nhello again"]
+    assert engine.texts() == ["re: first\n\nhello again"]
 
 
 @pytest.mark.parametrize("mode", ["queue", "steer", "interrupt"])
@@ -689,50 +595,38 @@ def test_every_busy_mode_answers_every_message(mode: str) -> None:
 
     answered = " ".join(engine.texts())
     assert all(word in answered for word in ("a", "b1", "b2", "b3"))
-    assert engine.control.state(engine.key()).lease_token is None
+    assert engine.route().lease_token is None
 
 
 def test_messages_queued_behind_a_crashed_turn_are_answered_first_after_its_lease_expires() -> None:
-    # Given a turn that crashed with a message queued behind it, and its lease swept away
     engine = Engine()
     engine.send("first", "e0")
     engine.send("queued one", "e1")
-    crashed = next(iter(engine.starter.started))
-    engine.ran.append(crashed)
+    engine.ran.append(engine.first())
     engine.clock += 1000
-    for lease in engine.store.expired(engine.clock):
-        engine.store.expire(lease, engine.clock)
 
-    # When a new message comes
     outcome = engine.send("newest", "e2")
     engine.pump()
 
-    # Then the queued message goes first (with the cut-short one), then the newest: nothing lost, in order
     assert outcome.status == "queued" and outcome.reason == "recovered"
     assert engine.texts() == ["re: first\n\nqueued one", "re: newest"]
-    assert engine.control.state(engine.key()).lease_token is None
+    assert engine.route().lease_token is None
 
 
 def test_a_reset_flushes_the_replaced_sessions_memory_once_and_only_when_it_had_a_prompt() -> None:
-    from hermes_gateway.domain.reset_policy import rules_from_settings
-
-    # Given a chat whose sessions reset after 10 idle minutes
     engine = Engine({"GATEWAY_RESET_MODE": "idle", "GATEWAY_RESET_IDLE_MINUTES": "10"})
-    engine.store.rules = rules_from_settings(engine.settings)
     engine.send("remember I like tea", "e0")
     engine.pump()
     first = engine.route().session_id
 
-    # When the next message comes an hour later (and is redelivered)
     engine.clock += 3600
     engine.send("hello again", "e1")
     engine.send("hello again", "e1")
 
-    # Then the old session gets one memory-only flush turn, and the new one its answer
     flushes = [name for name in engine.starter.started if name.startswith("flush-")]
     assert flushes == [f"flush-{first}"]
-    flush = engine.starter.started[flushes[0]]
-    assert (flush["kind"], flush["session_id"], flush["reason"]) == ("flush", first, "idle")
+    flush = TurnState.from_json(engine.starter.started[flushes[0]]).turn
+    assert (flush.kind.value, flush.session_id, flush.flush_reason) == ("flush", first, "idle")
     assert engine.route().session_id != first
 
 
@@ -748,116 +642,161 @@ def test_new_flushes_the_session_it_replaces_but_not_an_empty_one() -> None:
     assert [n for n in engine.starter.started if n.startswith("flush-")] == [f"flush-{first}"]
 
 
-def _sweep(engine: Engine) -> dict[str, int]:
-    from hermes_gateway.services.expiry import LeaseRecovery, recover_expired_leases
-
-    deps = LeaseRecovery(engine.settings, engine.store, engine.store, engine.control, engine.starter)
+def _tick(engine: Engine) -> dict[str, int]:
+    stores = engine.stores
+    deps = LeaseRecovery(
+        engine.settings, stores.routes, stores.leases, stores.control, stores.transcript, engine.starter
+    )
     return recover_expired_leases(deps, engine.clock)
 
 
-def test_the_sweep_answers_messages_queued_behind_a_crashed_turn_without_waiting_for_the_chat() -> None:
-    # Given a turn that crashed with two messages queued behind it
+def test_the_tick_answers_messages_queued_behind_a_crashed_turn_without_waiting_for_the_chat() -> None:
     engine = Engine()
     engine.send("first", "e0")
     engine.send("one", "e1")
     engine.send("two", "e2")
-    engine.ran.append(next(iter(engine.starter.started)))  # its execution never ends
+    engine.ran.append(engine.first())  # its execution never ends
     engine.clock += 1000
 
-    # When the every-minute tick sees the expired lease (twice: a retried tick changes nothing more)
-    first, again = _sweep(engine), _sweep(engine)
+    first, again = _tick(engine), _tick(engine)
     engine.pump()
 
-    # Then the queued messages are answered, in order, with nobody writing again
     assert first == {"leases_released": 1, "approvals_timed_out": 0, "queues_recovered": 1}
     assert again == {"leases_released": 0, "approvals_timed_out": 0, "queues_recovered": 0}
-    assert engine.texts() == ["re: first\n\none", "re: two"]  # the cut-short message answered with the oldest
-    assert engine.control.state(engine.key()).lease_token is None
+    assert engine.texts() == ["re: first\n\none", "re: two"]
+    assert engine.route().lease_token is None
 
 
-def test_the_sweep_denies_an_unanswered_approval_and_finishes_the_turn() -> None:
-    # Given a turn paused on an approval nobody answers
+def test_the_tick_denies_an_unanswered_approval_and_finishes_the_turn() -> None:
     engine, ran = _approval_engine()
     engine.send("deploy it", "e0")
     assert engine.pump() == ["paused"]
 
-    # When the tick runs after the approval's timeout
     engine.clock += 301
-    counts = _sweep(engine)
+    counts = _tick(engine)
     engine.pump()
 
-    # Then the call was denied (never run), the model heard it, and the turn answered and ended
     assert counts["approvals_timed_out"] == 1 and counts["leases_released"] == 0
-    assert ran == []
-    assert engine.texts()[-1] == "it is done"
-    assert engine.control.state(engine.key()).lease_token is None
+    assert ran == [] and engine.texts()[-1] == "it is done"
+    assert engine.route().lease_token is None
 
 
-def test_the_sweep_leaves_a_lease_whose_turn_is_still_running() -> None:
+def test_the_tick_reads_no_plain_turn_and_leaves_a_running_one() -> None:
     engine = Engine()
     engine.send("first", "e0")
-    assert _sweep(engine) == {"leases_released": 0, "approvals_timed_out": 0, "queues_recovered": 0}
-    assert engine.control.state(engine.key()).lease_token is not None
+    engine.clock += 1000  # even expired: a plain turn's lease is the next message's to take over
+    assert _tick(engine) == {"leases_released": 0, "approvals_timed_out": 0, "queues_recovered": 0}
+    assert engine.route().lease_token is not None
 
 
 def test_the_sessions_model_override_picks_the_provider_of_that_turn() -> None:
-    from hermes_gateway.domain.sessions import Fence, ModelOverride
-
     engine = Engine()
     engine.send("hi", "e0")
     engine.pump()
-    route = engine.store.get_route(engine.key())
-    assert route is not None
-    engine.store.set_model_override(
+    route = engine.route()
+    engine.stores.edits.set_model_override(
         engine.key(),
         ModelOverride("gpt-x", "openai", "https://llm.example"),
         fence=Fence(route.revision, route.execution_generation),
         now=NOW,
     )
-    chosen: list[dict[str, str]] = []
+    chosen: list[ModelOverride] = []
     other = ToolModel("from the override")
 
-    def provider_for(override: dict[str, str]) -> ToolModel:
+    def provider_for(override: ModelOverride) -> ToolModel:
         chosen.append(override)
         return other
 
     engine.send("again", "e1")
     name = next(n for n in engine.starter.started if n not in engine.ran)
-    deps = engine.deps
-    deps.provider_for = provider_for
-    state = run_step("call_model", run_step("prepare", engine.starter.started[name], deps), deps)
+    engine.overrides = {"provider_for": provider_for}
+    state = engine.step("respond", engine.starter.started[name])
 
-    assert chosen == [{"model": "gpt-x", "provider": "openai", "base_url": "https://llm.example"}]
+    assert chosen == [ModelOverride("gpt-x", "openai", "https://llm.example")]
     assert state["reply"]["text"] == "from the override"
 
 
 def test_a_recovery_that_fails_three_times_suspends_the_session() -> None:
-    # Given a session whose turn was cut short (resume_pending), and a model that stays down
     engine = Engine(model=ToolModel(fail=[TransientError("down")] * 5))
     engine.send("first", "first")
-    engine.ran.append(next(iter(engine.starter.started)))
-    route = engine.store.get_route(engine.key())
-    assert route is not None
-    engine.store.turn_failed(engine.key(), route.session_id, "lease_expired", NOW)
-    engine.store.release(engine.key(), route.lease_token or "")
-    # When three recoveries fail in a row
-    for n in range(3):
+    engine.ran.append(engine.first())
+    engine.clock += 1000  # the first turn was cut short: the next message resumes it
+    for n in range(3):  # each resumes the cut-short turn, and fails again
         engine.send(f"try {n}", f"e{n}")
-        name = next(x for x in engine.starter.started if x not in engine.ran)
-        engine.starter.started[name]["resumed"] = "lease_expired"  # as the router marks a continued turn
         engine.pump()
+        engine.clock += 1
 
-    # Then the session is suspended (the next message starts a new one)
-    route = engine.store.get_route(engine.key())
-    assert route is not None and route.suspended and route.failed_recoveries == 3
+    route = engine.route()
+    assert route.suspended and route.failed_recoveries == 3
+    assert engine.send("again", "e9").status == "started" and engine.route().session_id != route.session_id
 
 
 def test_a_slack_session_after_a_reset_with_activity_carries_the_continuity_note() -> None:
     engine = Engine()
     engine.send("hi", "e0")
-    name = next(iter(engine.starter.started))
-    turn = {**engine.starter.started[name], "continuity_from": "20261129_010203_abcd1234"}
+    state = TurnState.from_json(engine.starter.started[engine.first()])
+    noted = replace(state, turn=replace(state.turn, notes=TurnNotes(continuity_from="20261129_010203_abcd1234")))
 
-    state = engine.step("prepare", turn)
+    out = engine.step("respond", noted.to_json())
 
-    assert "follows an earlier one (20261129_010203_abcd1234)" in state["system"]
+    assert "follows an earlier one (20261129_010203_abcd1234)" in out["system"]
+
+
+def test_the_state_of_a_turn_at_its_bounds_stays_under_the_limit() -> None:
+    import base64
+    import os
+
+    from hermes_gateway.domain.turn_state import STATE_LIMIT_BYTES
+
+    # Given tools whose every result is as long as a result may be and does not compress
+    noise = tool("dump", lambda args, ctx: base64.b64encode(os.urandom(12_000)).decode())
+    calls = [[("dump", {})] for _ in range(50)]
+    engine = Engine({"GATEWAY_MAX_TOOL_ITERATIONS": "50"}, ToolModel(*calls, "done"), [noise])
+    engine.send("dump everything", "e0")
+    sizes: list[int] = []
+    step = engine.step
+
+    def measured(name: str, state: dict[str, Any]) -> dict[str, Any]:
+        out = step(name, state)
+        sizes.append(len(json.dumps(out)))
+        return out
+
+    engine.step = measured  # type: ignore[method-assign]
+
+    # When the loop runs to its bound, then the turn answers
+    assert engine.pump() == ["ok"]
+
+    # Then no state between tasks ever came near Step Functions' 256 KiB
+    assert engine.texts() == ["done"] and max(sizes) <= STATE_LIMIT_BYTES
+
+
+def test_step_values_are_the_workflows_choices() -> None:
+    from tests.fakes.workflow import definition
+
+    asl = definition()
+    chosen = {
+        rule["StringEquals"]
+        for state in asl["States"].values()
+        if state["Type"] == "Choice"
+        for rule in state["Choices"]
+    }
+    assert chosen <= {step.value for step in Step}
+    assert {Step.TOOLS.value, Step.DELIVER.value, Step.MODEL.value, Step.PAUSED.value, Step.CONTINUE.value} <= chosen
+    # every task the workflow names is a step of the engine
+    from hermes_gateway.services.turn import STEPS
+
+    named = {
+        state["Parameters"]["step"]
+        for state in asl["States"].values()
+        if state["Type"] == "Task" and "step" in state.get("Parameters", {})
+    }
+    assert named == set(STEPS)
+
+
+def test_run_step_refuses_an_unknown_step() -> None:
+    from hermes_gateway.errors import PermanentError
+
+    engine = Engine()
+    engine.send("hi", "e0")
+    with pytest.raises(PermanentError):
+        run_step("dance", engine.starter.started[engine.first()], engine.deps)

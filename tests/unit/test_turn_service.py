@@ -1,322 +1,239 @@
-"""One agent turn (services/turn.py): prepare → call_model → deliver → commit, and fail.
+"""One agent turn, task by task: Respond -> Deliver -> Finish, and Fail.
 
 The state machine is Express, so any task may run more than once; each must be idempotent on the
-turn id.
+turn id. State travels between tasks as JSON (tests/fakes/engine.py).
 """
 
 from __future__ import annotations
 
-import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from hermes_gateway.domain.source import InboundMessage, SessionSource
-from hermes_gateway.errors import PermanentError
+from hermes_gateway.domain.source import SessionSource
+from hermes_gateway.domain.targets import ReplyTarget
+from hermes_gateway.domain.turn_state import TurnState
+from hermes_gateway.errors import LeaseLost, PermanentError
 from hermes_gateway.observability import hash_id
 from hermes_gateway.providers.base import Provider
 from hermes_gateway.providers.echo import EchoProvider
-from hermes_gateway.services.router import Access, route_message
-from hermes_gateway.services.turn import APOLOGY, LeaseLost, TurnDeps, run_step
-from hermes_gateway.settings import Settings
-from tests.fakes.access import FakePairingStore
-from tests.fakes.services import FakeDeliveryQueue, FakeEvents, FakeStarter, ScriptedProvider, make_settings
-from tests.fakes.sessions import FakeSessionStore
-from tests.fakes.turns import FakeTurnControl
+from hermes_gateway.services.turn import APOLOGY, TurnDeps, run_step
+from tests.fakes.engine import Engine, ToolModel, tool
+from tests.fakes.services import ScriptedProvider
 
-NOW = 1_764_400_000.0
 DM = SessionSource("telegram", chat_id="99", chat_type="dm", user_id="42", user_name="Alice", message_id="5")
 GROUP_CHAT = "-1001234567667"
 
 
-class World:
-    """A session store, a starter and a delivery queue, with a message routed into a turn."""
+class World(Engine):
+    """An engine whose model is a given provider, counting how often it is built."""
 
-    def __init__(self, settings: Settings | None = None, provider: Provider | None = None) -> None:
-        self.settings = settings or make_settings({"TELEGRAM_ALLOW_ALL_USERS": "true"})
-        self.store = FakeSessionStore()
-        self.control = FakeTurnControl(self.store)
-        self.events = FakeEvents()
-        self.starter = FakeStarter()
-        self.delivery = FakeDeliveryQueue()
+    def __init__(self, env: dict[str, str] | None = None, provider: Provider | None = None) -> None:
+        super().__init__(env)
         self.provider = provider or EchoProvider()
         self.provider_builds = 0
-        self.clock = NOW
-
-    def _build_provider(self) -> Provider:
-        self.provider_builds += 1
-        return self.provider
 
     @property
     def deps(self) -> TurnDeps:
-        return TurnDeps(
-            settings=self.settings,
-            store=self.store,
-            lease=self.store,
-            provider=self._build_provider,
-            delivery=self.delivery,
-            now=lambda: self.clock,
-            control=self.control,
-            starter=self.starter,
-            events=self.events,
-        )
+        deps = super().deps
+        deps.provider = self._build
+        return deps
 
-    def route(self, text: str, source: SessionSource = DM, event: str = "telegram:default:1") -> dict[str, Any]:
-        """Route a message and return the turn the state machine was started with."""
-        msg = InboundMessage(source=source, text=text, event_id=event, received_at=self.clock)
-        access = Access(
-            pairing=FakePairingStore(), replies=FakeDeliveryQueue(), events=FakeEvents(), control=self.control
-        )
-        outcome = route_message(
-            msg,
-            settings=self.settings,
-            store=self.store,
-            lease=self.store,
-            starter=self.starter,
-            access=access,
-            now=self.clock,
-        )
-        assert outcome.status == "started"
-        return self.starter.started[outcome.turn_id]  # type: ignore[index]
+    def _build(self) -> Provider:
+        self.provider_builds += 1
+        return self.provider
 
-    def step(self, name: str, turn: dict[str, Any]) -> dict[str, Any]:
-        # Between tasks the state travels as JSON, as in Step Functions.
-        return json.loads(json.dumps(run_step(name, json.loads(json.dumps(turn)), self.deps)))
+    def routed(self, text: str, source: SessionSource = DM, event: str = "telegram:default:1") -> dict[str, Any]:
+        outcome = self.send(text, event, source)
+        assert outcome.status == "started" and outcome.turn_id is not None
+        return self.starter.started[outcome.turn_id]
 
-    def run_until_commit(self, turn: dict[str, Any]) -> dict[str, Any]:
-        state = turn
-        for name in ("prepare", "call_model", "deliver"):
-            state = self.step(name, state)
-        return state
+    def until_finish(self, state: dict[str, Any]) -> dict[str, Any]:
+        out = self.step("respond", state)
+        return self.deliver_state(out) if out["next"] == "deliver" else out
 
-    def lease_token(self, session_key: str) -> str | None:
-        entry = self.store.get_route(session_key)
-        return entry.lease_token if entry else None
+    def lease(self) -> str | None:
+        return self.route().lease_token
 
 
-def test_a_turn_replies_with_the_echo_and_queues_it_to_the_fixed_target() -> None:
-    # Given a routed DM
+def test_a_turn_replies_with_the_echo_to_the_fixed_target() -> None:
     world = World()
-    turn = world.route("hello there")
+    state = world.routed("hello there")
+    turn = TurnState.from_json(state).turn
 
-    # When the turn runs to its end
-    state = world.run_until_commit(turn)
-    world.clock += 2
-    result = world.step("commit", state)
+    world.step("finish", world.until_finish(state))
 
-    # Then one reply was queued, under the turn's id, to the chat the message came from
-    assert world.delivery.bodies == [
+    assert world.delivered == [
         {
-            "delivery_id": turn["turn_id"],
-            "turn_id": turn["turn_id"],
+            "delivery_id": turn.turn_id,
+            "turn_id": turn.turn_id,
             "target": {"platform": "telegram", "chat_id": "99", "thread_id": None},
             "text": "Echo: hello there",
-            "correlation_id": turn["event_id"],
-            "session": hash_id(turn["session_key"]),
+            "correlation_id": turn.event_id,
+            "session": hash_id(turn.session_key),
+            "reply_to_message_id": "5",  # the user's message: shown as a reply to it (reply_to_mode)
         }
     ]
-    # And the transcript reads user then assistant, the lease is free
-    rows = world.store.transcript(turn["session_id"])
-    assert [(r.role, r.content) for r in rows] == [("user", "hello there"), ("assistant", "Echo: hello there")]
-    assert rows[1].turn_id == turn["turn_id"]
-    assert world.lease_token(turn["session_key"]) is None
-    assert result == {"turn_id": turn["turn_id"], "delivery": "queued", "released": "released", "status": "ok"}
+    assert world.transcript() == [("user", "hello there"), ("assistant", "Echo: hello there")]
+    assert world.lease() is None
 
 
 def test_the_target_comes_from_the_turn_not_from_the_session() -> None:
-    # Given a turn whose fixed target differs from its source (e.g. a thread the reply must go to)
     world = World()
-    turn = world.route("hi")
-    turn["reply_to"] = {"platform": "telegram", "chat_id": "99", "thread_id": "topic-9"}
+    state = TurnState.from_json(world.routed("hi"))
+    moved = replace(state, turn=replace(state.turn, reply_to=ReplyTarget("telegram", "99", "topic-9")))
 
-    world.run_until_commit(turn)
+    world.until_finish(moved.to_json())
 
-    assert world.delivery.bodies[0]["target"] == {"platform": "telegram", "chat_id": "99", "thread_id": "topic-9"}
+    assert world.delivered[0]["target"] == {"platform": "telegram", "chat_id": "99", "thread_id": "topic-9"}
 
 
-def test_prepare_adds_the_system_prompt_and_keeps_the_turn() -> None:
+def test_respond_adds_the_system_prompt_and_keeps_the_turn() -> None:
     world = World()
-    turn = world.route("hi")
+    state = world.routed("hi")
 
-    state = world.step("prepare", turn)
+    out = world.step("respond", state)
 
-    assert {k: v for k, v in state.items() if k not in ("system", "loop", "next")} == turn
-    assert state["next"] == "model" and state["loop"]["iterations"] == 0
-    assert "You are Hermes" in state["system"]
-    assert turn["session_id"] in state["system"]
+    assert out["turn"] == state["turn"] and out["next"] == "deliver" and out["loop"]["iterations"] == 1
+    assert "You are Hermes" in out["system"] and state["turn"]["session_id"] in out["system"]
 
 
-def test_commit_twice_appends_once_counts_tokens_once_and_releases_once() -> None:
-    # Given a turn up to commit
+def test_finish_twice_counts_tokens_once_and_releases_once() -> None:
     world = World(provider=ScriptedProvider("fine", input_tokens=11, output_tokens=4))
-    turn = world.route("how are you")
-    state = world.run_until_commit(turn)
+    state = world.until_finish(world.routed("how are you"))
 
-    # When Express runs the commit task twice
-    first = world.step("commit", state)
-    second = world.step("commit", state)
+    world.step("finish", state)
+    world.step("finish", state)
 
-    # Then one assistant row, tokens counted once, the lease released by the first run only
-    rows = world.store.transcript(turn["session_id"])
-    assert [r.role for r in rows] == ["user", "assistant"]
-    session = world.store.sessions[turn["session_id"]]
-    assert (session["input_tokens"], session["output_tokens"]) == (11, 4)
-    assert (first["released"], second["released"]) == ("released", "lost")
-    assert world.lease_token(turn["session_key"]) is None
+    assert [r[0] for r in world.transcript()] == ["user", "assistant"]
+    info = world.stores.catalogue.get_session(world.route().session_id)
+    assert info is not None and (info.input_tokens, info.output_tokens, info.message_count) == (11, 4, 2)
+    assert world.lease() is None
 
 
-def test_a_repeated_deliver_task_queues_the_same_delivery_id() -> None:
-    # The delivery queue may see the reply twice; the outbox dedupes by delivery id, so the id must not change.
+def test_a_repeated_respond_keeps_the_answer_once() -> None:
     world = World()
-    state = world.step("call_model", world.step("prepare", world.route("x")))
+    state = world.routed("x")
 
-    world.step("deliver", state)
-    world.step("deliver", state)
+    first, again = world.step("respond", state), world.step("respond", state)
 
-    ids = [b["delivery_id"] for b in world.delivery.bodies]
-    assert ids == [state["turn_id"], state["turn_id"]]
+    assert (
+        first["deliveries"] == again["deliveries"] and first["deliveries"][0]["delivery_id"] == state["turn"]["turn_id"]
+    )
+    assert world.transcript() == [("user", "x"), ("assistant", "Echo: x")]
 
 
-def test_a_commit_that_runs_late_does_not_release_the_next_turns_lease() -> None:
-    # Given a first turn whose lease was released, and a second turn now holding the session
+def test_a_finish_that_runs_late_does_not_release_the_next_turns_lease() -> None:
     world = World()
-    first = world.route("one", event="telegram:default:1")
-    state = world.run_until_commit(first)
-    world.step("commit", state)
-    second = world.route("two", event="telegram:default:2")
+    state = world.until_finish(world.routed("one", event="telegram:default:1"))
+    world.step("finish", state)
+    second = world.routed("two", event="telegram:default:2")
 
-    # When the first commit is repeated
-    again = world.step("commit", state)
+    world.step("finish", state)
 
-    # Then the second turn keeps its lease
-    assert again["released"] == "lost"
-    assert world.lease_token(second["session_key"]) == second["lease_token"]
+    assert world.lease() == second["turn"]["lease_token"]
 
 
 @pytest.mark.parametrize("silent", ["[SILENT]", "NO_REPLY", "  NO_REPLY\n"])
 def test_a_silent_reply_is_stored_not_sent(silent: str) -> None:
     world = World(provider=ScriptedProvider(silent))
-    turn = world.route("stay quiet")
+    state = world.step("respond", world.routed("stay quiet"))
 
-    state = world.run_until_commit(turn)
-    result = world.step("commit", state)
-
-    assert world.delivery.bodies == []
-    assert state["delivery"] == "silent" and result["delivery"] == "silent"
-    rows = world.store.transcript(turn["session_id"])
-    assert (rows[-1].role, rows[-1].content) == ("assistant", silent)
-    assert result["released"] == "released"
+    assert state["next"] == "finish"
+    world.step("finish", state)
+    assert world.delivered == [] and world.deliveries.bodies == []
+    assert world.transcript()[-1] == ("assistant", silent)
+    assert world.lease() is None
 
 
 def test_a_reply_that_only_mentions_silent_is_sent() -> None:
     world = World(provider=ScriptedProvider("I will stay [SILENT] no more"))
 
-    world.run_until_commit(world.route("x"))
+    world.until_finish(world.routed("x"))
 
-    assert len(world.delivery.bodies) == 1
-
-
-def test_prepare_raises_lease_lost_when_the_lease_is_no_longer_held() -> None:
-    # Given a turn whose lease expired and was swept away before prepare ran
-    world = World()
-    turn = world.route("hi")
-    assert world.store.release(turn["session_key"], turn["lease_token"])
-
-    # When prepare runs, Then it refuses to go on
-    with pytest.raises(LeaseLost):
-        world.step("prepare", turn)
-    assert world.provider_builds == 0
+    assert len(world.delivered) == 1
 
 
-def test_prepare_raises_lease_lost_when_another_turn_holds_the_lease() -> None:
-    world = World()
-    stale = world.route("one", event="telegram:default:1")
-    world.store.release(stale["session_key"], stale["lease_token"])
-    world.route("two", event="telegram:default:2")
+def test_the_tools_step_refuses_to_go_on_when_the_lease_is_lost() -> None:
+    lookup = tool("lookup", lambda args, ctx: "found")
+    world = World(provider=ToolModel([("lookup", {})]))  # type: ignore[arg-type]
+    world.tools = [lookup]
+    stale = world.step("respond", world.routed("one", event="telegram:default:1"))
+    world.clock += 1000  # the lease expired; the next message takes it over
+    world.routed("two", event="telegram:default:2")
 
     with pytest.raises(LeaseLost):
-        world.step("prepare", stale)
+        world.step("tools", stale)
 
 
 def test_lease_lost_is_a_permanent_error() -> None:
-    # The state machine retries only TransientError: a lost lease must not be retried.
-    assert issubclass(LeaseLost, PermanentError)
+    assert issubclass(LeaseLost, PermanentError)  # the state machine retries only TransientError
 
 
-def test_fail_queues_the_apology_and_releases_the_lease() -> None:
-    # Given a turn whose model call failed
+def test_fail_sends_the_apology_and_releases_the_lease() -> None:
     world = World()
-    turn = world.route("hi")
-    failed = {**world.step("prepare", turn), "error": {"Error": "TransientError", "Cause": "model timed out"}}
+    state = world.routed("hi")
+    turn = TurnState.from_json(state).turn
+    failed = {**state, "error": {"Error": "TransientError", "Cause": "model timed out"}}
 
-    # When the Fail task runs
-    result = world.step("fail", failed)
+    world.step("fail", failed)
 
-    # Then the user is told once, under a delivery id of its own, and the session is free
-    assert world.delivery.bodies == [
+    assert world.deliveries.bodies == [
         {
-            "delivery_id": f"{turn['turn_id']}-failed",
-            "turn_id": turn["turn_id"],
-            "target": turn["reply_to"],
+            "delivery_id": f"{turn.turn_id}-failed",
+            "turn_id": turn.turn_id,
+            "target": turn.reply_to.to_dict() if turn.reply_to else None,
             "text": APOLOGY,
-            "correlation_id": turn["event_id"],
-            "session": hash_id(turn["session_key"]),
+            "correlation_id": turn.event_id,
+            "session": hash_id(turn.session_key),
+            "reply_to_message_id": "5",  # an apology answers the message too
         }
     ]
-    assert world.lease_token(turn["session_key"]) is None
-    assert result == {"turn_id": turn["turn_id"], "failed": "TransientError", "released": "released", "told": "apology"}
+    assert world.lease() is None
 
 
 def test_fail_without_an_error_record_still_apologises_and_releases() -> None:
     world = World()
-    turn = world.route("hi")
+    state = world.routed("hi")
 
-    result = world.step("fail", turn)
+    world.step("fail", state)
 
-    assert result["failed"] == "unknown"
-    assert [b["delivery_id"] for b in world.delivery.bodies] == [f"{turn['turn_id']}-failed"]
-    assert world.lease_token(turn["session_key"]) is None
+    assert [b["delivery_id"] for b in world.deliveries.bodies] == [f"{state['turn']['turn_id']}-failed"]
+    assert world.lease() is None
 
 
-def test_fail_after_lease_lost_sends_no_apology_and_leaves_the_new_holder_alone() -> None:
-    # Given a turn that lost its lease to a newer turn
+def test_fail_after_lease_lost_sends_nothing_and_leaves_the_new_holder_alone() -> None:
     world = World()
-    stale = world.route("one", event="telegram:default:1")
-    world.store.release(stale["session_key"], stale["lease_token"])
-    newer = world.route("two", event="telegram:default:2")
+    stale = world.routed("one", event="telegram:default:1")
+    world.clock += 1000
+    newer = world.routed("two", event="telegram:default:2")
 
-    # When the stale turn's Fail task runs with LeaseLost
-    result = world.step("fail", {**stale, "error": {"Error": "LeaseLost", "Cause": "..."}})
+    world.step("fail", {**stale, "error": {"Error": "LeaseLost", "Cause": "..."}})
 
-    # Then nothing is sent and the newer turn keeps the lease
-    assert world.delivery.bodies == []
-    assert result == {"turn_id": stale["turn_id"], "failed": "LeaseLost", "released": "lost", "told": "none"}
-    assert world.lease_token(newer["session_key"]) == newer["lease_token"]
+    assert world.deliveries.bodies == []
+    assert world.lease() == newer["turn"]["lease_token"]
 
 
-def test_a_failure_after_the_reply_was_queued_sends_no_apology() -> None:
+def test_a_failure_after_the_answer_was_kept_sends_the_answer_not_an_apology() -> None:
     world = World()
-    state = world.run_until_commit(world.route("hi"))
+    state = world.until_finish(world.routed("hi"))
 
-    world.step("fail", {**state, "error": {"Error": "TransientError", "Cause": "commit failed"}})
+    world.step("fail", {**state, "error": {"Error": "TransientError", "Cause": "finish failed"}})
 
-    assert [b["text"] for b in world.delivery.bodies] == ["Echo: hi"]
+    assert [b["text"] for b in world.deliveries.bodies] == ["Echo: hi"]
+    assert {b["delivery_id"] for b in world.sent()} == {state["turn"]["turn_id"]}
 
 
 def test_shared_group_sessions_prefix_user_turns_with_the_sender_name() -> None:
-    # Given a group with one session for everyone, where two people spoke
     provider = ScriptedProvider("noted")
-    world = World(
-        make_settings({"TELEGRAM_ALLOW_ALL_USERS": "true", "GATEWAY_GROUP_SESSIONS_PER_USER": "false"}), provider
-    )
+    world = World({"GATEWAY_GROUP_SESSIONS_PER_USER": "false"}, provider)
     alice = SessionSource("telegram", chat_id=GROUP_CHAT, chat_type="group", user_id="1", user_name="Alice")
     bob = SessionSource("telegram", chat_id=GROUP_CHAT, chat_type="group", user_id="2", user_name="Bob")
-    world.step("commit", world.run_until_commit(world.route("hi all", alice, "telegram:default:1")))
+    world.step("finish", world.until_finish(world.routed("hi all", alice, "telegram:default:1")))
 
-    # When Bob's turn reaches the model
-    world.run_until_commit(world.route("hello Alice", bob, "telegram:default:2"))
+    world.until_finish(world.routed("hello Alice", bob, "telegram:default:2"))
 
-    # Then user turns carry their sender, assistant turns do not
     system, messages = provider.requests[-1]
     assert [(m.role, m.content) for m in messages] == [
         ("user", "[Alice] hi all"),
@@ -331,11 +248,10 @@ def test_per_user_sessions_carry_no_name_prefix() -> None:
     world = World(provider=provider)
     source = SessionSource("telegram", chat_id=GROUP_CHAT, chat_type="group", user_id="1", user_name="Alice")
 
-    world.run_until_commit(world.route("hi", source))
+    world.until_finish(world.routed("hi", source))
 
     system, messages = provider.requests[-1]
-    assert [m.content for m in messages] == ["hi"]
-    assert "Shared session: no" in system
+    assert [m.content for m in messages] == ["hi"] and "Shared session: no" in system
 
 
 def test_a_forum_topic_is_shared_by_default() -> None:
@@ -345,70 +261,60 @@ def test_a_forum_topic_is_shared_by_default() -> None:
         "telegram", chat_id=GROUP_CHAT, chat_type="group", thread_id="17585", user_id="1", user_name="Alice"
     )
 
-    world.run_until_commit(world.route("hi", source))
+    world.until_finish(world.routed("hi", source))
 
     assert [m.content for m in provider.requests[-1][1]] == ["[Alice] hi"]
 
 
 def test_the_system_prompt_hashes_telegram_chat_ids() -> None:
-    # Given a Telegram group message
     provider = ScriptedProvider("ok")
     world = World(provider=provider)
     source = SessionSource("telegram", chat_id=GROUP_CHAT, chat_type="group", user_id="4242424242", user_name="Alice")
 
-    # When the turn reaches the model
-    world.run_until_commit(world.route("hi", source))
+    world.until_finish(world.routed("hi", source))
 
-    # Then the model sees a stable handle, never the raw chat or user id
     system, _ = provider.requests[-1]
-    assert GROUP_CHAT not in system
-    assert "4242424242" not in system
+    assert GROUP_CHAT not in system and "4242424242" not in system
     assert f"telegram:{hash_id(GROUP_CHAT)}" in system
 
 
-def test_the_model_sees_at_most_max_history_messages() -> None:
+def test_the_model_sees_at_most_max_history_messages_read_in_one_bounded_window() -> None:
     provider = ScriptedProvider("ok")
-    world = World(make_settings({"TELEGRAM_ALLOW_ALL_USERS": "true", "GATEWAY_MAX_HISTORY_MESSAGES": "3"}), provider)
+    world = World({"GATEWAY_MAX_HISTORY_MESSAGES": "3"}, provider)
     for n in range(1, 4):
-        world.step("commit", world.run_until_commit(world.route(f"m{n}", event=f"telegram:default:{n}")))
+        world.step("finish", world.until_finish(world.routed(f"m{n}", event=f"telegram:default:{n}")))
 
-    messages = provider.requests[-1][1]
-    assert [m.content for m in messages] == ["m2", "ok", "m3"]
+    assert [m.content for m in provider.requests[-1][1]] == ["m2", "ok", "m3"]
 
 
 def test_the_provider_is_built_only_by_the_model_step() -> None:
     world = World()
-    turn = world.route("hi")
-
-    state = world.step("prepare", turn)
+    state = world.routed("hi")
     assert world.provider_builds == 0
-    state = world.step("call_model", state)
+
+    state = world.step("respond", state)
     assert world.provider_builds == 1
-    world.step("commit", world.step("deliver", state))
+    world.step("finish", world.deliver_state(state))
     assert world.provider_builds == 1
 
 
 def test_the_reply_and_its_usage_are_recorded_in_the_state() -> None:
     world = World(provider=ScriptedProvider("answer", input_tokens=9, output_tokens=2))
 
-    state = world.step("call_model", world.step("prepare", world.route("q")))
+    state = world.step("respond", world.routed("q"))
 
     assert state["reply"] == {
         "text": "answer",
         "model": "scripted",
-        "input_tokens": 9,
-        "output_tokens": 2,
-        "cache_read_tokens": 0,
-        "cache_write_tokens": 0,
+        "usage": {"input_tokens": 9, "output_tokens": 2, "cache_read_tokens": 0, "cache_write_tokens": 0},
         "prompt_tokens": 9,
         "stop_reason": "stop",
     }
-    assert state["next"] == "reply" and state["loop"]["iterations"] == 1
+    assert state["next"] == "deliver" and state["loop"]["iterations"] == 1
 
 
-@pytest.mark.parametrize("step", ["plan", "", "Prepare"])
+@pytest.mark.parametrize("step", ["plan", "", "Prepare", "commit"])
 def test_an_unknown_step_is_a_permanent_error(step: str) -> None:
     world = World()
-
     with pytest.raises(PermanentError, match="unknown turn step"):
-        run_step(step, world.route("hi"), world.deps)
+        run_step(step, world.routed("hi"), world.deps)

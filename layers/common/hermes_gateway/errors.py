@@ -11,6 +11,13 @@ class ConfigError(GatewayError):
     """A setting is missing or invalid; raised at synth time or cold start."""
 
 
+class SecretUnreadable(ConfigError):
+    """A secret could not be read for a reason other than its absence: the function's role may not
+    read the parameter, or its KMS key refuses to decrypt it. Never taken for "not set" (a webhook
+    would be refused 401, a delivery dead-lettered): it is raised, so the function fails where its
+    errors alarm sees it and the platform or the queue tries again."""
+
+
 class BadRequest(GatewayError):
     """Malformed input: answered with 400 and a reason in the log."""
 
@@ -74,3 +81,12 @@ class TargetGone(PermanentError):
 class OutcomeUnknown(PermanentError):
     """The platform answered in a way that leaves open whether the message was posted (a success
     without a message id). Never retried: the outbox records `unknown` rather than risk a duplicate."""
+
+
+class LeaseLost(PermanentError):
+    """The turn no longer holds its session's lease (it expired and was taken over)."""
+
+
+class ModelUnavailable(PermanentError):
+    """The model kept failing until the request's retry budget was spent. Not retried by the
+    workflow (another try would double the wait past an execution's time): the turn apologizes."""

@@ -23,11 +23,15 @@ class Access(StrEnum):
     READ = "read"
     WRITE = "write"
     READ_WRITE = "read_write"
+    PUT = "put"  # table: dynamodb:PutItem only (the ingress's one write to the inbox)
+    MARK = "mark"  # table: GetItem and UpdateItem only (read an item and change it; no put, delete, query)
     SEND = "send"  # queues: SendMessage
-    CONSUME = "consume"  # queues: the function is the event source consumer
+    # A table's stream: the function is its event source mapping's consumer, and may UpdateItem the
+    # table's items (it counts a message's failed attempts on its item)
+    CONSUME = "consume"
     START = "start"  # state machine: StartExecution
     PUT_EVENTS = "put_events"  # event bus: events:PutEvents
-    INVOKE = "invoke"  # function: lambda:InvokeFunction (by the state machine)
+    INVOKE = "invoke"  # function: lambda:InvokeFunction
 
 
 @dataclass(frozen=True)
@@ -51,26 +55,49 @@ class TableSpec:
     sort: Key | None = None
     indexes: tuple[IndexSpec, ...] = ()
     ttl_attribute: str | None = None
+    stream: str | None = None  # the DynamoDB stream's view type (NEW_IMAGE), or None: no stream
 
 
 @dataclass(frozen=True)
 class QueueSpec:
+    """A queue nothing consumes: dead letters wait there for an operator (an alarm watches its
+    depth; `hermes-gateway outbox redrive` sends them back). With no consumer there is no poller,
+    so an idle queue costs nothing."""
+
     name: str
     env_var: str
-    fifo: bool
-    visibility_timeout_seconds: int
-    max_receive_count: int
-    dlq_retention_days: int = 14
+    retention_days: int = 14
+    fifo: bool = False
 
-    @property
-    def dead_letter_name(self) -> str:
-        """The dead-letter queue's logical name; its consumer may send to it (a job that can never
-        succeed is dead-lettered at once instead of being retried `max_receive_count` times)."""
-        return f"{self.name}-dlq"
 
-    @property
-    def dead_letter_env_var(self) -> str:
-        return self.env_var.removesuffix("_URL") + "_DLQ_URL"
+@dataclass(frozen=True)
+class StreamSource:
+    """How a function consumes a table's stream, as Lambda's event source mapping does it (the CDK
+    stack and local mode's poller both read this)."""
+
+    table: str
+    batch_size: int = 10  # with no batching window: a lone message is routed at once
+    # Concurrent batches per stream shard (Lambda's maximum); order holds per partition key (one
+    # session's messages). A session whose message keeps failing holds back only the sessions
+    # hashed into its batch's lane, a tenth of its shard's; concurrency is at most 10 per shard.
+    parallelization_factor: int = 10
+    # Lambda's own limits, a backstop for what the consumer cannot count itself (a crash, a timeout,
+    # a throttled attempts counter); the batch's metadata then goes to the on-failure destination
+    # and its messages stay in the inbox for the redrive. The consumer pauses 1-5 s before each
+    # retry, so 100 retries ride out several minutes of throttling or of a lease that keeps
+    # changing hands; a function that crashes outright is given 100 tries, its batch bisected to
+    # isolate the record. A message not routed within an hour is given up: an answer that late
+    # would confuse more than the alarm does, and the stream (24 hours) still holds the batch, so
+    # the redrive reads it back exactly.
+    max_retry_attempts: int = 100
+    max_record_age_seconds: int = 3600
+    bisect_on_error: bool = True
+    inserts_only: bool = True  # FilterCriteria: TTL deletions and attempt counts invoke nothing
+    on_failure: str = "dead-letters"  # the queue that gets the metadata of a batch Lambda gave up on
+    # The consumer dead-letters a message itself (with the reason and the message) after this many
+    # failed attempts; a busy session or a throttled call is retried without counting.
+    max_attempts: int = 5
+    retry_pause_cap_seconds: int = 5  # the consumer waits at most this long before a retry
 
 
 @dataclass(frozen=True)
@@ -78,6 +105,15 @@ class EventBusSpec:
     name: str
     env_var: str
     source: str  # the `source` of every event the gateway publishes
+
+
+@dataclass(frozen=True)
+class BucketSpec:
+    """An S3 bucket: encrypted, public access blocked, TLS only; objects expire after the
+    settings' retention (`media.retention_days`)."""
+
+    name: str
+    env_var: str
 
 
 @dataclass(frozen=True)
@@ -100,15 +136,22 @@ class FunctionSpec:
     timeout_seconds: int
     # logical resource name -> what the function may do with it
     grants: dict[str, Access] = field(default_factory=dict)
-    # SQS queue this function consumes (event source mapping), with its batch size
-    consumes: str | None = None
-    batch_size: int = 10
-    # At most this many concurrent invocations from the queue (the event source's maximum
-    # concurrency): a flood cannot run away with the bill, and no account concurrency is reserved
-    # (reserving it fails on new accounts whose limit is 10).
-    max_concurrency: int | None = None
+    # the table stream this function consumes (an event source mapping)
+    consumes: StreamSource | None = None
+    # Asynchronous invokes (InvocationType=Event): Lambda's retries, how long an event may wait,
+    # and the queue that then gets the original event (the function's DeadLetterConfig).
+    async_retries: int | None = None
+    async_max_event_age_seconds: int | None = None
+    dead_letters: str | None = None
     # secrets (SSM SecureString names under the deployment prefix) the function may read
     secrets: tuple[str, ...] = ()
+    # tables the function may Scan (a read grant does not include it): small lists for people
+    scans: tuple[str, ...] = ()
+
+    @property
+    def env_var(self) -> str:
+        """Where a function granted INVOKE on this one finds its ARN."""
+        return f"HERMES_{self.name.upper()}_FUNCTION_ARN"
 
 
 @dataclass(frozen=True)
@@ -123,15 +166,16 @@ ROUTES = TableSpec(
     name="routes",
     env_var="HERMES_ROUTES_TABLE",
     partition=Key("session_key"),
-    # Sparse index: only routes holding a turn lease carry `lease_shard`, so the expiry sweep
-    # finds expired leases with a Query on `lease_expires_at`, never a Scan.
-    # `by_policy_deadline` is sparse the same way (routes whose reset policy can expire them: the
-    # session sweep); `by_activity` holds every route (idle routes are pruned). Both are sharded.
+    # Sparse indexes, so a plain message writes none: only a route with something waiting on its
+    # lease (queued messages, an approval) carries `lease_shard`, and the tick recovers it from
+    # `by_lease_expiry` when the lease outlives its turn; only a route whose reset policy can
+    # expire it carries `policy_shard` (`by_policy_deadline`: the session sweep). Idle routes go
+    # by their TTL (`expires_at`, pushed on by every message), which DynamoDB applies for free.
     indexes=(
         IndexSpec("by_lease_expiry", Key("lease_shard"), Key("lease_expires_at", "N")),
         IndexSpec("by_policy_deadline", Key("policy_shard"), Key("policy_deadline", "N")),
-        IndexSpec("by_activity", Key("activity_shard"), Key("last_activity_at", "N")),
     ),
+    ttl_attribute="expires_at",
 )
 SESSIONS = TableSpec(
     name="sessions",
@@ -196,38 +240,45 @@ MEMORY = TableSpec(
     partition=Key("scope"),
     sort=Key("entry"),
 )
-TABLES: tuple[TableSpec, ...] = (ROUTES, SESSIONS, MESSAGES, OUTBOX, IDEMPOTENCY, ACCESS, DIRECTORY, JOBS, MEMORY)
+# Every inbound message, as the ingress normalized it (hermes_gateway.adapters.dynamo_inbox): one
+# conditional put per platform event is both the durable write before the webhook's 200 and the
+# de-duplication of the platform's retries. Partitioned by the hashed session key, so the stream
+# hands one session's messages to the router in order; an item expires after its platform's retry
+# window, when no retry can arrive any more.
+INBOX = TableSpec(
+    name="inbox",
+    env_var="HERMES_INBOX_TABLE",
+    partition=Key("group"),
+    sort=Key("event_id"),
+    ttl_attribute="expires_at",
+    stream="NEW_IMAGE",
+)
+TABLES: tuple[TableSpec, ...] = (
+    ROUTES, SESSIONS, MESSAGES, OUTBOX, IDEMPOTENCY, ACCESS, DIRECTORY, JOBS, MEMORY, INBOX,
+)  # fmt: skip
 
-INBOUND_QUEUE = QueueSpec(
-    name="inbound",
-    env_var="HERMES_INBOUND_QUEUE_URL",
-    fifo=True,
-    visibility_timeout_seconds=60,  # >= 6 x the router timeout is AWS's advice for SQS sources
-    # A message for a busy session is retried with a delay that grows with the running turn's age;
-    # the receives must cover the longest turn before the message is dead-lettered (settings check it).
-    max_receive_count=30,
-)
-DELIVERY_QUEUE = QueueSpec(
-    name="delivery",
-    env_var="HERMES_DELIVERY_QUEUE_URL",
-    # FIFO, one group per target chat (adapters.aws.delivery_group_id): a reply retried after a 429
-    # holds back the chat's later replies instead of being overtaken by them. De-duplicated on the
-    # delivery id.
-    fifo=True,
-    visibility_timeout_seconds=180,
-    # Transient failures back off exponentially (services.delivery.retry_delay_seconds): eight
-    # receives ride out about ten minutes of a platform outage before the job is dead-lettered
-    # (the chat's later jobs received in the same batches, held back behind it, count theirs too).
-    max_receive_count=8,
-)
-QUEUES: tuple[QueueSpec, ...] = (INBOUND_QUEUE, DELIVERY_QUEUE)
+# The one dead-letter queue (SQS standard, no consumer): messages the router gave up on (with the
+# reason and the message), batches the inbox stream's mapping gave up on (their metadata: the
+# messages stay in the inbox), delivery jobs the platform refused (with the reason), and the
+# delivery function's failed asynchronous invokes (Lambda's DeadLetterConfig: the job as sent, with
+# the error in its attributes). hermes_cli.outbox reads all four.
+DEAD_LETTERS = QueueSpec(name="dead-letters", env_var="HERMES_DEAD_LETTERS_QUEUE_URL")
+QUEUES: tuple[QueueSpec, ...] = (DEAD_LETTERS,)
+
+# The router consumes the inbox stream (StreamSource has the reasons for each number).
+INBOX_SOURCE = StreamSource(table=INBOX.name, on_failure=DEAD_LETTERS.name)
 
 TURN_STATE_MACHINE = StateMachineSpec(
     name="turn",
     env_var="HERMES_TURN_STATE_MACHINE_ARN",
     definition_file="infra/statemachines/turn.asl.json",
-    substitutions={"AgentFunctionArn": "agent"},
+    # DeliveryFunctionArn: a Deliver task may invoke the delivery function directly
+    substitutions={"AgentFunctionArn": "agent", "DeliveryFunctionArn": "delivery"},
 )
+
+# Inbound media fetched once by the turn, and outbound media a platform fetches by URL (BEHAVIOUR §6a).
+MEDIA = BucketSpec(name="media", env_var="HERMES_MEDIA_BUCKET")
+BUCKETS: tuple[BucketSpec, ...] = (MEDIA,)
 
 # Lifecycle events (BEHAVIOUR §8) go to the deployment's own bus: subscribe with ordinary rules.
 EVENT_BUS = EventBusSpec(name="events", env_var="HERMES_EVENT_BUS_NAME", source="hermes.gateway")
@@ -238,7 +289,12 @@ INBOUND_SECRETS = tuple(dict.fromkeys(s for p in CATALOG if not p.local_only for
 SEND_SECRETS = tuple(dict.fromkeys(s for p in CATALOG if not p.local_only for s in p.send_secrets))
 SECRET_NAMES = tuple(
     dict.fromkeys(
-        (*INBOUND_SECRETS, *SEND_SECRETS, "OPENAI_API_KEY", "HONCHO_API_KEY", *(s for p in CATALOG for s in p.secrets))
+        (
+            *INBOUND_SECRETS,
+            *SEND_SECRETS,
+            *("OPENAI_API_KEY", "STT_API_KEY", "HONCHO_API_KEY"),
+            *(s for p in CATALOG for s in p.secrets),
+        )
     )
 )
 
@@ -247,17 +303,23 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         name="ingress",
         code_dir="functions/ingress",
         handler="handler.lambda_handler",
-        description="Webhooks: verify, normalize, de-duplicate, enqueue, acknowledge",
+        description="Webhooks: verify, normalize, write to the inbox once, acknowledge",
         memory_mb=512,
         timeout_seconds=10,
-        grants={"idempotency": Access.READ_WRITE, "inbound": Access.SEND},
+        grants={
+            "inbox": Access.PUT,
+            # a platform's report that a sent message failed later (WhatsApp `failed` statuses)
+            # marks its outbox row and publishes delivery:failed
+            "outbox": Access.MARK,
+            "events": Access.PUT_EVENTS,
+        },
         secrets=INBOUND_SECRETS,
     ),
     FunctionSpec(
         name="router",
         code_dir="functions/router",
         handler="handler.lambda_handler",
-        description="Inbound queue consumer: authorize, route to a session, start the turn",
+        description="Inbox stream consumer: authorize, route to a session, start the turn",
         memory_mb=512,
         timeout_seconds=10,
         grants={
@@ -268,25 +330,25 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
             "directory": Access.READ_WRITE,
             "idempotency": Access.READ_WRITE,  # receipts: a redelivered /undo or /new runs once
             "events": Access.PUT_EVENTS,
-            "inbound": Access.CONSUME,
-            "delivery": Access.SEND,
+            "inbox": Access.CONSUME,
+            "dead-letters": Access.SEND,  # a message it cannot route after its attempts
+            "delivery": Access.INVOKE,  # replies, command answers, notices: asynchronous invokes
             "turn": Access.START,
         },
-        consumes="inbound",
-        max_concurrency=20,
+        consumes=INBOX_SOURCE,
     ),
     FunctionSpec(
         name="agent",
         code_dir="functions/agent",
         handler="handler.lambda_handler",
-        description="Turn tasks run by the turn state machine: prepare, model call, deliver, commit",
+        description="Turn tasks run by the turn state machine: respond (the model call), tools, finish, fail",
         memory_mb=512,
         timeout_seconds=120,
         grants={
             "routes": Access.READ_WRITE,
             "sessions": Access.READ_WRITE,
             "messages": Access.READ_WRITE,
-            "delivery": Access.SEND,
+            "delivery": Access.INVOKE,  # the turn's replies, the tools' pushes, cron notices
             # the agent's tools: memory notes, send_message's targets, cronjob
             "memory": Access.READ_WRITE,
             "directory": Access.READ,
@@ -294,19 +356,22 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
             # continuations of long turns and the turns of queued messages; agent:* events
             "turn": Access.START,
             "events": Access.PUT_EVENTS,
+            "media": Access.READ_WRITE,  # a message's attachments, fetched once; their transcripts and text
         },
-        secrets=("OPENAI_API_KEY", "HONCHO_API_KEY"),
+        # the platforms' send secrets too: a message's attachments are fetched with the bot's token
+        secrets=("OPENAI_API_KEY", "STT_API_KEY", "HONCHO_API_KEY", *SEND_SECRETS),
+        scans=("jobs",),  # the cronjob tool lists a profile's jobs (a handful)
     ),
     FunctionSpec(
         name="delivery",
         code_dir="functions/delivery",
         handler="handler.lambda_handler",
-        description="Delivery queue consumer: platform send with chunking, outbox, retries, mirror",
+        description="Delivery jobs (async invokes, or a list from a turn): platform send, outbox, mirror",
         memory_mb=256,
         timeout_seconds=30,
         grants={
             "outbox": Access.READ_WRITE,
-            "delivery": Access.CONSUME,
+            "dead-letters": Access.SEND,  # a job the platform refused, with the reason
             "directory": Access.READ_WRITE,
             "events": Access.PUT_EVENTS,
             # mirroring a pushed message into the target chat's transcript
@@ -315,10 +380,14 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
             "messages": Access.READ_WRITE,
             # a cron run's delivery status (services.delivery records it on the job)
             "jobs": Access.READ_WRITE,
+            "media": Access.READ_WRITE,  # outbound attachments: stored files, and a copy a platform fetches by URL
         },
-        consumes="delivery",
-        batch_size=5,
-        max_concurrency=10,
+        # A failed job is tried twice more by Lambda (after about 1 and 2 minutes), then goes to the
+        # dead letters as sent. An event that could not even start within an hour (throttled) is
+        # dead-lettered too: an answer hours late would confuse more than the alarm does.
+        async_retries=2,
+        async_max_event_age_seconds=3600,
+        dead_letters=DEAD_LETTERS.name,
         secrets=SEND_SECRETS,
     ),
     FunctionSpec(
@@ -393,17 +462,18 @@ class Bindings:
     queues: dict[str, str]
     state_machines: dict[str, str]
     event_bus: str | None = None
+    buckets: dict[str, str] = field(default_factory=dict)
+    functions: dict[str, str] = field(default_factory=dict)  # functions this one may invoke: their ARNs
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Bindings:
         return cls(
             tables={t.name: env[t.env_var] for t in TABLES if t.env_var in env},
-            queues={
-                **{q.name: env[q.env_var] for q in QUEUES if q.env_var in env},
-                **{q.dead_letter_name: env[q.dead_letter_env_var] for q in QUEUES if q.dead_letter_env_var in env},
-            },
+            queues={q.name: env[q.env_var] for q in QUEUES if q.env_var in env},
             state_machines={m.name: env[m.env_var] for m in (TURN_STATE_MACHINE,) if m.env_var in env},
             event_bus=env.get(EVENT_BUS.env_var),
+            buckets={b.name: env[b.env_var] for b in BUCKETS if b.env_var in env},
+            functions={f.name: env[f.env_var] for f in FUNCTIONS if f.env_var in env},
         )
 
     def table(self, name: str) -> str:
@@ -413,13 +483,25 @@ class Bindings:
             spec = next(t for t in TABLES if t.name == name)
             raise ConfigError(f"environment variable {spec.env_var} is not set (table {name})") from None
 
+    def bucket(self, name: str) -> str:
+        try:
+            return self.buckets[name]
+        except KeyError:
+            spec = next(b for b in BUCKETS if b.name == name)
+            raise ConfigError(f"environment variable {spec.env_var} is not set (bucket {name})") from None
+
     def queue(self, name: str) -> str:
         try:
             return self.queues[name]
         except KeyError:
-            spec = next(q for q in QUEUES if name in (q.name, q.dead_letter_name))
-            var = spec.env_var if name == spec.name else spec.dead_letter_env_var
-            raise ConfigError(f"environment variable {var} is not set (queue {name})") from None
+            spec = next(q for q in QUEUES if q.name == name)
+            raise ConfigError(f"environment variable {spec.env_var} is not set (queue {name})") from None
+
+    def function(self, name: str) -> str:
+        try:
+            return self.functions[name]
+        except KeyError:
+            raise ConfigError(f"environment variable {function(name).env_var} is not set (function {name})") from None
 
     def state_machine(self, name: str) -> str:
         try:

@@ -1,4 +1,6 @@
-"""Builds settings and adapters from the environment, once per cold start.
+"""Builds settings and adapters, once per cold start: the settings from the file the deployment
+ships with the functions (`GATEWAY_SETTINGS_FILE`) and the environment, the adapters from the
+resource names in the environment.
 
 Handlers ask this module for what they need; nothing is created before it is first used, so a
 function pays only for the clients it touches. `reset()` forgets everything (tests, local mode).
@@ -16,27 +18,31 @@ from typing import TYPE_CHECKING, Any
 
 from hermes_gateway.resources import Bindings
 from hermes_gateway.secrets import Secrets
-from hermes_gateway.settings import Settings, load_settings
+from hermes_gateway.settings import Settings, load_shipped_settings
 
 if TYPE_CHECKING:
-    from hermes_gateway.adapters.aws import IdempotentEnqueue, SqsQueue, StepFunctionsStarter
+    from hermes_gateway.adapters.aws import LambdaDeliveries, SqsQueue, StepFunctionsStarter
     from hermes_gateway.adapters.dynamo_access import DynamoAccessStore
     from hermes_gateway.adapters.dynamo_directory import DynamoDirectory
+    from hermes_gateway.adapters.dynamo_inbox import DynamoInbox
     from hermes_gateway.adapters.dynamo_jobs import DynamoJobStore
     from hermes_gateway.adapters.dynamo_memory import DynamoNoteStore
     from hermes_gateway.adapters.dynamo_outbox import DynamoOutbox
     from hermes_gateway.adapters.dynamo_receipts import DynamoReceipts
-    from hermes_gateway.adapters.dynamo_sessions import DynamoSessionStore
-    from hermes_gateway.adapters.dynamo_turns import DynamoTurnControl
     from hermes_gateway.domain.events import LifecycleEvents
+    from hermes_gateway.domain.media import Attachment
     from hermes_gateway.domain.pairing import PairingStore
+    from hermes_gateway.domain.ports import MediaStore, SessionStores
     from hermes_gateway.domain.profiles import ProfileDirectory
+    from hermes_gateway.domain.sessions import ModelOverride
     from hermes_gateway.memory.manager import MemoryManager
     from hermes_gateway.platforms.base import AdapterContext, Sender
+    from hermes_gateway.platforms.media import Fetched
     from hermes_gateway.providers.base import Provider
+    from hermes_gateway.providers.stt import Transcriber
     from hermes_gateway.services.cron import CronDeps
-    from hermes_gateway.services.delivery import DeliveryDeps
-    from hermes_gateway.services.ingress import InboundAdapter
+    from hermes_gateway.services.delivery import DeliveryDeps, Mirror
+    from hermes_gateway.services.ingress import DeliveryReport, InboundAdapter
     from hermes_gateway.services.router import Access
     from hermes_gateway.services.turn import TurnDeps
 
@@ -51,7 +57,7 @@ def region() -> str | None:
 
 @cache
 def settings() -> Settings:
-    return load_settings(os.environ, source="environment")
+    return load_shipped_settings(os.environ)
 
 
 def profile_settings(profile: str | None = None) -> Settings:
@@ -71,11 +77,29 @@ def secrets(profile: str | None = None) -> Secrets:
 
 
 @cache
-def session_store() -> DynamoSessionStore:
-    from hermes_gateway.adapters.dynamo_sessions import DynamoSessionStore
+def session_stores() -> SessionStores:
+    """Every session storage port, on the deployment's tables (each table bound when first used)."""
+    from hermes_gateway.adapters.dynamo_catalogue import DynamoCatalogue
+    from hermes_gateway.adapters.dynamo_edits import DynamoSessionEdits
+    from hermes_gateway.adapters.dynamo_leases import DynamoLeases
+    from hermes_gateway.adapters.dynamo_routes import DynamoRoutes
+    from hermes_gateway.adapters.dynamo_sweep import DynamoSweep
+    from hermes_gateway.adapters.dynamo_transcript import DynamoTranscript
+    from hermes_gateway.adapters.dynamo_turns import DynamoTurnControl
+    from hermes_gateway.adapters.session_tables import SessionTables
+    from hermes_gateway.domain.ports import SessionStores
     from hermes_gateway.domain.reset_policy import rules_from_settings
 
-    return DynamoSessionStore(bindings(), region(), rules=rules_from_settings(settings()))
+    tables = SessionTables(bindings(), region(), rules=rules_from_settings(settings()))
+    return SessionStores(
+        routes=DynamoRoutes(tables),
+        leases=DynamoLeases(tables),
+        control=DynamoTurnControl(tables),
+        transcript=DynamoTranscript(tables),
+        catalogue=DynamoCatalogue(tables),
+        edits=DynamoSessionEdits(tables),
+        sweep=DynamoSweep(tables),
+    )
 
 
 @cache
@@ -99,10 +123,9 @@ def access(profile: str | None = None) -> Access:
 
     return Access(
         pairing=pairing_store(profile),
-        replies=queue("delivery"),
+        replies=deliveries(),
         events=events(),
         directory=directory(profile),
-        control=turn_control(),
         receipts=receipts(),
     )
 
@@ -116,13 +139,6 @@ def receipts() -> DynamoReceipts:
 
 
 @cache
-def turn_control() -> DynamoTurnControl:
-    from hermes_gateway.adapters.dynamo_turns import DynamoTurnControl
-
-    return DynamoTurnControl(bindings(), region())
-
-
-@cache
 def outbox() -> DynamoOutbox:
     from hermes_gateway.adapters.dynamo_outbox import DynamoOutbox
 
@@ -130,10 +146,51 @@ def outbox() -> DynamoOutbox:
 
 
 @cache
+def media_store() -> MediaStore | None:
+    """The media bucket; None where the deployment has none bound (a function not granted it)."""
+    from hermes_gateway.adapters.s3_media import S3MediaStore
+    from hermes_gateway.resources import MEDIA
+
+    name = bindings().buckets.get(MEDIA.name)
+    return S3MediaStore(name, region()) if name else None
+
+
+@cache
 def queue(name: str) -> SqsQueue:
     from hermes_gateway.adapters.aws import SqsQueue
 
     return SqsQueue(bindings().queue(name), region())
+
+
+def dead_letters() -> SqsQueue:
+    from hermes_gateway.resources import DEAD_LETTERS
+
+    return queue(DEAD_LETTERS.name)
+
+
+@cache
+def deliveries() -> LambdaDeliveries:
+    """Delivery jobs as asynchronous invokes of the delivery function (router replies, pushes)."""
+    from hermes_gateway.adapters.aws import LambdaDeliveries
+
+    return LambdaDeliveries(bindings().function("delivery"), region())
+
+
+@cache
+def turn_deliveries() -> LambdaDeliveries:
+    """A turn's deliveries, waited for before the turn goes on: its chat gets a session's replies
+    in the order the turns answered (adapters.aws.WaitingDeliveries)."""
+    from hermes_gateway.adapters.aws import WaitingDeliveries
+
+    return WaitingDeliveries(bindings().function("delivery"), region())
+
+
+@cache
+def inbox() -> DynamoInbox:
+    from hermes_gateway.adapters.dynamo_inbox import DynamoInbox
+    from hermes_gateway.services.ingress import dedup_window_seconds
+
+    return DynamoInbox(bindings().table("inbox"), region(), retention_seconds=dedup_window_seconds)
 
 
 @cache
@@ -171,67 +228,92 @@ def inbound_adapter(platform: str, profile: str | None = None) -> InboundAdapter
 
 
 @cache
-def enqueue_once() -> IdempotentEnqueue:
-    from hermes_gateway.adapters.aws import IdempotentEnqueue, group_id_for
-    from hermes_gateway.services.ingress import IDEMPOTENCY_SECONDS
-
-    inbound = queue("inbound")
-
-    def send(envelope: dict[str, object]) -> str:
-        key = str(envelope["session_key"])
-        return inbound.send(envelope, group_id=group_id_for(key), dedup_id=str(envelope["event_id"]))
-
-    return IdempotentEnqueue(bindings().table("idempotency"), send, IDEMPOTENCY_SECONDS)
-
-
-@cache
 def turn_deps(profile: str | None = None) -> TurnDeps:
     """A profile's turn: its settings, model, tools, memory and home channels."""
+    from hermes_gateway.platforms.base import presence_of
     from hermes_gateway.services.turn import TurnDeps
     from hermes_gateway.tools.registry import tools_for
 
     chosen = profile_settings(profile)
-    store = session_store()
+    stores = session_stores()
     ports: dict[str, object] = {"directory": directory(profile)}
     if "jobs" in bindings().tables:
         ports["jobs"] = job_store()
 
-    def provider_for(override: dict[str, str] | None) -> Provider:
+    def provider_for(override: ModelOverride | None) -> Provider:
         return _provider(override, profile)
 
     return TurnDeps(
         settings=chosen,
-        store=store,
-        lease=store,
+        leases=stores.leases,
+        control=stores.control,
+        transcript=stores.transcript,
+        catalogue=stores.catalogue,
         provider=cache(lambda: provider_for(None)),
-        delivery=queue("delivery"),
-        now=time.time,
-        control=turn_control(),
+        deliveries=deliveries(),
+        replies=turn_deliveries(),
         starter=turn_starter(),
+        now=time.time,
         events=events(),
-        tools=lambda kind: tools_for(kind, chosen),  # type: ignore[arg-type]
+        tools=lambda kind: tools_for(kind.value, chosen),  # type: ignore[arg-type]
         provider_for=provider_for,
         tool_ports=ports,
         jobs=job_store() if "jobs" in bindings().tables else None,
         home_channels=lambda: _home_channels(profile),
         memory=(lambda: memory_manager(profile)) if "memory" in bindings().tables else None,
+        media=media_store(),
+        fetch_media=fetch_media,
+        transcriber=cache(lambda: transcriber(profile)),
+        presence=lambda platform, via: presence_of(sender_for(platform, via, profile)),
     )
 
 
-def _provider(override: dict[str, str] | None, profile: str | None = None) -> Provider:
+def fetch_media(attachment: Attachment, platform: str, profile: str | None, limit: int) -> Fetched:
+    """An inbound attachment's bytes, fetched with the bot's credentials (platforms/media.py)."""
+    from hermes_gateway.platforms import catalog
+    from hermes_gateway.platforms.media import MediaUnavailable
+
+    spec = catalog.spec(platform)
+    if spec is None or spec.media is None:
+        raise MediaUnavailable(f"{platform} does not hand over files to the gateway")
+    fetcher = catalog.load(spec.media)
+    return fetcher(adapter_context(platform, profile), attachment, limit)  # type: ignore[no-any-return]
+
+
+def transcriber(profile: str | None = None) -> Transcriber | None:
+    """The profile's speech to text, or None when it has none (stt.provider none)."""
+    from hermes_gateway.providers.stt import OpenAITranscriber
+
+    chosen = profile_settings(profile)
+    if chosen.stt_provider != "openai":
+        return None
+    keys = secrets(profile)
+    base = chosen.stt.base_url or chosen.provider.openai_base_url
+    api_key = keys.get("STT_API_KEY") or keys.get("OPENAI_API_KEY")  # the operator set both URLs
+    return OpenAITranscriber(base, api_key, chosen.stt.model)
+
+
+def _provider(override: ModelOverride | None, profile: str | None = None) -> Provider:
     """The profile's provider, or the session's override of model, provider and base URL (the
     key always comes from the deployment's secrets, never from the session)."""
     from dataclasses import replace
 
+    from hermes_gateway.domain.model_policy import ModelPolicy
+    from hermes_gateway.errors import PermanentError
     from hermes_gateway.providers import make_provider
 
     chosen = profile_settings(profile).provider
     if override:
+        # An override stored before its endpoint or model was allowed (or since the settings
+        # changed) never gets the deployment's key sent elsewhere: the turn fails with the reason.
+        reason = ModelPolicy.of(settings(), profile).refusal(override)
+        if reason is not None:
+            raise PermanentError(f"this session's model override cannot be used ({reason}); /model default clears it")
         chosen = replace(
             chosen,
-            name=override.get("provider") or chosen.name,
-            model=override.get("model") or chosen.model,
-            openai_base_url=override.get("base_url") or chosen.openai_base_url,
+            name=override.provider or chosen.name,
+            model=override.model or chosen.model,
+            openai_base_url=override.base_url or chosen.openai_base_url,
         )
     return make_provider(chosen, secrets(profile))
 
@@ -415,10 +497,27 @@ def directory(profile: str | None = None) -> ProfileDirectory:
     return directory_for(_directory_store(), profile)
 
 
+def report_delivery(platform: str, report: DeliveryReport) -> None:
+    """The ingress records a platform's report that a sent message failed later, before it
+    acknowledges the request (its event is out by then too)."""
+    from hermes_gateway.services.delivery import record_failed_later
+
+    record_failed_later(
+        platform,
+        report.delivery_id,
+        report.platform_message_id,
+        report.error,
+        outbox=outbox(),
+        events=events(),
+        now=time.time(),
+    )
+    flush_events()
+
+
 @cache
 def delivery_deps(profile: str | None = None) -> DeliveryDeps:
     """Delivery as a profile's bots send: their senders, their gone targets, their session keys."""
-    from hermes_gateway.services.delivery import DeliveryDeps
+    from hermes_gateway.services.delivery import OUTBOX_PREVIEW_CHARS, DeliveryDeps
 
     def profile_sender(platform: str, via: str) -> Sender | None:
         return sender_for(platform, via, profile)
@@ -429,11 +528,39 @@ def delivery_deps(profile: str | None = None) -> DeliveryDeps:
         now=time.time,
         events=events(),
         targets=directory(profile),
-        sessions=session_store(),
+        sessions=_mirror(),
         profile=profile_settings(profile).profile,
         store_sensitive=local_mode(),
+        # Deployed, a long chunk's row keeps a preview (a row under 1 KB is one write unit); local
+        # mode's outbox page shows every reply in full (the benches ask for the deployed rows).
+        outbox_text_chars=None if local_mode() and not _deployed_outbox_rows() else OUTBOX_PREVIEW_CHARS,
         jobs=job_store() if "jobs" in bindings().tables else None,
+        reply_to_mode=lambda platform: _reply_to_mode(platform, profile),
     )
+
+
+def _reply_to_mode(platform: str, profile: str | None) -> str:
+    """A platform's `reply_to_mode` as a profile's bot has it ("off" for one with no settings)."""
+    found = profile_settings(profile).platforms.get(platform)
+    return found.reply_to_mode if found is not None else "off"
+
+
+LOCAL_OUTBOX_PREVIEW_ENV = "HERMES_LOCAL_OUTBOX_PREVIEW"
+
+
+def _deployed_outbox_rows() -> bool:
+    """Local mode writes outbox rows as deployed (previews, not whole replies): the benches' item sizes."""
+    return os.environ.get(LOCAL_OUTBOX_PREVIEW_ENV) == "1"
+
+
+def _mirror() -> Mirror | None:
+    """Mirroring pushes into chats' transcripts, for a function granted the session tables."""
+    from hermes_gateway.services.delivery import Mirror
+
+    if "routes" not in bindings().tables:
+        return None
+    stores = session_stores()
+    return Mirror(stores.routes, stores.leases, stores.transcript)
 
 
 def reset() -> None:
@@ -442,19 +569,22 @@ def reset() -> None:
         settings,
         bindings,
         secrets,
-        session_store,
+        session_stores,
         _access_store,
         _directory_store,
         pairing_store,
         access,
         outbox,
         queue,
+        deliveries,
+        turn_deliveries,
+        media_store,
+        inbox,
         turn_starter,
         adapter_context,
         inbound_adapter,
         _built_sender,
         _record_only,
-        enqueue_once,
         turn_deps,
         delivery_deps,
         events,
@@ -462,7 +592,6 @@ def reset() -> None:
         job_store,
         note_store,
         cron_deps,
-        turn_control,
         receipts,
     ):
         built.cache_clear()

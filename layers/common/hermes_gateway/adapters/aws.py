@@ -1,51 +1,48 @@
-"""AWS adapters for the queue, workflow and idempotency ports (boto3, created lazily)."""
+"""AWS adapters for the dead letters, deliveries, the workflow and the event bus (boto3, created lazily)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import Any
 
 from hermes_gateway.errors import TransientError
 
-_THROTTLES = {"ThrottlingException", "Throttling", "RequestThrottled", "ServiceUnavailable", "InternalError"}
+# Throttling and the services' own 5xx answers, as each service names them: worth a retry.
+_THROTTLES = {
+    "ThrottlingException",
+    "Throttling",
+    "RequestThrottled",
+    "ServiceUnavailable",
+    "InternalError",
+    "InternalFailure",
+    "InternalServerError",
+    "ProvisionedThroughputExceededException",
+    "RequestLimitExceeded",
+    "TooManyRequestsException",
+    "ServiceException",
+}
 
 
-def _is_throttle(exc: Exception) -> bool:
+def is_throttle(exc: Exception) -> bool:
     code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
     return code in _THROTTLES or code.endswith("ThrottlingException")
 
 
 def group_id_for(session_key: str) -> str:
-    """FIFO group per session: ordered within a session, parallel across sessions, no raw ids."""
+    """The inbox partition of a session: its messages in order, sessions in parallel, no raw ids."""
     return hashlib.sha256(session_key.encode("utf-8")).hexdigest()[:40]
 
 
-def delivery_group_id(body: dict[str, Any]) -> str | None:
-    """FIFO group of a delivery job: its target chat (platform, chat, thread) as one bot reaches it,
-    so one chat's replies go out in the order they were queued while other chats' go in parallel;
-    no raw ids. The deployment's own bot keeps the group it always had; a named profile's bot is
-    a chat of its own."""
-    target = body.get("target")
-    if not isinstance(target, dict) or not target.get("platform"):
-        return None
-    chat = [str(target.get(name) or "") for name in ("platform", "chat_id", "thread_id")]
-    if target.get("profile"):
-        chat.append(str(target["profile"]))
-    return group_id_for("delivery|" + json.dumps(chat))
-
-
 class SqsQueue:
-    """Sends JSON bodies to one queue. FIFO queues get a group id and a de-duplication id; for a
-    delivery job they default to its target chat's group and its delivery id, so every producer
-    (replies, apologies, commands, pushes) is ordered per chat without saying so."""
+    """One standard queue: the dead letters. JSON bodies in; an operator's tools read them back."""
 
     def __init__(self, queue_url: str, region: str | None = None) -> None:
         self.url = queue_url
-        self.fifo = queue_url.endswith(".fifo")
         self._region = region
 
     @cached_property
@@ -54,35 +51,14 @@ class SqsQueue:
 
         return boto3.client("sqs", region_name=self._region)
 
-    def send(self, body: dict[str, Any], *, group_id: str | None = None, dedup_id: str | None = None) -> str:
-        kwargs: dict[str, Any] = {"QueueUrl": self.url, "MessageBody": json.dumps(body, separators=(",", ":"))}
-        if self.fifo:
-            group_id = group_id or delivery_group_id(body)
-            dedup_id = dedup_id or (str(body["delivery_id"]) if body.get("delivery_id") else None)
-            if not group_id or not dedup_id:
-                raise ValueError("a FIFO queue needs a group id and a de-duplication id")
-            kwargs["MessageGroupId"] = group_id
-            kwargs["MessageDeduplicationId"] = hashlib.sha256(dedup_id.encode("utf-8")).hexdigest()
+    def send(self, body: dict[str, Any]) -> str:
         try:
-            response = self._client.send_message(**kwargs)
+            response = self._client.send_message(QueueUrl=self.url, MessageBody=json.dumps(body, separators=(",", ":")))
         except Exception as exc:
-            if _is_throttle(exc):
+            if is_throttle(exc):
                 raise TransientError("the queue is throttling") from exc
             raise
         return str(response["MessageId"])
-
-    def send_raw(self, body: str, *, reason: str | None = None, dedup_id: str | None = None) -> str:
-        """Send a body as it is (a dead letter keeps the original job byte for byte), with the
-        reason it failed as a message attribute. On a FIFO queue `dedup_id` (the failed message's
-        id) keeps a redriven job that fails again from being dropped as a duplicate of its first."""
-        kwargs: dict[str, Any] = {"QueueUrl": self.url, "MessageBody": body}
-        if reason:
-            kwargs["MessageAttributes"] = {"reason": {"DataType": "String", "StringValue": reason[:1000]}}
-        if self.fifo:
-            digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
-            dedup = hashlib.sha256(dedup_id.encode("utf-8")).hexdigest() if dedup_id else digest
-            kwargs.update(MessageGroupId=digest[:40], MessageDeduplicationId=dedup)
-        return str(self._client.send_message(**kwargs)["MessageId"])
 
     def receive(
         self, max_messages: int = 10, wait_seconds: int = 0, visibility_seconds: int = 60
@@ -100,17 +76,108 @@ class SqsQueue:
     def delete(self, receipt_handle: str) -> None:
         self._client.delete_message(QueueUrl=self.url, ReceiptHandle=receipt_handle)
 
+    def release(self, receipt_handle: str) -> None:
+        """Make a received message visible again at once."""
+        self._client.change_message_visibility(QueueUrl=self.url, ReceiptHandle=receipt_handle, VisibilityTimeout=0)
+
     def depth(self) -> int:
         attributes = self._client.get_queue_attributes(
             QueueUrl=self.url, AttributeNames=["ApproximateNumberOfMessages"]
         )["Attributes"]
         return int(attributes.get("ApproximateNumberOfMessages", 0))
 
-    def delay_retry(self, receipt_handle: str, seconds: int) -> None:
-        """Make a failed message visible again sooner (or later) than the queue's timeout."""
-        self._client.change_message_visibility(
-            QueueUrl=self.url, ReceiptHandle=receipt_handle, VisibilityTimeout=max(0, min(seconds, 43200))
-        )
+
+class LambdaDeliveries:
+    """Delivery jobs, each an asynchronous invoke of the delivery function (InvocationType=Event;
+    the job is the event): Lambda keeps it, runs it, retries a failed run twice and then puts it on
+    the dead letters. The job's delivery id makes a repeated job send nothing twice (the outbox)."""
+
+    def __init__(self, function_arn: str, region: str | None = None) -> None:
+        self.function_arn = function_arn
+        self._region = region
+
+    @cached_property
+    def _client(self) -> Any:
+        import boto3
+
+        return boto3.client("lambda", region_name=self._region)
+
+    def send(self, body: dict[str, Any]) -> str:
+        response = self._invoke(body, "Event")
+        return str(response.get("ResponseMetadata", {}).get("RequestId", ""))
+
+    def _invoke(self, payload: dict[str, Any], invocation_type: str) -> dict[str, Any]:
+        try:
+            response: dict[str, Any] = self._client.invoke(
+                FunctionName=self.function_arn,
+                InvocationType=invocation_type,
+                Payload=json.dumps(payload, separators=(",", ":")).encode("utf-8"),
+            )
+        except Exception as exc:
+            if is_throttle(exc):
+                raise TransientError("Lambda is throttling the delivery function's invokes") from exc
+            raise
+        return response
+
+
+class WaitingDeliveries(LambdaDeliveries):
+    """A turn's deliveries, sent before the turn goes on: the delivery function is invoked and
+    waited for (`{"deliveries": [job]}`), so a session's replies reach its chat in the order its
+    turns answered (one turn at a time), whatever a platform's retries take. A failed run is tried
+    again, backing off (a platform's hiccup, another instance still holding the chunk's claim), up
+    to five times, while a try (as long as the last) still ends within `patience_seconds`: the turn
+    task that waits has a time limit of its own (20 s), and a task that times out fails its turn. A platform down for
+    longer gets the job handed to the asynchronous path (Lambda's retries, then the dead letters)
+    rather than failing the turn; only then may a later reply overtake it."""
+
+    PAUSES = (0.5, 1.0, 2.0, 2.0)  # before the second to the fifth try
+
+    def __init__(
+        self,
+        function_arn: str,
+        region: str | None = None,
+        *,
+        patience_seconds: float = 8.0,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(function_arn, region)
+        self.patience_seconds = patience_seconds
+        self._sleep = sleep
+        self._clock = clock
+
+    def send(self, body: dict[str, Any]) -> str:
+        from hermes_gateway.observability import logger
+
+        started = self._clock()
+        failure = self._attempt(body)
+        took = self._clock() - started
+        for pause in self.PAUSES:
+            # another try only if it can end (taking as long as the last) within the patience
+            if failure is None or self._clock() + pause + took > started + self.patience_seconds:
+                break
+            self._sleep(pause)
+            begun = self._clock()
+            failure = self._attempt(body)
+            took = self._clock() - begun
+        if failure is None:
+            return str(body.get("delivery_id", ""))
+        logger.warning("delivery still failing; handed to the asynchronous retries", extra={"error": failure})
+        return super().send(body)
+
+    def _attempt(self, body: dict[str, Any]) -> str | None:
+        """None when the job was delivered (or settled: gone, unknown, dead-lettered); else the error."""
+        try:
+            response = self._invoke({"deliveries": [body]}, "RequestResponse")
+        except TransientError:
+            return "TransientError"
+        if not response.get("FunctionError"):
+            return None
+        try:
+            error = json.loads(response["Payload"].read() or b"{}")
+        except ValueError:
+            error = {}
+        return str(error.get("errorType") or response["FunctionError"])[:100]
 
 
 class StepFunctionsStarter:
@@ -126,82 +193,19 @@ class StepFunctionsStarter:
 
         return boto3.client("stepfunctions", region_name=self._region)
 
-    def is_running(self, name: str) -> bool:
-        """Only asked after `start` answered False, which Standard workflows do (Express
-        workflows start every request, so their tasks are idempotent on the turn id instead)."""
-        execution_arn = self.arn.replace(":stateMachine:", ":execution:", 1) + ":" + name
+    def start(self, name: str, state: Mapping[str, Any]) -> bool:
+        """True when this call started the execution, False when it already existed (Standard
+        workflows say so; Express ones start every request, so their tasks are idempotent on the
+        turn instead). Nothing here needs to describe an execution."""
         try:
-            status = self._client.describe_execution(executionArn=execution_arn)["status"]
-        except self._client.exceptions.ExecutionDoesNotExist:
-            return False
-        return bool(status == "RUNNING")
-
-    def start(self, name: str, turn: dict[str, Any]) -> bool:
-        """True when this call started the execution, False when it already existed."""
-        try:
-            self._client.start_execution(stateMachineArn=self.arn, name=name, input=json.dumps(turn))
+            self._client.start_execution(stateMachineArn=self.arn, name=name, input=json.dumps(state))
         except self._client.exceptions.ExecutionAlreadyExists:
             return False
         except Exception as exc:
-            if _is_throttle(exc):
+            if is_throttle(exc):
                 raise TransientError("Step Functions is throttling") from exc
             raise
         return True
-
-
-class IdempotentEnqueue:
-    """Sends an envelope once per `event_id`, behind a Powertools idempotency record.
-
-    Calling it answers True the first time and False for a duplicate (the record exists and
-    completed). A concurrent duplicate still in progress raises TransientError: the platform's
-    retry will find the record completed, or gone if the first attempt failed.
-    """
-
-    def __init__(self, table_name: str, send: Callable[[dict[str, Any]], str], expires_after_seconds: int) -> None:
-        from aws_lambda_powertools.utilities.idempotency import (
-            DynamoDBPersistenceLayer,
-            IdempotencyConfig,
-            idempotent_function,
-        )
-
-        # The hook runs inside the decorated call on the caller's thread; local mode serves
-        # webhooks from several threads, so the flag is per thread.
-        self._seen = threading.local()
-        self.config = IdempotencyConfig(
-            event_key_jmespath="event_id",
-            raise_on_no_idempotency_key=True,
-            expires_after_seconds=expires_after_seconds,
-            hash_function="sha256",
-            response_hook=self._on_duplicate,
-        )
-
-        @idempotent_function(  # type: ignore[untyped-decorator]
-            data_keyword_argument="envelope",
-            persistence_store=DynamoDBPersistenceLayer(table_name=table_name),
-            config=self.config,
-        )
-        def send_once(envelope: dict[str, Any]) -> dict[str, str]:
-            return {"message_id": send(envelope)}
-
-        self._send_once = send_once
-
-    def _on_duplicate(self, response: Any, idempotent_data: Any) -> Any:
-        self._seen.duplicate = True
-        return response
-
-    def register_context(self, context: Any) -> None:
-        """Lets an in-progress record expire with the invocation that wrote it."""
-        self.config.register_lambda_context(context)
-
-    def __call__(self, envelope: dict[str, Any]) -> bool:
-        from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
-
-        self._seen.duplicate = False
-        try:
-            self._send_once(envelope=envelope)
-        except IdempotencyAlreadyInProgressError:
-            raise TransientError("the same event is being enqueued right now") from None
-        return not self._seen.duplicate
 
 
 class EventBridgeEvents:

@@ -3,12 +3,13 @@
 One table, keyed `pk` + `sk`, TTL on `expires_at`; each kind of item under its own prefix:
 
 - `approved#<platform>` / `<user_id>`: an approval (`user_name`, `approved_at`, `approved_by`).
-- `pending#<platform>` / `slot#1`..`slot#3`: a pending code as a salted hash (`code_hash`, `salt`
+- `pending#<platform>` / `slot#1`..`slot#10`: a pending code as a salted hash (`code_hash`, `salt`
   in hex) with who asked. A slot is free when it is missing or its code has expired, even before
   TTL deletes it; a request takes one with a conditional put, so however many requests race, a
   platform never holds more than MAX_PENDING_PER_PLATFORM live codes.
-- `limit#<platform>` / `<user_id>`: the user's request window (`last_request_at`) and when they
-  were last told to try later (`told_try_later_at`).
+- `limit#<platform>` / `<user_id>`: the user's request window (`last_request_at`), when their
+  current hold of a code began (`held_since`: its codes expire an hour after it; the next hold
+  begins a day after it), and when they were last told to try later (`told_try_later_at`).
 - `lock#<platform>` / `approvals`: failed approvals (`failures`) and the lockout (`locked_until`).
 
 A code is live while `now < expires_at`; a window or lockout ends when its interval has fully
@@ -40,6 +41,7 @@ from hermes_gateway.adapters.dynamo_errors import (
 from hermes_gateway.adapters.models import dynamodb_endpoint, table_meta
 from hermes_gateway.domain.pairing import (
     CODE_TTL_SECONDS,
+    HOLD_PERIOD_SECONDS,
     LOCKOUT_SECONDS,
     MAX_FAILED_APPROVALS,
     MAX_PENDING_PER_PLATFORM,
@@ -50,6 +52,7 @@ from hermes_gateway.domain.pairing import (
     PendingCode,
     code_matches,
     hash_code,
+    hold_start,
     is_well_formed,
     new_code,
     new_salt,
@@ -86,8 +89,9 @@ class PendingItem(AccessItem):
 
 class LimitItem(AccessItem):
     last_request_at = NumberAttribute(null=True)
+    held_since = NumberAttribute(null=True)
     told_try_later_at = NumberAttribute(null=True)
-    expires_at = NumberAttribute(null=True)  # TTL: once both times are an interval old
+    expires_at = NumberAttribute(null=True)  # TTL: once the hold's period is over
 
 
 class LockItem(AccessItem):
@@ -179,9 +183,10 @@ class DynamoAccessStore:
         1. the platform's lockout (a read): locked → `locked`;
         2. the platform's slots (a read): the user's own slot if they have one, else a free one;
            none → `no_slot`;
-        3. the user's window, taken with a conditional write (`last_request_at` missing or at least
-           REQUEST_INTERVAL_SECONDS old): refused → `rate_limited`. Of a user's parallel requests,
-           only one gets past this point;
+        3. the user's window and hold, taken with a conditional write (`last_request_at` missing or
+           at least REQUEST_INTERVAL_SECONDS old, and `held_since` within the last hour or at least
+           a period old): refused → `rate_limited`, or `held` when only the hold refused. Of a
+           user's parallel requests, only one gets past this point;
         4. the slot, taken with a conditional put (free, or still holding what step 2 read). If
            another request took it meanwhile, the slots are read again; when none is left, the
            window taken in step 3 is given back and the answer is `no_slot`.
@@ -197,22 +202,34 @@ class DynamoAccessStore:
         target = _choose_slot(self._slots(platform), user_id, now)
         if target is None:
             return self._refuse("no_slot", platform, user_id, now)
-        if not self._take_window(platform, user_id, now):
-            return CodeRequest("rate_limited")
+        held_from = self._take_window(platform, user_id, now)
+        if isinstance(held_from, str):
+            return (
+                CodeRequest("rate_limited")
+                if held_from == "rate_limited"
+                else self._refuse(held_from, platform, user_id, now)
+            )
         issued: CodeRequest | None = None
         try:
-            issued = self._issue(platform, user_id, user_name, chat_id, now, target)
+            issued = self._issue(platform, user_id, user_name, chat_id, now, target, held_from)
         finally:
             if issued is None:
-                self._give_back_window(platform, user_id, now)
+                self._give_back_window(platform, user_id, now, new_hold=held_from == now)
         return issued or self._refuse("no_slot", platform, user_id, now)
 
     def _issue(
-        self, platform: str, user_id: str, user_name: str | None, chat_id: str | None, now: float, target: _Slot
+        self,
+        platform: str,
+        user_id: str,
+        user_name: str | None,
+        chat_id: str | None,
+        now: float,
+        target: _Slot,
+        held_from: float,
     ) -> CodeRequest | None:
         Pending = self.models.pending
         code, salt = new_code(), new_salt()
-        expires_at = math.ceil(now + CODE_TTL_SECONDS)
+        expires_at = math.ceil(held_from + CODE_TTL_SECONDS)
         item = Pending(
             f"pending#{platform}",
             target[0],
@@ -225,7 +242,8 @@ class DynamoAccessStore:
             expires_at=expires_at,
         )
         slot: _Slot | None = target
-        for _ in range(_MAX_ATTEMPTS):
+        # Each lost put means another request took that slot: with every slot taken, none is chosen.
+        for _ in range(MAX_PENDING_PER_PLATFORM + _MAX_ATTEMPTS):
             if slot is None:
                 return None
             item.sk, seen = slot
@@ -241,15 +259,44 @@ class DynamoAccessStore:
                 slot = _choose_slot(self._slots(platform), user_id, now)
                 continue
             return CodeRequest("issued", code=code, expires_at=float(expires_at))
-        raise TransientError(f"no pending slot settled after {_MAX_ATTEMPTS} attempts")
+        raise TransientError("no pending slot settled")
 
     def _slots(self, platform: str) -> dict[str, PendingItem]:
         with throttling_is_transient():
             items = self.models.pending.query(f"pending#{platform}", consistent_read=True)
             return {item.sk: item for item in items if item.sk in _SLOT_KEYS}
 
-    def _take_window(self, platform: str, user_id: str, now: float) -> bool:
-        return self._claim_once_per_interval(platform, user_id, self.models.limit.last_request_at, now)
+    def _take_window(self, platform: str, user_id: str, now: float) -> float | str:
+        """Take the user's request window within their current hold, else with a new hold: the
+        hold's start, or why not (`rate_limited`, `held`)."""
+        Limit = self.models.limit
+        item = Limit(f"limit#{platform}", user_id)
+        window = Limit.last_request_at.does_not_exist() | (Limit.last_request_at <= now - REQUEST_INTERVAL_SECONDS)
+        keep: list[Any] = [Limit.last_request_at.set(now), Limit.expires_at.set(math.ceil(now + HOLD_PERIOD_SECONDS))]
+        attempts: tuple[tuple[Condition, list[Any]], ...] = (
+            (window & (Limit.held_since > now - CODE_TTL_SECONDS), keep),
+            (
+                window & (Limit.held_since.does_not_exist() | (Limit.held_since <= now - HOLD_PERIOD_SECONDS)),
+                [*keep, Limit.held_since.set(now)],
+            ),
+        )
+        for condition, actions in attempts:
+            try:
+                with throttling_is_transient():
+                    item.update(actions=actions, condition=condition)
+            except UpdateError as exc:
+                if not condition_failed(exc):
+                    raise
+                continue
+            return float(item.held_since if item.held_since is not None else now)
+        try:
+            with throttling_is_transient():
+                current = Limit.get(f"limit#{platform}", user_id, consistent_read=True)
+        except DoesNotExist:
+            return "rate_limited"  # taken and given back meanwhile: as busy as a taken window
+        start = hold_start(current.held_since, now)
+        busy = current.last_request_at is not None and current.last_request_at > now - REQUEST_INTERVAL_SECONDS
+        return "rate_limited" if busy or start is not None else "held"
 
     def _claim_once_per_interval(self, platform: str, user_id: str, mark: Any, now: float) -> bool:
         """Set one of the user's limit marks to `now` unless it was set less than an interval ago."""
@@ -257,7 +304,8 @@ class DynamoAccessStore:
         try:
             with throttling_is_transient():
                 Limit(f"limit#{platform}", user_id).update(
-                    actions=[mark.set(now), Limit.expires_at.set(math.ceil(now + REQUEST_INTERVAL_SECONDS))],
+                    # The item lives as long as the hold it may hold: TTL never ends a hold early.
+                    actions=[mark.set(now), Limit.expires_at.set(math.ceil(now + HOLD_PERIOD_SECONDS))],
                     condition=mark.does_not_exist() | (mark <= now - REQUEST_INTERVAL_SECONDS),
                 )
         except UpdateError as exc:
@@ -266,15 +314,19 @@ class DynamoAccessStore:
             raise
         return True
 
-    def _give_back_window(self, platform: str, user_id: str, now: float) -> None:
-        """Undo `_take_window`. Removing the time is exact: taking the window required the old one
-        to be missing or out of the interval, which a missing one is too."""
+    def _give_back_window(self, platform: str, user_id: str, now: float, *, new_hold: bool) -> None:
+        """Undo `_take_window`. Removing the times is exact: taking the window required the old one
+        to be missing or out of the interval, and a new hold the old one to be missing or a period
+        old, which a missing one is too."""
         Limit = self.models.limit
+        actions: list[Any] = [Limit.last_request_at.remove()]
+        condition: Condition = Limit.last_request_at == now
+        if new_hold:
+            actions.append(Limit.held_since.remove())
+            condition &= Limit.held_since == now
         try:
             with throttling_is_transient():
-                Limit(f"limit#{platform}", user_id).update(
-                    actions=[Limit.last_request_at.remove()], condition=Limit.last_request_at == now
-                )
+                Limit(f"limit#{platform}", user_id).update(actions=actions, condition=condition)
         except UpdateError as exc:
             if not condition_failed(exc):
                 raise

@@ -45,7 +45,13 @@ def bind_directory(table: str, region: str | None, host: str | None = None) -> t
 
 
 def _place(chat_id: str, thread_id: str | None) -> str:
-    return f"{chat_id}#{thread_id or ''}"
+    """`<chat_id>#<thread_id>`, each part with `%` and `#` percent-encoded: chat `a` in thread `b#`
+    and chat `a#b` are two places (ids holding neither character keep their key)."""
+    return f"{_escaped(chat_id)}#{_escaped(thread_id or '')}"
+
+
+def _escaped(part: str) -> str:
+    return part.replace("%", "%25").replace("#", "%23")
 
 
 @throttling_is_transient_everywhere

@@ -1,42 +1,25 @@
-"""The outbox on DynamoDB: each reply chunk is recorded before it is sent."""
+"""The outbox on DynamoDB: each reply chunk is recorded, and claimed for sending, before it is sent."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
-from pynamodb.exceptions import DoesNotExist, PutError, UpdateError
+from pynamodb.exceptions import DoesNotExist, UpdateError
 from pynamodb.expressions.update import Action
 
-from hermes_gateway.adapters.dynamo_errors import condition_failed, throttling_is_transient_everywhere
+from hermes_gateway.adapters.aws import is_throttle
+from hermes_gateway.adapters.dynamo_errors import (
+    CONDITION_FAILED_EXCEPTION,
+    condition_failed,
+    throttling_is_transient_everywhere,
+)
 from hermes_gateway.adapters.models import OutboxModelBase, bind_outbox, dynamodb_endpoint
+from hermes_gateway.domain.outbox import OutboxEntry
+from hermes_gateway.errors import TransientError
 from hermes_gateway.resources import Bindings
 
 RETENTION_SECONDS = 30 * 24 * 3600
 SEND_CLAIM_SECONDS = 60  # a claim older than this belongs to a worker that stopped mid-send
-
-
-@dataclass(frozen=True)
-class OutboxEntry:
-    delivery_id: str
-    platform: str
-    chat_id: str | None
-    thread_id: str | None
-    text: str
-    turn_id: str | None
-    chunk: int
-    chunks: int
-    status: str
-    attempts: int
-    platform_message_id: str | None
-    error: str | None
-    created_at: float
-    updated_at: float
-    # quick replies shown under the chunk ([{"label", "reply"}], the message's last chunk only)
-    buttons: list[dict[str, str]] | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return dict(self.__dict__)
 
 
 def _entry(item: OutboxModelBase) -> OutboxEntry:
@@ -64,7 +47,7 @@ class DynamoOutbox:
     def __init__(self, bindings: Bindings, region: str | None = None) -> None:
         self.model = bind_outbox(bindings.table("outbox"), region, dynamodb_endpoint())
 
-    def record(
+    def record_claimed(
         self,
         delivery_id: str,
         *,
@@ -77,8 +60,10 @@ class DynamoOutbox:
         chunks: int,
         now: float,
         buttons: list[dict[str, str]] | None = None,
-    ) -> OutboxEntry:
-        """Write the chunk as pending unless it exists; either way return what is stored."""
+    ) -> tuple[OutboxEntry, bool]:
+        """Write the chunk claimed for sending (`sending` at `now`) unless it exists: one write, which
+        on a repeated job returns the stored row with its failed condition (no read). What is
+        stored, and True when this call wrote it."""
         Outbox = self.model
         item = Outbox(
             delivery_id,
@@ -89,20 +74,33 @@ class DynamoOutbox:
             turn_id=turn_id,
             chunk=chunk,
             chunks=chunks,
-            status="pending",
+            status="sending",
             attempts=0,
             created_at=now,
             updated_at=now,
             expires_at=int(now + RETENTION_SECONDS),
             buttons=json.dumps(buttons) if buttons else None,
         )
+        # pynamodb's put drops the item a failed condition returns, so the call is botocore's
+        # (through the model's own connection: same endpoint, same client).
+        client = Outbox._get_connection().connection.client
         try:
-            item.save(condition=Outbox.delivery_id.does_not_exist())
-        except PutError as exc:
-            if not condition_failed(exc):
-                raise
-            item = Outbox.get(delivery_id, consistent_read=True)
-        return _entry(item)
+            client.put_item(
+                TableName=Outbox.Meta.table_name,
+                Item=item.serialize(null_check=True),
+                ConditionExpression="attribute_not_exists(delivery_id)",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except Exception as exc:
+            response = getattr(exc, "response", {})
+            if response.get("Error", {}).get("Code") == CONDITION_FAILED_EXCEPTION:
+                stored = response.get("Item")  # absent only from an endpoint that ignores the option
+                found = Outbox.from_raw_data(stored) if stored else Outbox.get(delivery_id, consistent_read=True)
+                return _entry(found), False
+            if is_throttle(exc):
+                raise TransientError("DynamoDB is throttling the outbox") from exc
+            raise
+        return _entry(item), True
 
     def claim(self, delivery_id: str, now: float) -> bool:
         """Take the chunk for sending. False while another worker holds it, or once its fate is
@@ -169,6 +167,34 @@ class DynamoOutbox:
         if error is not None:
             actions.append(Outbox.error.set(error[:500]))
         Outbox(delivery_id).update(actions=actions)
+
+    def fail_sent(self, delivery_id: str, *, platform: str, platform_message_id: str, error: str, now: float) -> str:
+        """Mark a chunk the platform accepted and later reported failed: `failed`, with the error.
+        Only this platform's row, and only while it is that message (sent with this id), or one
+        whose fate was left open (`unknown`, or a claim its worker abandoned). One conditional
+        write; the row is read only when the condition fails. Returns "marked", else the row's
+        status ("missing" when there is none)."""
+        Outbox = self.model
+        sent_as_this = (Outbox.status == "sent") & (Outbox.platform_message_id == platform_message_id)
+        left_open = (Outbox.status == "unknown") | (
+            (Outbox.status == "sending") & (Outbox.updated_at < now - SEND_CLAIM_SECONDS)
+        )
+        try:
+            Outbox(delivery_id).update(
+                actions=[
+                    Outbox.status.set("failed"),
+                    Outbox.updated_at.set(now),
+                    Outbox.error.set(error[:500]),
+                    Outbox.platform_message_id.set(platform_message_id),
+                ],
+                condition=Outbox.delivery_id.exists() & (Outbox.platform == platform) & (sent_as_this | left_open),
+            )
+        except UpdateError as exc:
+            if not condition_failed(exc):
+                raise
+            found = self.get(delivery_id)
+            return found.status if found is not None else "missing"
+        return "marked"
 
     def get(self, delivery_id: str) -> OutboxEntry | None:
         try:

@@ -13,7 +13,7 @@ import builtins
 import re
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hermes_gateway.errors import BadRequest
@@ -23,12 +23,10 @@ SCHEDULED = "scheduled"
 PAUSED = "paused"
 COMPLETED = "completed"  # a one-shot that ran, or a repeat count that was reached
 RETIRED = "retired"  # a one-shot that missed its time by more than the grace (see `retired_reason`)
-STATES = frozenset({SCHEDULED, PAUSED, COMPLETED, RETIRED})
 
-# Run outcomes recorded by the turn engine, and delivery outcomes recorded by delivery.
-RUN_OK = "ok"
+# A run that failed (the turn engine records `ok` or `error`), and a delivery that failed
+# (delivery records `sent` only with the platform's acknowledgement, or `failed`).
 RUN_ERROR = "error"
-DELIVERY_SENT = "sent"  # only with the platform's acknowledgement
 DELIVERY_FAILED = "failed"
 
 MAX_NAME = 200
@@ -73,10 +71,6 @@ class Repeat:
 
     times: int | None = None
     completed: int = 0
-
-    @property
-    def exhausted(self) -> bool:
-        return self.times is not None and self.completed >= self.times
 
     def to_dict(self) -> dict[str, int | None]:
         return {"times": self.times, "completed": self.completed}
@@ -178,19 +172,6 @@ class Claim:
 
     job: Job  # as it was before the claim
     advance: Advance
-
-
-def with_claim(job: Job, advance: Advance, now: float) -> Job:
-    """The job as a claim leaves it (stores and fakes apply exactly this)."""
-    completed = job.repeat.completed + (1 if advance.run_id else 0)
-    return replace(
-        job,
-        next_run_at=advance.next_run_at,
-        state=advance.state,
-        repeat=Repeat(job.repeat.times, completed),
-        retired_reason=advance.reason if advance.state == RETIRED else job.retired_reason,
-        updated_at=now,
-    )
 
 
 class JobStore(Protocol):

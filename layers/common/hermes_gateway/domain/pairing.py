@@ -1,10 +1,15 @@
 """DM pairing (BEHAVIOUR §4): an unknown user gets a one-time code, the operator approves it.
 
-Codes are 8 characters from an alphabet without look-alikes, valid one hour, and stored only as
-a salted, slow hash: the plaintext exists in the user's chat and in the operator's command, never
-in a table or a log line. The limits (one request per user per 10 minutes, 3 pending codes per
-platform, 5 failed approvals lock a platform's approvals for an hour) are enforced by the store
-with conditional writes, so parallel requests cannot exceed them.
+Codes are 8 characters from an alphabet without look-alikes, valid up to one hour, and stored
+only as a salted, slow hash: the plaintext exists in the user's chat and in the operator's
+command, never in a table or a log line. The limits (one request per user per 10 minutes, 10
+pending codes per platform, 5 failed approvals lock a platform's approvals for an hour) are
+enforced by the store with conditional writes, so parallel requests cannot exceed them.
+
+A user holds a pending code for at most one hour a day: a code asked for again within the hour
+replaces theirs but keeps its expiry, and once the hour is over they get the next one a day after
+the first. Holding every slot of a platform therefore takes MAX_PENDING_PER_PLATFORM accounts for
+each hour of the day (240 a day), not three for ever (each could renew its code every 10 minutes).
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
 CODE_LENGTH = 8
 CODE_TTL_SECONDS = 3600
 REQUEST_INTERVAL_SECONDS = 600
-MAX_PENDING_PER_PLATFORM = 3
+MAX_PENDING_PER_PLATFORM = 10
+HOLD_PERIOD_SECONDS = 24 * 3600  # a user's codes span at most CODE_TTL_SECONDS of each period
 MAX_FAILED_APPROVALS = 5
 LOCKOUT_SECONDS = 3600
 SALT_BYTES = 16
@@ -43,6 +49,17 @@ def is_well_formed(code: str) -> bool:
     return len(code) == CODE_LENGTH and all(c in ALPHABET for c in code)
 
 
+def hold_start(held_since: float | None, now: float) -> float | None:
+    """When the hold a code issued `now` belongs to began: the user's current one (the code expires
+    with it), a new one (`now`) when there was none or the last began a period ago, or None while the
+    user waits for the period to pass."""
+    if held_since is None or held_since <= now - HOLD_PERIOD_SECONDS:
+        return now
+    if held_since > now - CODE_TTL_SECONDS:
+        return held_since
+    return None
+
+
 def new_salt() -> bytes:
     return secrets.token_bytes(SALT_BYTES)
 
@@ -60,8 +77,9 @@ class CodeRequest:
     """The outcome of an unknown user's DM.
 
     status: `issued` (a new code), `rate_limited` (asked within the last 10 minutes: stay silent,
-    their code is still good), `no_slot` (3 codes pending on the platform) or `locked` (approvals
-    locked). `tell_try_later` is true the first time a user meets `no_slot` or `locked` in a
+    their code is still good), `no_slot` (MAX_PENDING_PER_PLATFORM codes pending on the platform),
+    `held` (the user's hour of pending codes for this period is used up) or `locked` (approvals
+    locked). `tell_try_later` is true the first time a user meets `no_slot`, `held` or `locked` in a
     request interval, so they hear "try later" once and then nothing.
     """
 
@@ -122,7 +140,7 @@ class PairingStore(Protocol):
 def pairing_reply(platform: str, code: str, profile: str | None = None) -> str:
     """What an unknown user is told; a named profile's bot names itself in the command."""
     return (
-        f"Hi! I don't know you yet. Your pairing code is {code} (valid for one hour).\n"
+        f"Hi! I don't know you yet. Your pairing code is {code} (valid for up to one hour).\n"
         f"Ask the operator of this bot to run:\n"
         f"hermes-gateway pairing approve {platform} {code}" + (f" --profile {profile}" if profile else "")
     )

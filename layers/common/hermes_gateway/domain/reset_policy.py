@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from hermes_gateway.settings import Settings
 
 MODES = ("none", "idle", "daily", "both")
-CHAT_TYPES = ("dm", "group", "channel", "thread")
 DEFAULT_IDLE_MINUTES = 1440
 DEFAULT_AT_HOUR = 4
 DEFAULT_RESUME_WINDOW_SECONDS = 3600
@@ -103,6 +102,10 @@ class SessionRules:
     policies: PolicyTable = field(default_factory=PolicyTable)
     time_zone: str = "UTC"
     resume_window_seconds: int = DEFAULT_RESUME_WINDOW_SECONDS
+    # How long a turn's lease lasts (the turn's time limit plus a margin: no heartbeats), and how
+    # long an idle route lives (its TTL; 0: forever). Deployment-wide: the same in every profile.
+    lease_ttl_seconds: int = 360
+    route_ttl_seconds: int = 90 * 86_400
 
     # A named profile's rules, by its key namespace (`agent:coder`); the rest use these.
     by_namespace: Mapping[str, SessionRules] = field(default_factory=dict)
@@ -233,6 +236,8 @@ def _profile_rules(settings: Settings) -> SessionRules:
         PolicyTable(default, parse_policy_map(s.reset_policy, default), by_platform),
         settings.time_zone,
         s.resume_window_seconds,
+        lease_ttl_seconds=s.lease_ttl_seconds,
+        route_ttl_seconds=s.route_max_idle_days * 86_400,
     )
 
 

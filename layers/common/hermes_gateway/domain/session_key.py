@@ -1,6 +1,16 @@
 """Session keys: the one pure function that decides which conversation a message belongs to.
 
 BEHAVIOUR §2 is the specification; every rule there has a test in tests/unit/test_session_key.py.
+
+Two conversations must never share a key. The parts are joined with `:`, so a key is read back
+unambiguously only when no part can pass for another. That holds for most platforms by the shape of
+their ids (Slack's thread `1700000000.000100` is no user `U123`, Matrix ids carry sigils), and
+their keys stay exactly as Hermes writes them. Where it does not, the colliding forms are told apart:
+- platforms whose thread ids and user ids come from one space (Telegram numbers both; the generic
+  webhook takes both as free text): a thread's shared session says `thread` in the chat-type slot,
+  so topic 77's session is not user 77's session in the General topic of the same forum;
+- platforms whose ids are free text (the generic webhook): `%` and `:` inside a part are
+  percent-encoded, so chat `x:y` is not chat `x` in thread `y`.
 """
 
 from __future__ import annotations
@@ -13,6 +23,8 @@ from hermes_gateway.errors import InvalidIdentifier
 _WHATSAPP_SUFFIXES = ("@s.whatsapp.net", "@lid", "@c.us")
 _DEVICE_SUFFIX = re.compile(r":\d+$")
 _DRIVE = re.compile(r"^[A-Za-z]:")
+_THREADS_LIKE_USERS = frozenset({"telegram", "webhook"})
+_FREE_TEXT_IDS = frozenset({"webhook"})
 
 
 def key_namespace(profile: str | None) -> str:
@@ -61,39 +73,47 @@ def build_session_key(
     """The session key for a source (BEHAVIOUR §2). Pure: same source and settings, same key."""
     namespace = key_namespace(profile if profile is not None else source.profile)
     slack_scope = source.scope_id if source.platform == "slack" and source.scope_id else None
-    parts: list[str] = [namespace, source.platform]
+    ids: list[str] = []  # the parts after the chat-type slot
 
     if source.chat_type == "dm":
-        parts.append("dm")
+        slot = "dm"
         if slack_scope:
-            parts.append(slack_scope)
+            ids.append(slack_scope)
         chat_id = source.chat_id
         if chat_id and source.platform == "whatsapp":
             chat_id = canonical_whatsapp_id(chat_id, lid_to_phone)
         if chat_id:
-            parts.append(chat_id)
+            ids.append(chat_id)
         else:
             sender = _participant(source, lid_to_phone)
             if sender:
-                parts.append(sender)
+                ids.append(sender)
         if source.thread_id:
-            parts.append(source.thread_id)
-        return validate_session_key(":".join(parts))
+            ids.append(source.thread_id)
+        return _joined(namespace, source.platform, slot, ids)
 
     thread = source.thread_id or source.prospective_thread_id
     # A channel message that opens a thread and the thread's later messages share one key.
-    parts.append("thread" if source.prospective_thread_id and not source.thread_id else source.chat_type)
+    slot = "thread" if source.prospective_thread_id and not source.thread_id else source.chat_type
     if slack_scope:
-        parts.append(slack_scope)
+        ids.append(slack_scope)
     if source.chat_id:
-        parts.append(source.chat_id)
+        ids.append(source.chat_id)
     if thread:
-        parts.append(thread)
+        ids.append(thread)
     isolate = group_sessions_per_user and (thread_sessions_per_user if thread else True)
     participant = _participant(source, lid_to_phone)
     if isolate and participant:
-        parts.append(participant)
-    return validate_session_key(":".join(parts))
+        ids.append(participant)
+    elif thread and source.platform in _THREADS_LIKE_USERS:
+        slot = "thread"  # chat:thread would read as chat:participant
+    return _joined(namespace, source.platform, slot, ids)
+
+
+def _joined(namespace: str, platform: str, slot: str, ids: list[str]) -> str:
+    if platform in _FREE_TEXT_IDS:
+        ids = [part.replace("%", "%25").replace(":", "%3A") for part in ids]
+    return validate_session_key(":".join([namespace, platform, slot, *ids]))
 
 
 def is_shared_session(

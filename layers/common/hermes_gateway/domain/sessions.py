@@ -1,23 +1,23 @@
-"""Sessions, transcripts and the turn lease: the domain view and the store's ports.
+"""Sessions, routes and transcripts: the values the session storage ports exchange
+(`hermes_gateway.domain.ports`), and the pure rules about them.
 
-The DynamoDB adapter (`hermes_gateway.adapters.dynamo_sessions`) and the in-memory fake
-(`tests/fakes/sessions.py`) both implement these ports with the same rules: single flight per
-key, compare-and-swap on `revision`, a lease released only by its token, and fenced mutations
-(BEHAVIOUR §3): a stale `revision` or `execution_generation` raises `Conflict` and changes nothing.
-
-Both stores are built with a `SessionRules` (`hermes_gateway.domain.reset_policy`): the reset
-policy, the time zone and the auto-continue window `get_or_create` applies.
+Every store keeps the same rules: single flight per key, compare-and-swap on `revision`, a lease
+released only by its token, and fenced mutations (BEHAVIOUR §3): a stale `revision` or
+`execution_generation` raises `Conflict` and changes nothing. Stores are built with a
+`SessionRules` (`hermes_gateway.domain.reset_policy`): the reset policy, the time zone and the
+auto-continue window `Routes.open` applies.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 import time
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any
 
-from hermes_gateway.domain.source import SessionSource
+from hermes_gateway.domain.media import Attachment
 from hermes_gateway.errors import GatewayError
 
 MAX_FAILED_RECOVERIES = 3  # three failed recoveries in a row suspend the session (BEHAVIOUR §5)
@@ -33,6 +33,12 @@ def new_session_id(now: float | None = None) -> str:
     """Sortable by creation time, unique without coordination: `20261129_084501_3f9a1c2b`."""
     stamp = time.strftime("%Y%m%d_%H%M%S", time.gmtime(time.time() if now is None else now))
     return f"{stamp}_{secrets.token_hex(4)}"
+
+
+def event_mark(event_id: str) -> str:
+    """A short, stable mark of an event id: a route remembers the last few events that began or
+    joined a turn by these, so a redelivered message is recognized without another read."""
+    return hashlib.sha256(event_id.encode()).hexdigest()[:10]
 
 
 def profile_of_key(session_key: str) -> str:
@@ -126,6 +132,42 @@ class TokenUsage:
 
 
 @dataclass(frozen=True)
+class SessionTally:
+    """What a session has used: rows and the turns' tokens and estimated cost. A live session's
+    tally is kept on its route (added to by each turn's one finishing write); the session record
+    keeps it from when the route leaves the session."""
+
+    message_count: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    last_prompt_tokens: int | None = None  # None: unchanged by this tally
+    cost_usd: float = 0.0
+    estimated_turns: int = 0
+    unknown_turns: int = 0
+    included_turns: int = 0
+
+    def __add__(self, other: SessionTally) -> SessionTally:
+        return SessionTally(
+            self.message_count + other.message_count,
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+            other.last_prompt_tokens if other.last_prompt_tokens is not None else self.last_prompt_tokens,
+            self.cost_usd + other.cost_usd,
+            self.estimated_turns + other.estimated_turns,
+            self.unknown_turns + other.unknown_turns,
+            self.included_turns + other.included_turns,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+
+@dataclass(frozen=True)
 class AutoContinue:
     """A reused entry whose last turn was cut short within the freshness window: the next turn
     continues it (the turn engine tells the model so)."""
@@ -171,7 +213,15 @@ class SessionEntry:
     lease_started_at: float | None = None
     stop_turn_id: str | None = None  # /stop asked this turn to stop at its next safe point
     policy_deadline: float | None = None  # when the reset policy next expires this session
-    auto_continue: AutoContinue | None = None  # set by get_or_create (see AutoContinue)
+    auto_continue: AutoContinue | None = None  # set by Routes.open (see AutoContinue)
+    # -- the live session's transcript and totals, kept on the route (one read per message) --
+    next_seq: int | None = None  # the last transcript seq allocated (None: not yet known)
+    reply_seq: int | None = None  # the running turn's answer seq (with the lease)
+    tally: SessionTally = field(default_factory=SessionTally)
+    hidden: tuple[tuple[int, int], ...] = ()  # seq ranges undone (undo, rewind)
+    recent_events: tuple[str, ...] = ()  # hashes of the events that last began or queued a turn
+    queued: int = 0  # messages waiting behind the running turn
+    approval_pending: bool = False  # the running turn waits for an approval
 
     def lease_held(self, now: float) -> bool:
         """A turn holds the session: its lease is taken and has not expired."""
@@ -201,6 +251,7 @@ class SessionInfo:
     last_prompt_tokens: int = 0
     estimated_cost_usd: float = 0.0
     cost_status: str = "unknown"  # estimated | unknown | included (COST_STATUSES)
+    hidden: tuple[tuple[int, int], ...] = ()  # transcript seqs undone (undo, rewind)
 
     @property
     def total_tokens(self) -> int:
@@ -217,6 +268,7 @@ class TranscriptRow:
     turn_id: str | None = None
     platform_message_id: str | None = None
     active: bool = True  # soft-deleted rows (undo, rewind) are inactive; reads skip them
+    attachments: tuple[Attachment, ...] = ()  # a user message's media, as references (domain.media)
 
 
 @dataclass(frozen=True)
@@ -304,235 +356,3 @@ def hide_after(ranges: list[tuple[int, int]], to_seq: int, last_seq: int) -> lis
 
 def is_hidden(seq: int, ranges: list[tuple[int, int]]) -> bool:
     return any(lo <= seq <= hi for lo, hi in ranges)
-
-
-# -- ports ---------------------------------------------------------------------------------------
-
-
-class SessionStore(Protocol):
-    def get_or_create(
-        self,
-        source: SessionSource,
-        session_key: str,
-        now: float,
-        *,
-        force_new: bool = False,
-        touch_activity: bool = True,
-    ) -> SessionEntry:
-        """The live session for a key, created once however many callers race for it.
-
-        An existing entry is replaced when (in this order, BEHAVIOUR §3): `force_new`; it is
-        suspended; it is resume_pending (the policy's reason, else `resume_pending_expired` past the
-        freshness window; mode none resumes); the reset policy says `idle` or `daily`; unless a
-        lease is held (active work is never reset); a route whose session ended is recreated
-        (`stale_route`), and one whose session was compressed is healed to the newest child.
-        A reused resume_pending entry within the window carries `auto_continue`."""
-        ...
-
-    def get_route(self, session_key: str) -> SessionEntry | None: ...
-
-    def append_message(
-        self,
-        session_id: str,
-        role: str,
-        content: str,
-        now: float,
-        *,
-        dedupe_key: str | None = None,
-        turn_id: str | None = None,
-        sender_name: str | None = None,
-        platform_message_id: str | None = None,
-        input_tokens: int | None = None,
-        output_tokens: int | None = None,
-    ) -> int:
-        """Append a row (and add its tokens to the session's totals) and return its seq. A repeated
-        `dedupe_key` appends and counts nothing and returns the seq of the row it first wrote."""
-        ...
-
-    def turn_started(self, session_id: str, dedupe_key: str) -> bool:
-        """True once `mark_turn_started` was recorded for the row appended under `dedupe_key`."""
-        ...
-
-    def mark_turn_started(self, session_id: str, dedupe_key: str, turn_id: str) -> None:
-        """Record that the turn answering the row appended under `dedupe_key` has started."""
-        ...
-
-    def transcript(
-        self, session_id: str, *, upto_seq: int | None = None, limit: int | None = None
-    ) -> list[TranscriptRow]:
-        """Active rows, oldest first (the newest `limit` of them). A failed read raises."""
-        ...
-
-    # -- reading sessions ---------------------------------------------------------------------
-
-    def get_session(self, session_id: str) -> SessionInfo | None:
-        """One session's record (title, lineage, end, totals); None when it does not exist."""
-        ...
-
-    def list_sessions(self, profile: str, *, limit: int = 20, before: float | None = None) -> list[SessionInfo]:
-        """The profile's sessions, newest first (started before `before`), through an index.
-        `profile` is the key namespace (`profile_of_key`): another profile's sessions never appear."""
-        ...
-
-    def find_session_by_title(self, profile: str, title: str) -> SessionInfo | None:
-        """The profile's session with this title (titles are unique per profile, case-insensitive)."""
-        ...
-
-    def search(self, profile: str, query: str, *, limit: int = 20, sessions: int = 50) -> list[SearchHit]:
-        """Case-insensitive substring search over the active rows of the profile's newest `sessions`
-        sessions (a bounded read, not a full-text index), newest hits first."""
-        ...
-
-    # -- usage and turn recovery (the turn engine) --------------------------------------------
-
-    def record_usage(
-        self,
-        session_id: str,
-        turn_id: str,
-        usage: TokenUsage,
-        now: float,
-        *,
-        model: str | None = None,
-        provider: str | None = None,
-    ) -> bool:
-        """Add one turn's tokens and estimated cost (domain/cost.py) to the session's totals, once per
-        `turn_id` (a retried task counts nothing twice: False). `prompt_tokens` sets last prompt."""
-        ...
-
-    def turn_usage(self, session_id: str, turn_id: str) -> TokenUsage | None:
-        """The usage recorded for one turn (None: none recorded)."""
-        ...
-
-    def turn_succeeded(self, session_key: str, session_id: str, now: float) -> None:
-        """A turn finished: clear resume_pending, the failed-recovery count and `is_fresh_reset`
-        (only while the route still points at `session_id`)."""
-        ...
-
-    def turn_failed(self, session_key: str, session_id: str, reason: str, now: float) -> bool:
-        """A turn was cut short: mark the entry resume_pending (reason, marked-at). A failure while
-        already resume_pending is a failed recovery; the MAX_FAILED_RECOVERIES-th in a row suspends
-        the session. True when the entry is now suspended. `TurnLease.expire` applies the same rule."""
-        ...
-
-    def request_stop(self, session_key: str, now: float) -> str | None:
-        """/stop: flag the running turn (the lease holder) to stop at its next safe point. Returns the
-        flagged turn id; None when no turn is running. Cleared when its lease is released."""
-        ...
-
-    def stop_requested(self, session_key: str, turn_id: str) -> bool:
-        """True when /stop flagged this turn."""
-        ...
-
-    # -- fenced mutations (session API and chat commands) --------------------------------------
-    # Each checks `fence` against the route of the session's key inside the same conditional write,
-    # raises errors.Conflict when stale (nothing applied), SessionNotFound when the session or
-    # its route is missing, and bumps `revision` (identity changes also `execution_generation`).
-
-    def rename(self, session_id: str, title: str, *, fence: Fence, now: float) -> SessionInfo:
-        """Set the title, unique per profile (case-insensitive); a title in use by another
-        session raises Conflict. Title: 1-100 printable characters (else InvalidSessionRequest)."""
-        ...
-
-    def delete_session(self, session_id: str, *, fence: Fence, now: float) -> None:
-        """Delete the session and its transcript; a route pointing at it is removed (the next
-        message starts a new session). Needs the execution generation."""
-        ...
-
-    def rewind(self, session_id: str, to_seq: int, *, fence: Fence, now: float) -> UndoResult:
-        """Soft-delete every row after `to_seq` (rows kept, inactive). Needs the execution generation."""
-        ...
-
-    def undo(self, session_id: str, turns: int, *, fence: Fence, now: float) -> UndoResult:
-        """Soft-delete the last `turns` user messages and everything after the earliest of them.
-        Nothing to undo: `removed` is 0 and nothing changes."""
-        ...
-
-    def retry(self, session_id: str, *, fence: Fence, now: float) -> UndoResult:
-        """`undo(1)`; `user_text` is the message to send again."""
-        ...
-
-    def reset(self, session_key: str, *, fence: Fence, now: float, reason: str = "forced") -> SessionEntry:
-        """Replace the route's session with a new one (the old ends with `reason`), fenced."""
-        ...
-
-    def branch(self, session_id: str, *, fence: Fence, now: float, title: str | None = None) -> SessionEntry:
-        """Copy the active transcript into a child session (parent link) and point the route at it."""
-        ...
-
-    def compress(self, session_id: str, summary: str, *, fence: Fence, now: float, keep_last: int = 0) -> SessionEntry:
-        """Continue the session in a child that starts with `summary` (a system row) and the last
-        `keep_last` active rows; the parent ends (`compressed`) and the route points at the child."""
-        ...
-
-    def set_model_override(
-        self, session_key: str, override: ModelOverride | None, *, fence: Fence, now: float
-    ) -> SessionEntry:
-        """Set (None: clear) the route's model override. Build it with `sanitize_model_override`."""
-        ...
-
-    def switch_session(self, session_key: str, session_id: str, *, fence: Fence, now: float) -> SessionEntry:
-        """/resume: point the route at an existing session of the same profile (it must not have
-        ended, except for ending by reset, which reopens it)."""
-        ...
-
-    def end_session(self, session_id: str, reason: str, now: float) -> bool:
-        """End a session with `reason` (detach, expiry). False when it had already ended."""
-        ...
-
-    def mark_memory_flushed(self, session_id: str, now: float) -> None:
-        """The session's memory flush turn is over (saved, or given up): the session that replaced
-        it may answer now (BEHAVIOUR §3: memories are flushed first)."""
-        ...
-
-    def memory_flushed(self, session_id: str) -> bool:
-        """Whether `mark_memory_flushed` was called for the session (a consistent read)."""
-        ...
-
-
-class SessionSweepStore(Protocol):
-    """What the expiry sweep needs (services/session_sweep.py): indexes, never scans."""
-
-    def due_for_expiry(self, now: float, limit: int = 100) -> list[SessionEntry]:
-        """Routes whose policy deadline has passed and whose expiry is not finalized, from the
-        sparse `by_policy_deadline` index."""
-        ...
-
-    def claim_expiry(self, entry: SessionEntry, now: float) -> SessionEntry | None:
-        """Compare-and-swap on the entry's revision that sets `expiry_finalized` and leaves the
-        deadline index. None when another sweep (or a message, or a turn) got there first."""
-        ...
-
-    def release_expiry_claim(self, entry: SessionEntry, now: float) -> bool:
-        """Undo a claim (`entry` as `claim_expiry` returned it), putting the route back in the
-        deadline index as the current rules place it: a flush that could not start is retried."""
-        ...
-
-    def end_session(self, session_id: str, reason: str, now: float) -> bool: ...
-
-    def idle_routes(self, idle_before: float, limit: int = 100) -> list[SessionEntry]:
-        """Routes whose last activity is older than `idle_before`, from the `by_activity` index."""
-        ...
-
-    def prune_route(self, entry: SessionEntry) -> bool:
-        """Delete the route (not its transcripts) if unchanged since read (revision) and no lease is
-        held. False when it changed."""
-        ...
-
-
-class TurnLease(Protocol):
-    def acquire(self, session_key: str, turn_id: str, token: str, now: float, ttl_seconds: int) -> bool:
-        """Take the session's lease for one turn. True when held by this turn (again, on a retry)."""
-        ...
-
-    def release(self, session_key: str, token: str) -> bool:
-        """Clear the lease if `token` still holds it; False when it does not (already released)."""
-        ...
-
-    def expired(self, now: float, limit: int = 100) -> list[ExpiredLease]:
-        """Leases past their expiry, found through an index (never a scan)."""
-        ...
-
-    def expire(self, lease: ExpiredLease, now: float) -> bool:
-        """Clear an expired lease (by its token) and mark the session resume_pending (a failed
-        recovery when it already was: see `SessionStore.turn_failed`)."""
-        ...

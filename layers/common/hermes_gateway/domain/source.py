@@ -80,7 +80,7 @@ class InboundMessage:
     reply_to_message_id: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     # What the verified ingress path established about the message, never read from a payload:
-    # a subset of FACTS. The inbound queue is written by the ingress function alone.
+    # a subset of FACTS. Only the ingress function may put a message in the inbox.
     facts: tuple[str, ...] = ()
     # Platform details a reply needs beyond the chat id (Teams' service URL, a LINE reply token,
     # a Discord interaction token, `via: relay`); copied into the turn's reply target.

@@ -14,8 +14,9 @@ An unresolvable target is rejected with a reason when it is asked for, never at 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from hermes_gateway.errors import BadRequest
 from hermes_gateway.platforms.catalog import BY_NAME
@@ -42,6 +43,42 @@ class ResolvedTarget:
         if profile:
             found["profile"] = profile
         return found
+
+
+@dataclass(frozen=True)
+class ReplyTarget:
+    """Where a turn's replies go: fixed when the turn starts (BEHAVIOUR §6), never read later from
+    mutable session state. `profile` names the named profile whose bot answers; `context` holds
+    the platform's reply details (Teams' service URL, a LINE reply token, `via: relay`)."""
+
+    platform: str
+    chat_id: str | None
+    thread_id: str | None = None
+    profile: str | None = None
+    context: Mapping[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The target as a delivery job carries it."""
+        out: dict[str, Any] = {"platform": self.platform, "chat_id": self.chat_id, "thread_id": self.thread_id}
+        if self.profile:
+            out["profile"] = self.profile
+        if self.context:
+            out["context"] = dict(self.context)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReplyTarget:
+        chat, thread = data.get("chat_id"), data.get("thread_id")
+        return cls(
+            platform=str(data["platform"]),
+            chat_id=str(chat) if chat is not None else None,
+            thread_id=str(thread) if thread is not None else None,
+            profile=str(data["profile"]) if data.get("profile") else None,
+            context={str(k): str(v) for k, v in (data.get("context") or {}).items()},
+        )
+
+    def resolved(self, label: str = "origin") -> ResolvedTarget | None:
+        return ResolvedTarget(self.platform, self.chat_id, self.thread_id, label) if self.chat_id else None
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,23 @@
-"""What a running turn shares with the router: its queued input, approvals, and the hand-off.
+"""What a running turn shares with the router: its lease, queued input, approvals, the hand-off.
 
-One turn runs per session at a time (the lease on the routing entry). A message that arrives
-meanwhile is stored on the same entry (`QueuedInput`); the turn that finishes releases the lease
-and checks that queue in ONE conditional write (`TurnControl.finish`), so a message is never left
-waiting with no turn to answer it. A tool that needs approval pauses the turn: its state is saved,
-the question is stored on the entry (`PendingApproval`), and the answer starts a continuation.
-
-The DynamoDB adapter (`hermes_gateway.adapters.dynamo_turns`) and the in-memory fake
-(`tests/fakes/turns.py`) keep the same rules.
+One turn runs per session at a time (the lease on the route). A message that arrives meanwhile is
+stored on the same route (`QueuedInput`); the turn that finishes releases the lease and checks
+that queue in ONE conditional write (`Leases.finish`), so a message is never left waiting with no
+turn to answer it. A tool that needs approval pauses the turn: its state is saved, the question is
+stored on the route (`PendingApproval`), and the answer starts a continuation. The ports are in
+`hermes_gateway.domain.ports`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
+
+from hermes_gateway.domain.media import Attachment, attachments_of
+from hermes_gateway.domain.sessions import SessionEntry
+from hermes_gateway.domain.source import SessionSource
+from hermes_gateway.domain.targets import ReplyTarget
+from hermes_gateway.domain.turn_state import Turn
 
 BUSY_MODES = ("queue", "interrupt", "steer")
 FOLLOWUP_MODES = ("each", "one")
@@ -28,19 +31,23 @@ class QueuedInput:
     event_id: str
     text: str
     received_at: float
-    source: dict[str, Any]  # SessionSource.to_dict()
-    reply_to: dict[str, Any]  # fixed when the message arrived
+    source: SessionSource
+    reply_to: ReplyTarget  # fixed when the message arrived
     mode: str = "queue"  # queue | interrupt | steer (BUSY_MODES)
+    attachments: tuple[Attachment, ...] = ()  # the message's media, as references (domain.media)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "event_id": self.event_id,
             "text": self.text,
             "received_at": self.received_at,
-            "source": self.source,
-            "reply_to": self.reply_to,
+            "source": compact_source(self.source),
+            "reply_to": self.reply_to.to_dict(),
             "mode": self.mode,
         }
+        if self.attachments:
+            data["attachments"] = [a.to_dict() for a in self.attachments]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> QueuedInput:
@@ -48,10 +55,17 @@ class QueuedInput:
             str(data["event_id"]),
             str(data.get("text", "")),
             float(data.get("received_at", 0)),
-            dict(data.get("source") or {}),
-            dict(data.get("reply_to") or {}),
+            SessionSource.from_dict(dict(data.get("source") or {})),
+            ReplyTarget.from_dict(dict(data.get("reply_to") or {})),
             str(data.get("mode", "queue")),
+            attachments_of(data.get("attachments")),
         )
+
+
+def compact_source(source: SessionSource) -> dict[str, Any]:
+    """The source without its empty fields: what is stored on a route (a route write costs a
+    write unit per KB, so a DM's route stays well under one)."""
+    return {k: v for k, v in source.to_dict().items() if v not in (None, False, "")}
 
 
 @dataclass(frozen=True)
@@ -102,6 +116,8 @@ class ControlState:
 
     lease_token: str | None = None
     lease_turn_id: str | None = None
+    session_id: str | None = None
+    reply_seq: int | None = None  # the running turn's answer seq
     queue: tuple[QueuedInput, ...] = ()
     stop_turn_id: str | None = None
     approval: PendingApproval | None = None
@@ -109,7 +125,7 @@ class ControlState:
     approved_always: frozenset[str] = frozenset()
     approved_session: tuple[str | None, frozenset[str]] = (None, frozenset())
     handoff_from: str | None = None  # the token whose turn handed the lease on
-    handoff_turn: dict[str, Any] | None = None
+    handoff_turn: Turn | None = None
 
     def approved(self, tool: str, session_id: str) -> bool:
         """Approved without asking: /yolo, `/approve always`, or `/approve session` in this session."""
@@ -118,77 +134,66 @@ class ControlState:
 
 
 @dataclass(frozen=True)
-class NextTurn:
-    """What `finish` hands the lease to: the queued items it consumes and the next turn's input."""
+class Begun:
+    """A turn holds the session's lease: the seqs of the message it answers and of its answer,
+    and the route as that one write left it."""
 
-    taken: int  # how many items from the head of the queue the next turn answers
-    turn_id: str
-    token: str
-    turn: dict[str, Any]  # the next execution's input
+    user_seq: int
+    reply_seq: int
+    entry: SessionEntry
+    took_over: bool = False  # the lease had expired under a cut-short turn (now resume_pending)
+
+
+@dataclass(frozen=True)
+class NextTurn:
+    """What `Leases.finish` hands the lease to: how many queued items the next turn answers, and
+    the turn itself (its seqs allocated in the same write)."""
+
+    taken: int
+    turn: Turn
+
+    @property
+    def token(self) -> str:
+        assert self.turn.lease_token is not None
+        return self.turn.lease_token
 
 
 @dataclass(frozen=True)
 class Finished:
     status: Literal["released", "handed_off", "lost"]
-    next_turn: dict[str, Any] | None = None
+    next_turn: Turn | None = None  # handed_off: the turn to start (again, on a repeat)
+    queued: tuple[QueuedInput, ...] = ()  # handed_off: the messages it answers, to append
 
 
 @dataclass(frozen=True)
 class Enqueued:
     status: Literal["queued", "duplicate", "not_busy", "full"]
     holder_turn_id: str | None = None
+    first_notice: bool = False  # queued: the chat has not been told during this turn yet
 
 
-class TurnControl(Protocol):
-    def state(self, session_key: str) -> ControlState:
-        """The entry's lease, queue, stop flag and approvals (a consistent read)."""
-        ...
+@dataclass(frozen=True)
+class StopRequest:
+    turn_id: str
+    session_id: str
+    reply_seq: int | None  # where /stop leaves its marker, so the turn's answer is not kept
 
-    def enqueue(self, session_key: str, item: QueuedInput, *, max_items: int) -> Enqueued:
-        """Append to the queue while a lease is held (`not_busy` when none is: take the lease
-        instead); a repeated event id is a `duplicate`; `full` at `max_items`."""
-        ...
 
-    def mark_busy_acknowledged(self, session_key: str, turn_id: str) -> bool:
-        """True the first time for this running turn: the busy notice goes out once per turn."""
-        ...
+@dataclass(frozen=True)
+class Steering:
+    """Steering input taken by the running turn, with the seqs its rows go to."""
 
-    def extend(self, session_key: str, token: str, until: float) -> ControlState | None:
-        """Heartbeat: push the lease's expiry to `until` while `token` holds it, and return the
-        entry as written (its stop flag, queue, approvals); None when `token` no longer holds it."""
-        ...
+    items: tuple[QueuedInput, ...] = ()
+    seqs: tuple[int, ...] = ()
+    reply_seq: int | None = None  # the answer's seq, moved after the steering rows
+    stopped: bool = False
 
-    def take_steering(self, session_key: str, token: str) -> list[QueuedInput]:
-        """Remove and return the queued `steer` items while `token` holds the lease."""
-        ...
 
-    def finish(
-        self, session_key: str, token: str, plan: Callable[[list[QueuedInput]], NextTurn], ttl_seconds: int, now: float
-    ) -> Finished:
-        """Release the lease when nothing is queued, else hand it to the turn `plan` makes from the
-        queue: one conditional write either way. A repeat by the same token returns the same
-        hand-off (`handed_off` with the same next turn); `lost` when the token no longer holds it."""
-        ...
+@dataclass(frozen=True)
+class WaitingLease:
+    """An expired lease with something waiting on it (queued messages or an approval)."""
 
-    def pause(self, session_key: str, token: str, approval: PendingApproval, state: dict[str, Any]) -> bool:
-        """Save the paused turn's state and the question; the lease stays held until the answer
-        (its expiry becomes the approval's). False when the token no longer holds the lease."""
-        ...
-
-    def answer(self, session_key: str, turn_id: str, decision: str, scope: str = "once") -> PendingApproval | None:
-        """Record the answer once (approved | denied | timeout). Returns the approval with its
-        decision (also when it was already answered: a retry restarts the same continuation);
-        None when no question of this turn is pending."""
-        ...
-
-    def paused_state(self, session_id: str, turn_id: str) -> dict[str, Any] | None: ...
-
-    def clear_approval(self, session_key: str, turn_id: str) -> None:
-        """The continuation took the answer: forget the question (only this turn's)."""
-        ...
-
-    def set_yolo(self, session_key: str, on: bool) -> None: ...
-
-    def approve_tool(self, session_key: str, tool: str, scope: str, session_id: str) -> None:
-        """Remember an approval beyond one call: `session` (this session id) or `always`."""
-        ...
+    session_key: str
+    lease_token: str
+    lease_turn_id: str | None
+    lease_expires_at: float

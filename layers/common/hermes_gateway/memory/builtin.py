@@ -55,7 +55,7 @@ class BuiltinMemory:
         )
 
     def on_session_end(self, transcript: list[ChatMessage]) -> None:
-        """Nothing to do here: the flush turn (memory/flush.py) lets the model save what matters."""
+        """Nothing to do here: the flush turn (services/turn.FLUSH_PROMPT) lets the model save what matters."""
 
     def _bound(self) -> ToolContext:
         if self._ctx is None:

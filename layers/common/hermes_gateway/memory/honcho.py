@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.error
 import urllib.parse
-import urllib.request
-from http.client import HTTPException
 from typing import Any
 
+from hermes_gateway import http_pool
 from hermes_gateway.errors import ConfigError, PermanentError, TransientError
 from hermes_gateway.providers.base import ChatMessage, ToolSpec
 from hermes_gateway.tools.base import ToolContext, ToolError
@@ -70,7 +68,6 @@ class HonchoMemory:
         self._workspace = workspace
         self._api_key = api_key or None
         self._timeout = timeout
-        self._opener = urllib.request.build_opener()
         self._session: str | None = None
         self._user: str | None = None
         self._agent = "hermes"
@@ -152,21 +149,19 @@ class HonchoMemory:
             data = json.dumps(body).encode("utf-8")
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        request = urllib.request.Request(url, data=data, headers=headers, method=method)  # noqa: S310 - http(s) only
         try:
-            with self._opener.open(request, timeout=self._timeout) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            exc.close()
-            if exc.code == 404 and missing_ok:
+            reply = http_pool.send(method, url, body=data, headers=headers, timeout=self._timeout)
+        except http_pool.NoAnswer as exc:
+            raise exc.transient("honcho") from None
+        except http_pool.Unsendable:
+            raise PermanentError("honcho: the base URL or the API key is not usable in a request") from None
+        if not 200 <= reply.status < 300:
+            if reply.status == 404 and missing_ok:
                 return None
-            if exc.code == 429 or exc.code >= 500:
-                raise TransientError(f"honcho: HTTP {exc.code}") from None
-            raise PermanentError(f"honcho: HTTP {exc.code}") from None
-        except TimeoutError:
-            raise TransientError(f"honcho: no answer within {self._timeout:g} s") from None
-        except (urllib.error.URLError, HTTPException, OSError) as exc:
-            raise TransientError(f"honcho: the connection failed: {type(exc).__name__}") from None
+            if reply.status == 429 or reply.status >= 500:
+                raise TransientError(f"honcho: HTTP {reply.status}")
+            raise PermanentError(f"honcho: HTTP {reply.status}")
+        raw = reply.body
         try:
             return json.loads(raw) if raw else None
         except ValueError:

@@ -83,10 +83,6 @@ class MemoryManager:
             for spec in self._specs(provider):
                 self._owners.setdefault(spec.name, provider)
 
-    @property
-    def providers(self) -> list[MemoryProvider]:
-        return list(self._providers)
-
     def initialize(self, session_id: str, ctx: ToolContext) -> None:
         self._failed.clear()
         for provider in self._providers:
@@ -110,12 +106,6 @@ class MemoryManager:
     def on_session_end(self, transcript: list[ChatMessage]) -> None:
         for provider in self._live():
             self._guard(provider, "on_session_end", provider.on_session_end, transcript)
-
-    def tools(self) -> list[MemoryTool]:
-        return [MemoryTool(spec) for provider in self._providers for spec in self._specs(provider)]
-
-    def owns(self, name: str) -> bool:
-        return name in self._owners
 
     def handle_tool(self, name: str, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
         provider = self._owners.get(name)

@@ -1,6 +1,7 @@
 """What every platform module builds on: the adapter context, the send target, and one HTTP client.
 
-Standard library only. A platform module provides
+Standard library only, but for the pooled HTTP client (`hermes_gateway.http_pool`, which imports
+urllib3 on its first request). A platform module provides
 - an inbound adapter class, built with an `AdapterContext`, with `verify(request)` (raise
   `Unauthorized`) and `parse(request, received_at)` (see `services.ingress.InboundAdapter`);
 - `build_sender(context) -> Sender | None` (None when its credentials are not configured);
@@ -14,8 +15,9 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
 
+from hermes_gateway import http_pool
 from hermes_gateway.errors import BadRequest, ConfigError, PermanentError, RateLimited, TargetGone, TransientError
 
 if TYPE_CHECKING:
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
     from hermes_gateway.settings import PlatformSettings, Settings
 
 DEFAULT_RETRY_AFTER = 1.0
+# A presence request (a typing indicator) gives up this soon: it is decoration, never worth a wait.
+PRESENCE_TIMEOUT_SECONDS = 3.0
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,12 @@ class Target:
     # Quick replies under the message (an approval's Approve/Deny). A sender that can show buttons
     # does; one that cannot ignores them: the text itself always says what to type instead.
     buttons: tuple[Button, ...] = ()
+    # The outbox row of this chunk, stable across retries: a platform that echoes a reference in
+    # its status reports (WhatsApp) or de-duplicates retried sends (LINE's retry key) is given it.
+    delivery_id: str | None = None
+    # The platform's id of the user's message this answers: a sender that can thread a reply to
+    # it does (Telegram, Discord, WhatsApp); WhatsApp's typing indicator also needs it.
+    reply_to: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,27 @@ class Sender(Protocol):
         ...
 
 
+@runtime_checkable
+class Presence(Protocol):
+    """A sender that can also show a chat that the bot is at work (a typing indicator).
+
+    A platform's indication fades by itself after a while (Telegram 5 s, Discord 10 s, WhatsApp
+    25 s); whoever shows it repeats `typing` every `typing_refresh_seconds`, a little less."""
+
+    typing_refresh_seconds: float
+
+    def typing(self, target: Target) -> bool:
+        """Show the indication once, within PRESENCE_TIMEOUT_SECONDS; False when this target has
+        none (nothing was sent). Raise TransientError to be asked again at the next refresh,
+        anything else to be asked no more."""
+        ...
+
+
+def presence_of(sender: Sender | None) -> Presence | None:
+    """The sender's presence capability, when its platform has one."""
+    return sender if isinstance(sender, Presence) else None
+
+
 @dataclass(frozen=True)
 class Answer:
     status: int
@@ -99,8 +130,9 @@ class Answer:
 
 
 class HttpClient:
-    """JSON (or form) over HTTPS with urllib. Errors never carry a URL or a header (tokens live
-    there): every value in `scrub` is replaced in the messages this client raises."""
+    """JSON (or form) over HTTPS, on the process's pooled connections (`hermes_gateway.http_pool`).
+    Errors never carry a URL or a header (tokens live there): every value in `scrub` is replaced
+    in the messages this client raises."""
 
     def __init__(self, base_url: str, *, platform: str, timeout: float = 10.0, scrub: tuple[str, ...] = ()) -> None:
         if base_url and not base_url.startswith(("https://", "http://")):
@@ -109,9 +141,6 @@ class HttpClient:
         self.platform = platform
         self.timeout = timeout
         self._scrub = tuple(s for s in scrub if s)
-        import urllib.request
-
-        self._opener = urllib.request.build_opener()
 
     def __repr__(self) -> str:
         return f"HttpClient({self.platform}, {self.base!r})"
@@ -130,13 +159,11 @@ class HttpClient:
         form: Mapping[str, str] | None = None,
         data: bytes | None = None,
         headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
     ) -> Answer:
         """Send one request; any HTTP status comes back as an Answer. Connection failures and
-        timeouts raise TransientError."""
-        import urllib.error
+        timeouts (the client's, or `timeout` for this request) raise TransientError."""
         import urllib.parse
-        import urllib.request
-        from http.client import HTTPException
 
         url = path_or_url if path_or_url.startswith(("https://", "http://")) else self.base + path_or_url
         if not url.startswith(("https://", "http://")):
@@ -148,21 +175,13 @@ class HttpClient:
         elif form is not None:
             data = urllib.parse.urlencode(form).encode("utf-8")
             sent_headers.setdefault("Content-Type", "application/x-www-form-urlencoded")
-        request = urllib.request.Request(url, data=data, headers=sent_headers, method=method)  # noqa: S310
-        # `from None` below: urllib's exceptions carry the URL, which may carry a token.
         try:
-            with self._opener.open(request, timeout=self.timeout) as response:
-                return Answer(response.status, _decode(response.read()), dict(response.headers.items()))
-        except urllib.error.HTTPError as exc:
-            return Answer(exc.code, _decode(_error_body(exc)), dict(exc.headers.items()) if exc.headers else {})
-        except TimeoutError:
-            raise TransientError(f"{self.platform}: request timed out after {self.timeout:g} s") from None
-        except urllib.error.URLError as exc:
-            raise TransientError(f"{self.platform}: failed to connect: {self.scrub(str(exc.reason))}") from None
-        except (HTTPException, OSError) as exc:
-            raise TransientError(f"{self.platform}: request failed: {type(exc).__name__}") from None
-        except ValueError:
+            reply = http_pool.send(method, url, body=data, headers=sent_headers, timeout=timeout or self.timeout)
+        except http_pool.NoAnswer as exc:
+            raise exc.transient(self.platform, self.scrub) from None
+        except http_pool.Unsendable:
             raise PermanentError(f"{self.platform}: the API URL or a credential is not usable in a request") from None
+        return Answer(reply.status, _decode(reply.body), reply.headers)
 
     def failure(self, answer: Answer, *, gone: tuple[int, ...] = (403, 404, 410), detail: str = "") -> Exception:
         """The error for a non-success answer: 429 → RateLimited (Retry-After), 5xx → TransientError,
@@ -203,6 +222,22 @@ def object_or_empty(parent: Mapping[str, Any], key: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def object_field(parent: Mapping[str, Any], key: str, what: str, *, required: bool = False) -> dict[str, Any]:
+    """`parent[key]`, a JSON object; an absent one is empty unless `required`. Anything else is
+    BadRequest "<what> field '<key>' is not an object"."""
+    value = parent.get(key)
+    if value is None and not required:
+        return {}
+    if not isinstance(value, dict):
+        raise BadRequest(f"{what} field {key!r} is not an object")
+    return value
+
+
+def is_int(value: Any) -> TypeGuard[int]:
+    """A JSON integer (a boolean is not one, though Python says so)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def retry_after_seconds(*candidates: Any) -> float:
     """The first usable number of seconds among the candidates (a body field, a header)."""
     for candidate in candidates:
@@ -234,13 +269,3 @@ def _describe(body: Any) -> str:
                 return str(value["message"])
         return ""
     return str(body)[:200] if body else ""
-
-
-def _error_body(exc: Any) -> bytes:
-    from http.client import HTTPException
-
-    try:
-        with exc:
-            return bytes(exc.read())
-    except (HTTPException, OSError):
-        return b""

@@ -38,9 +38,14 @@ class PlatformSpec:
     api_base_url: str | None = ""  # the default of `<NAME>_API_BASE_URL`; None: the platform has no API
     enabled: bool = False  # the default of `<NAME>_ENABLED`
     local_only: bool = False  # never routed in a deployment (the web chat page)
-    registrable: bool = False  # `hermes-gateway webhooks register` can set the URL through an API
     # Besides the inbound secrets, the settings (env names) without which nothing can be verified.
     verify_settings: tuple[str, ...] = ()
+    # How long the platform may deliver one event again (seconds; None: until it is answered, with
+    # no bound): an inbox that de-duplicates by event id keeps each id at least this long.
+    retry_window_seconds: int | None = 0
+    # "module:function" fetching an inbound attachment's bytes (platforms/media.py), with the
+    # send secrets; None: the platform's attachments are named to the model, never fetched.
+    media: str | None = None
 
     @property
     def verify_env(self) -> tuple[str, ...]:
@@ -63,18 +68,23 @@ def webhook_path(platform: str, profile: str | None = None) -> str:
 
 
 _M = "hermes_gateway.platforms."
+HOUR, DAY = 3600, 24 * 3600
 
 # fmt: off
 CATALOG: tuple[PlatformSpec, ...] = (
     PlatformSpec(
         "telegram", "Telegram", _M + "telegram_inbound:TelegramInbound", _M + "telegram:build_sender", 4096,
         inbound_secrets=("TELEGRAM_WEBHOOK_SECRET",), send_secrets=("TELEGRAM_BOT_TOKEN",),
-        api_base_url="https://api.telegram.org", enabled=True, registrable=True,
+        api_base_url="https://api.telegram.org", enabled=True,
+        retry_window_seconds=24 * HOUR,  # undelivered updates are kept 24 h
+        media=_M + "telegram:fetch_media",
     ),
     PlatformSpec(
         "slack", "Slack", _M + "slack:SlackInbound", _M + "slack:build_sender", 39000,
         inbound_secrets=("SLACK_SIGNING_SECRET",), send_secrets=("SLACK_BOT_TOKEN",),
         api_base_url="https://slack.com/api",
+        retry_window_seconds=HOUR,  # three retries within about an hour
+        media=_M + "slack:fetch_media",
     ),
     PlatformSpec(
         "whatsapp", "WhatsApp Cloud API", _M + "whatsapp:WhatsAppInbound", _M + "whatsapp:build_sender", 4096,
@@ -82,16 +92,20 @@ CATALOG: tuple[PlatformSpec, ...] = (
         methods=("GET", "POST"), api_base_url="https://graph.facebook.com/v21.0",
         options=(Option("phone_number_id", "WHATSAPP_PHONE_NUMBER_ID", "str", "",
                         "the business phone number id replies are sent from"),),
+        retry_window_seconds=7 * DAY,  # Meta retries with backoff for up to 7 days
+        media=_M + "whatsapp:fetch_media",
     ),
     PlatformSpec(
         "discord", "Discord", _M + "discord:DiscordInbound", _M + "discord:build_sender", 2000,
-        send_secrets=("DISCORD_BOT_TOKEN",), api_base_url="https://discord.com/api/v10", registrable=True,
+        send_secrets=("DISCORD_BOT_TOKEN",), api_base_url="https://discord.com/api/v10",
         verify_settings=("DISCORD_PUBLIC_KEY",),
         options=(
             Option("public_key", "DISCORD_PUBLIC_KEY", "str", "", "the application's public key (hex), not a secret"),
             Option("application_id", "DISCORD_APPLICATION_ID", "str", "", "the application id"),
             Option("command_name", "DISCORD_COMMAND_NAME", "str", "ask", "the slash command that talks to the agent"),
         ),
+        retry_window_seconds=0,  # an interaction is never redelivered
+        media=_M + "discord:fetch_media",
     ),
     PlatformSpec(
         "webhook", "Generic signed webhook", _M + "standard_webhook:GenericWebhookInbound",
@@ -99,6 +113,7 @@ CATALOG: tuple[PlatformSpec, ...] = (
         inbound_secrets=("WEBHOOK_SIGNING_SECRET",), send_secrets=("WEBHOOK_SIGNING_SECRET",), api_base_url=None,
         options=(Option("callback_url", "WEBHOOK_CALLBACK_URL", "str", "",
                         "replies are POSTed here, signed with the same secret"),),
+        retry_window_seconds=2 * DAY,  # the Standard Webhooks reference schedule ends after about a day
     ),
     PlatformSpec(
         "relay", "Relay (always-on forwarders)", _M + "relay:RelayInbound", _M + "relay:build_sender", 20000,
@@ -109,22 +124,27 @@ CATALOG: tuple[PlatformSpec, ...] = (
             Option("platforms", "RELAY_PLATFORMS", "list", ("discord", "signal", "matrix"),
                    "the platform names a relay may deliver for"),
         ),
+        retry_window_seconds=DAY,  # a restarted relay resends what it had not delivered
     ),
     PlatformSpec(
         "line", "LINE", _M + "line:LineInbound", _M + "line:build_sender", 5000,
         inbound_secrets=("LINE_CHANNEL_SECRET",), send_secrets=("LINE_CHANNEL_ACCESS_TOKEN",),
-        api_base_url="https://api.line.me", registrable=True,
+        api_base_url="https://api.line.me",
+        retry_window_seconds=DAY,  # redelivery, when turned on, retries for about a day
+        media=_M + "line:fetch_media",
     ),
     PlatformSpec(
         "sms", "Twilio SMS", _M + "twilio:TwilioInbound", _M + "twilio:build_sender", 1600,
         inbound_secrets=("TWILIO_AUTH_TOKEN",), send_secrets=("TWILIO_AUTH_TOKEN",),
-        api_base_url="https://api.twilio.com", registrable=True,
+        api_base_url="https://api.twilio.com",
         options=(
             Option("account_sid", "TWILIO_ACCOUNT_SID", "str", "", "the account SID (AC...)"),
             Option("from_number", "TWILIO_FROM_NUMBER", "str", "", "the E.164 number replies are sent from"),
             Option("public_url", "TWILIO_PUBLIC_URL", "str", "",
                    "the webhook URL exactly as registered in Twilio, when a proxy or custom domain changes it"),
         ),
+        retry_window_seconds=0,  # no retries (a failure goes to the fallback URL)
+        media=_M + "twilio:fetch_media",
     ),
     PlatformSpec(
         "teams", "Microsoft Teams", _M + "teams:TeamsInbound", _M + "teams:build_sender", 28000,
@@ -138,7 +158,11 @@ CATALOG: tuple[PlatformSpec, ...] = (
                    "where the Bot Framework's signing keys are published"),
             Option("token_url", "TEAMS_TOKEN_URL", "str", "",
                    "the OAuth token endpoint for sending (empty: derived from tenant_id)"),
+            Option("service_url_hosts", "TEAMS_SERVICE_URL_HOSTS", "list", ("smba.trafficmanager.net",),
+                   "hosts a serviceUrl may name (https; *.host for subdomains; add a sovereign cloud's)"),
         ),
+        retry_window_seconds=HOUR,  # the Bot Connector retries a failed activity briefly
+        media=_M + "teams:fetch_media",
     ),
     PlatformSpec(
         "google_chat", "Google Chat", _M + "google_chat:GoogleChatInbound", _M + "google_chat:build_sender", 4096,
@@ -151,6 +175,8 @@ CATALOG: tuple[PlatformSpec, ...] = (
                    "https://www.googleapis.com/service_accounts/v1/jwk/chat@system.gserviceaccount.com",
                    "where Google Chat's signing keys are published"),
         ),
+        retry_window_seconds=HOUR,  # no documented retries; an hour of margin
+        media=_M + "google_chat:fetch_media",
     ),
     PlatformSpec(
         "matrix", "Matrix (application service)", _M + "matrix:MatrixInbound", _M + "matrix:build_sender", 30000,
@@ -158,22 +184,30 @@ CATALOG: tuple[PlatformSpec, ...] = (
         methods=("POST", "PUT", "GET"), subpaths=True,
         options=(Option("bot_user_id", "MATRIX_BOT_USER_ID", "str", "",
                         "the application service's bot user (@hermes:example.org)"),),
+        retry_window_seconds=None,  # the homeserver resends a transaction until it is answered
+        media=_M + "matrix:fetch_media",
     ),
     PlatformSpec(
         "feishu", "Feishu / Lark", _M + "feishu:FeishuInbound", _M + "feishu:build_sender", 30000,
         inbound_secrets=("FEISHU_ENCRYPT_KEY", "FEISHU_VERIFICATION_TOKEN"), send_secrets=("FEISHU_APP_SECRET",),
         api_base_url="https://open.feishu.cn/open-apis",
         options=(Option("app_id", "FEISHU_APP_ID", "str", "", "the app id (cli_...)"),),
+        retry_window_seconds=8 * HOUR,  # retries at 15 s, 5 min, 1 h and 6 h
+        media=_M + "feishu:fetch_media",
     ),
     PlatformSpec(
         "mattermost", "Mattermost", _M + "mattermost:MattermostInbound", _M + "mattermost:build_sender", 16383,
         inbound_secrets=("MATTERMOST_OUTGOING_TOKEN",), send_secrets=("MATTERMOST_BOT_TOKEN",),
         options=(Option("bot_user_id", "MATTERMOST_BOT_USER_ID", "str", "",
                         "the bot account's user id; its own posts are ignored"),),
+        retry_window_seconds=0,  # an outgoing webhook is never retried
+        media=_M + "mattermost:fetch_media",
     ),
     PlatformSpec(
         "webchat", "Local web chat", _M + "webchat:WebchatInbound", None, 8000,
         inbound_secrets=("WEBCHAT_TOKEN",), local_only=True, api_base_url=None,
+        retry_window_seconds=0,  # the page does not retry
+        media=_M + "webchat:fetch_media",
     ),
 )
 # fmt: on

@@ -1,12 +1,12 @@
 """Discord interactions over HTTP (PLATFORMS §3): Ed25519 verification, slash commands and
-buttons as messages, replies through the interaction webhook or the channel API, and the
-registration calls behind `hermes-gateway webhooks register|status discord`.
+buttons as messages, replies through the interaction webhook or the channel API. Registering the
+endpoint and the slash command is the CLI's (`hermes_cli.webhooks.discord`).
 
 Ordinary channel messages never reach an HTTP endpoint (Discord sends them over the Gateway
 websocket only): they arrive through a relay (relay.py, relays/discord-gateway/) and are answered
 here with the bot token, through `POST /channels/{id}/messages`.
 
-`cryptography` and urllib are imported only when first needed.
+`cryptography` and urllib3 are imported only when first needed.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+from hermes_gateway.domain.media import Attachment, attachment, kind_of_mime
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import (
     BadRequest,
-    ConfigError,
     OutcomeUnknown,
     PermanentError,
     RateLimited,
@@ -29,12 +29,16 @@ from hermes_gateway.errors import (
 )
 from hermes_gateway.observability import logger
 from hermes_gateway.platforms.base import (
+    PRESENCE_TIMEOUT_SECONDS,
     AdapterContext,
     Answer,
     Button,
     HttpClient,
     Target,
     header,
+    is_int,
+    object_field,
+    optional_str,
     retry_after_seconds,
 )
 from hermes_gateway.services.ingress import (
@@ -45,10 +49,13 @@ from hermes_gateway.services.ingress import (
     Ignored,
     Parsed,
     json_payload,
+    signed_timestamp,
 )
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from hermes_gateway.platforms.media import Fetched
 
 SIGNATURE_HEADER = "x-signature-ed25519"
 TIMESTAMP_HEADER = "x-signature-timestamp"
@@ -60,11 +67,10 @@ PING, APPLICATION_COMMAND, MESSAGE_COMPONENT = 1, 2, 3
 PONG, CHANNEL_MESSAGE_WITH_SOURCE, DEFERRED_CHANNEL_MESSAGE, DEFERRED_UPDATE_MESSAGE = 1, 4, 5, 6
 EPHEMERAL = 1 << 6
 LOADING = 1 << 7  # message flag: an interaction response whose bot is still "thinking"
-STRING_OPTION = 3
-CHAT_INPUT_COMMAND = 1
 GROUP_DM_CHANNEL = 3
 THREAD_CHANNEL_TYPES = (10, 11, 12)  # announcement, public and private threads
 PROMPT_OPTION = "prompt"
+ATTACHMENT_OPTION_TYPE = 11  # an application command option whose value is an attachment's id
 ACTION_ROW_COMPONENT, BUTTON_COMPONENT, PRIMARY_STYLE, CUSTOM_ID_LIMIT = 1, 2, 1, 100
 COMPONENT_PREFIX = "hermes:"  # buttons whose custom_id is "hermes:<text>" send <text> as a message
 USER_AGENT = "DiscordBot (https://github.com/hermes-serverless-gateway, 0.1)"  # Discord asks for this form
@@ -72,6 +78,7 @@ USER_AGENT = "DiscordBot (https://github.com/hermes-serverless-gateway, 0.1)"  #
 ALLOWED_MENTIONS = {"parse": ["users"]}
 _REMEMBERED_TOKENS = 1024
 _TOKEN = re.compile(r"[A-Za-z0-9_.-]{1,500}")
+_WHAT = "discord interaction"  # how a malformed field's BadRequest names the payload
 
 
 # --- verification -------------------------------------------------------------------------------
@@ -102,29 +109,22 @@ def verify_signature(
     timestamp = header(headers, TIMESTAMP_HEADER)
     if not signature:
         raise Unauthorized(f"missing {SIGNATURE_HEADER} header")
-    if not timestamp:
-        raise Unauthorized(f"missing {TIMESTAMP_HEADER} header")
+    sent_at = signed_timestamp(timestamp, TIMESTAMP_HEADER)
     try:
         raw_signature = bytes.fromhex(signature)
     except ValueError:
         raise Unauthorized(f"malformed {SIGNATURE_HEADER} header: not hex") from None
     if len(raw_signature) != 64:
         raise Unauthorized(f"malformed {SIGNATURE_HEADER} header: not 64 bytes")
-    if not timestamp.isascii() or not timestamp.isdigit():
-        raise Unauthorized(f"malformed {TIMESTAMP_HEADER} header")
-    if abs(now - int(timestamp)) > tolerance:
+    if abs(now - sent_at) > tolerance:
         raise Unauthorized("stale discord timestamp (outside the 5 minute window)")
     try:
-        public_key(hex_key).verify(raw_signature, timestamp.encode("ascii") + body)
+        public_key(hex_key).verify(raw_signature, str(timestamp).encode("ascii") + body)
     except InvalidSignature:
         raise Unauthorized("bad discord signature") from None
 
 
 # --- inbound ------------------------------------------------------------------------------------
-
-
-def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_snowflake(value: Any) -> TypeGuard[str]:
@@ -134,19 +134,6 @@ def _is_snowflake(value: Any) -> TypeGuard[str]:
 def _is_token(value: Any) -> TypeGuard[str]:
     """An interaction token: it becomes part of a URL path, so only URL-safe characters pass."""
     return isinstance(value, str) and bool(_TOKEN.fullmatch(value))
-
-
-def _object(payload: Mapping[str, Any], key: str) -> dict[str, Any]:
-    value = payload.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise BadRequest(f"discord interaction field {key!r} is not an object")
-    return value
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
 
 
 def _ephemeral(content: str) -> HttpResponse:
@@ -163,31 +150,52 @@ def _prompt(data: Mapping[str, Any]) -> str:
     return ""
 
 
+def command_attachments(data: Mapping[str, Any]) -> tuple[Attachment, ...]:
+    """The files given to the command's attachment options, as `data.resolved.attachments` describes them."""
+    options = data.get("options")
+    resolved = object_field(object_field(data, "resolved", _WHAT), "attachments", _WHAT)
+    found = []
+    for option in options if isinstance(options, list) else ():
+        if isinstance(option, dict) and option.get("type") == ATTACHMENT_OPTION_TYPE:
+            item = resolved.get(str(option.get("value")))
+            if isinstance(item, dict):
+                found.append(attachment_of(item))
+    return tuple(found)
+
+
+def attachment_of(item: Mapping[str, Any]) -> Attachment:
+    """A Discord attachment object as a reference: its CDN URL, which needs no token (a voice
+    message's attachment carries a waveform)."""
+    mime = optional_str(item, "content_type") or ""
+    kind = "voice" if item.get("waveform") else kind_of_mime(mime)
+    return attachment(kind, mime=mime, size=item.get("size"), name=item.get("filename", ""), url=item.get("url"))
+
+
 def interaction_source(payload: Mapping[str, Any]) -> SessionSource:
     """Where an interaction came from: guild → scope, channel → chat, a thread keeps its parent."""
-    channel = _object(payload, "channel")
+    channel = object_field(payload, "channel", _WHAT)
     channel_id = payload.get("channel_id") or channel.get("id")
     if not _is_snowflake(channel_id):
         raise BadRequest("discord interaction has no channel id")
-    member = _object(payload, "member")
-    user = _object(member, "user") if member else _object(payload, "user")
+    member = object_field(payload, "member", _WHAT)
+    user = object_field(member if member else payload, "user", _WHAT)
     if not _is_snowflake(user.get("id")):
         raise BadRequest("discord interaction has no user id")
     guild_id = payload.get("guild_id")
     if guild_id is not None and not _is_snowflake(guild_id):
         raise BadRequest("discord guild_id is not a snowflake")
-    user_name = _text(user.get("global_name")) or _text(user.get("username"))
+    user_name = optional_str(user, "global_name") or optional_str(user, "username")
     channel_type = channel.get("type")
     thread_id = parent_id = None
     if channel_type in THREAD_CHANNEL_TYPES:
         # Discord threads are channels: the thread is the chat and its own thread (as the relay
         # and the reference gateway key them), the channel it hangs off is the parent.
-        chat_type, thread_id, parent_id = "thread", channel_id, _text(channel.get("parent_id"))
+        chat_type, thread_id, parent_id = "thread", channel_id, optional_str(channel, "parent_id")
     elif guild_id or channel_type == GROUP_DM_CHANNEL:
         chat_type = "group"
     else:
         chat_type = "dm"
-    message = _object(payload, "message")
+    message = object_field(payload, "message", _WHAT)
     return SessionSource(
         platform="discord",
         chat_id=channel_id,
@@ -195,11 +203,11 @@ def interaction_source(payload: Mapping[str, Any]) -> SessionSource:
         user_id=str(user["id"]),
         user_name=user_name,
         thread_id=thread_id,
-        chat_name=_text(channel.get("name")) or (user_name if chat_type == "dm" else None),
+        chat_name=optional_str(channel, "name") or (user_name if chat_type == "dm" else None),
         is_bot=user.get("bot") is True,
         scope_id=guild_id,
         parent_chat_id=parent_id,
-        message_id=_text(message.get("id")),
+        message_id=optional_str(message, "id"),
     )
 
 
@@ -226,12 +234,12 @@ class DiscordInbound:
             return self._command(payload, received_at)
         if kind == MESSAGE_COMPONENT:
             return self._component(payload, received_at)
-        if not _is_int(kind):
+        if not is_int(kind):
             raise BadRequest("discord interaction has no integer type")
         return Ignored("unsupported_interaction")
 
     def _command(self, payload: dict[str, Any], received_at: float) -> Parsed:
-        data = _object(payload, "data")
+        data = object_field(payload, "data", _WHAT)
         name = data.get("name")
         if not isinstance(name, str):
             raise BadRequest("discord command has no name")
@@ -239,14 +247,15 @@ class DiscordInbound:
         if name != command:
             return Handshake(_ephemeral(f"Unknown command /{name[:32]}. Use /{command}."))
         text = _prompt(data)
-        if not text.strip():
+        files = command_attachments(data)
+        if not text.strip() and not files:
             return Handshake(_ephemeral(f"Usage: /{command} {PROMPT_OPTION}:<what to ask>"))
-        message = self._message(payload, text, received_at)
+        message = self._message(payload, text, received_at, files)
         # The agent needs longer than Discord's 3 s: acknowledge with "thinking…", edit it later.
         return Accepted(items=(message,), ack=HttpResponse(200, {"type": DEFERRED_CHANNEL_MESSAGE}))
 
     def _component(self, payload: dict[str, Any], received_at: float) -> Parsed:
-        data = _object(payload, "data")
+        data = object_field(payload, "data", _WHAT)
         custom_id = data.get("custom_id")
         if not isinstance(custom_id, str):
             raise BadRequest("discord component has no custom_id")
@@ -257,7 +266,9 @@ class DiscordInbound:
             return Accepted(items=(Ignored("unknown_component"),), ack=ack)
         return Accepted(items=(self._message(payload, text, received_at),), ack=ack)
 
-    def _message(self, payload: dict[str, Any], text: str, received_at: float) -> InboundMessage:
+    def _message(
+        self, payload: dict[str, Any], text: str, received_at: float, files: tuple[Attachment, ...] = ()
+    ) -> InboundMessage:
         interaction_id = payload.get("id")
         if not _is_snowflake(interaction_id):
             raise BadRequest("discord interaction has no id")
@@ -272,6 +283,7 @@ class DiscordInbound:
             text=text,
             event_id=f"discord:{interaction_id}",
             received_at=received_at,
+            attachments=tuple(a.to_dict() for a in files),
             reply_context={"interaction_token": token, "application_id": application_id},
         )
 
@@ -291,6 +303,8 @@ class DiscordSender:
     original is still thinking is asked of Discord (the LOADING flag) unless this process already
     filled it, so a retried job on a fresh instance never overwrites the first chunk.
     """
+
+    typing_refresh_seconds = 8.0  # a typing indicator shows for 10 s, or until the bot's next message
 
     def __init__(
         self, api_base_url: str, *, bot_token: str | None, application_id: str | None, timeout: float = 10.0
@@ -317,6 +331,20 @@ class DiscordSender:
                 logger.info("discord interaction token expired; sending to the channel", extra={"fallback": True})
         return self._send_to_channel(target, text)
 
+    def typing(self, target: Target) -> bool:
+        """`POST /channels/{id}/typing` for a chat reached with the bot token. An interaction's
+        answer needs none: its deferred "thinking…" message shows until the answer replaces it."""
+        channel = target.thread_id or target.chat_id
+        if target.context.get("interaction_token") or not self._bot_token or not _is_snowflake(channel):
+            return False
+        headers = {"Authorization": f"Bot {self._bot_token}", "User-Agent": USER_AGENT}
+        answer = self._http.request(
+            "POST", f"/channels/{channel}/typing", headers=headers, timeout=PRESENCE_TIMEOUT_SECONDS
+        )
+        if 200 <= answer.status < 300:
+            return True
+        raise self._failure(answer, None)
+
     def _send_to_interaction(self, application_id: str, token: str, text: str, buttons: tuple[Button, ...]) -> str:
         webhook = f"/webhooks/{application_id}/{token}"
         body = message_body(text, buttons)
@@ -334,7 +362,7 @@ class DiscordSender:
         if answer.status != 200:
             raise self._failure(answer, token)
         flags = answer.json_object().get("flags")
-        return _is_int(flags) and bool(flags & LOADING)
+        return is_int(flags) and bool(flags & LOADING)
 
     def _send_to_channel(self, target: Target, text: str) -> str:
         if not self._bot_token:
@@ -344,6 +372,9 @@ class DiscordSender:
             raise PermanentError("discord: the target is not a channel id")
         headers = {"Authorization": f"Bot {self._bot_token}", "User-Agent": USER_AGENT}
         body = message_body(text, target.buttons)
+        if _is_snowflake(target.reply_to):
+            # A reply to a message deleted meanwhile is posted all the same, as a plain message.
+            body["message_reference"] = {"message_id": target.reply_to, "fail_if_not_exists": False}
         answer = self._http.request("POST", f"/channels/{channel}/messages", json_body=body, headers=headers)
         return self._message_id(answer, None)
 
@@ -402,6 +433,21 @@ def message_body(text: str, buttons: tuple[Button, ...]) -> dict[str, Any]:
     return body
 
 
+def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
+    """The attachment's CDN URL. It is signed by Discord and needs no token, so none is sent (the
+    bot token never leaves for the CDN); a signed URL expires after about a day."""
+    from hermes_gateway.platforms.media import MediaUnavailable, download, too_large
+
+    url = media.ref.get("url")
+    if not url:
+        raise MediaUnavailable("discord: the attachment has no URL to fetch it from")
+    over = too_large(media, limit)
+    if over is not None:
+        raise over
+    http = HttpClient(context.platform.api_base_url, platform="discord")
+    return download(http, url, limit=limit, headers={"User-Agent": USER_AGENT}, mime=media.mime)
+
+
 def build_sender(context: AdapterContext) -> DiscordSender | None:
     """A sender when the bot token (channel sends) or the application id (interaction replies,
     which need no bot token) is configured."""
@@ -410,65 +456,6 @@ def build_sender(context: AdapterContext) -> DiscordSender | None:
     if not token and not application_id:
         return None
     return DiscordSender(context.platform.api_base_url, bot_token=token, application_id=application_id or None)
-
-
-# --- registration (`hermes-gateway webhooks register|status discord`) -----------------------------
-
-
-def _application_api(context: AdapterContext) -> tuple[HttpClient, dict[str, str]]:
-    token = context.secret("DISCORD_BOT_TOKEN")
-    if not token:
-        raise ConfigError("DISCORD_BOT_TOKEN is needed to configure the Discord application")
-    client = HttpClient(context.platform.api_base_url, platform="discord", scrub=(token,))
-    return client, {"Authorization": f"Bot {token}", "User-Agent": USER_AGENT}
-
-
-def command_definition(name: str) -> dict[str, Any]:
-    """The global slash command: `/<name> prompt:<text>`."""
-    return {
-        "name": name,
-        "type": CHAT_INPUT_COMMAND,
-        "description": "Talk to the agent",
-        "options": [
-            {"type": STRING_OPTION, "name": PROMPT_OPTION, "description": "What to ask or tell", "required": True}
-        ],
-    }
-
-
-def register_webhook(context: AdapterContext, url: str) -> str:
-    """Point the application's Interactions Endpoint URL at `url` (Discord PINGs it first, so the
-    gateway must already be deployed with the public key) and register the slash command."""
-    client, headers = _application_api(context)
-    answer = client.request("PATCH", "/applications/@me", json_body={"interactions_endpoint_url": url}, headers=headers)
-    if answer.status != 200:
-        raise client.failure(answer, gone=(), detail=_error_detail(answer))
-    application_id = context.option("application_id") or answer.json_object().get("id")
-    if not _is_snowflake(application_id):
-        raise PermanentError("discord: no application id (set DISCORD_APPLICATION_ID)")
-    command = context.option("command_name") or "ask"
-    answer = client.request(
-        "PUT", f"/applications/{application_id}/commands", json_body=[command_definition(command)], headers=headers
-    )
-    if answer.status != 200:
-        raise client.failure(answer, gone=(), detail=_error_detail(answer))
-    return f"interactions endpoint set to {url}; /{command} registered for application {application_id}"
-
-
-def webhook_status(context: AdapterContext) -> dict[str, Any]:
-    """The application's Interactions Endpoint URL as Discord has it, and whether the configured
-    public key is the application's."""
-    client, headers = _application_api(context)
-    answer = client.request("GET", "/applications/@me", headers=headers)
-    if answer.status != 200:
-        raise client.failure(answer, gone=(), detail=_error_detail(answer))
-    application = answer.json_object()
-    verify_key = application.get("verify_key")
-    configured = context.option("public_key") or ""
-    return {
-        "url": _text(application.get("interactions_endpoint_url")),
-        "application_id": _text(application.get("id")),
-        "public_key_matches": isinstance(verify_key, str) and verify_key.lower() == configured.lower(),
-    }
 
 
 def _error_detail(answer: Answer) -> str:

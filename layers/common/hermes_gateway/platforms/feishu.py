@@ -10,7 +10,7 @@ The gateway checks every one of those it has the secret for, and refuses everyth
 neither. The challenge is the one request Feishu does not sign: it is accepted on its token, or,
 with only an Encrypt Key configured, because it decrypted with that key.
 
-cryptography and urllib are imported only when an encrypted body arrives or a sender is built.
+cryptography and urllib3 are imported only when an encrypted body arrives or a request is sent.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from hermes_gateway.domain.media import Attachment, attachment, kind_of_mime
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import (
     BadRequest,
@@ -42,13 +43,25 @@ from hermes_gateway.platforms.base import (
     HttpClient,
     Target,
     header,
+    object_field,
     object_or_empty,
     optional_str,
     required_str,
     retry_after_seconds,
 )
 from hermes_gateway.platforms.tokens import CachedToken
-from hermes_gateway.services.ingress import Handshake, HttpRequest, HttpResponse, Ignored, Parsed
+from hermes_gateway.services.ingress import (
+    Handshake,
+    HttpRequest,
+    HttpResponse,
+    Ignored,
+    Parsed,
+    read_json,
+    signed_timestamp,
+)
+
+if TYPE_CHECKING:
+    from hermes_gateway.platforms.media import Fetched
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +73,16 @@ TIMESTAMP_WINDOW_SECONDS = 300
 
 _CHAT_TYPES = {"p2p": "dm", "group": "group"}
 _MENTION_KEY = re.compile(r"@_user_\d+")
+# Message types whose content names a resource (its key) the message resources API hands over:
+# (media kind, the content's key field, the API's `type`). An audio message is a voice recording.
+_MEDIA_TYPES = {
+    "image": ("image", "image_key", "image"),
+    "file": ("document", "file_key", "file"),
+    "audio": ("voice", "file_key", "file"),
+    "media": ("video", "file_key", "file"),
+}
+_RESOURCE_KEY = re.compile(r"[A-Za-z0-9_-]{1,200}")
+_WHAT = "feishu event"  # how a malformed field's BadRequest names the payload
 
 RATE_LIMIT_CODES = (99991400, 230020)  # the gateway's frequency limit; a chat's own limit (5 QPS)
 TOKEN_INVALID_CODES = (99991661, 99991663, 99991668, 99991677)  # missing, invalid or expired access token
@@ -81,10 +104,7 @@ def verify_signature(headers: Mapping[str, str], body: bytes, encrypt_key: str, 
     nonce = headers.get(NONCE_HEADER)
     if not presented or timestamp is None or nonce is None:
         raise Unauthorized("feishu signature, timestamp or nonce header is missing")
-    try:
-        sent_at = int(timestamp)
-    except ValueError:
-        raise Unauthorized("feishu request timestamp is not an integer") from None
+    sent_at = signed_timestamp(timestamp, TIMESTAMP_HEADER)
     if abs(now - sent_at) > TIMESTAMP_WINDOW_SECONDS:
         raise Unauthorized("feishu request timestamp is outside the 5-minute window")
     expected = signature(timestamp, nonce, encrypt_key, body)
@@ -177,14 +197,14 @@ class FeishuInbound:
 
 def parse_event(payload: Mapping[str, Any], *, app_id: str = "", received_at: float) -> InboundMessage | Ignored:
     """A schema 2.0 event as a message, or the reason it is ignored. BadRequest when malformed."""
-    head = _object(payload, "header")
+    head = object_field(payload, "header", _WHAT, required=True)
     event_id = required_str(head, "event_id", "feishu event")
     if app_id and head.get("app_id") not in (None, app_id):
         return Ignored("other_app")
     if head.get("event_type") != "im.message.receive_v1":
         return Ignored("unsupported_event")
-    event = _object(payload, "event")
-    message = _object(event, "message")
+    event = object_field(payload, "event", _WHAT, required=True)
+    message = object_field(event, "message", _WHAT, required=True)
     sender = object_or_empty(event, "sender")
     chat_type = _CHAT_TYPES.get(str(message.get("chat_type")))
     if chat_type is None:
@@ -195,16 +215,11 @@ def parse_event(payload: Mapping[str, Any], *, app_id: str = "", received_at: fl
     is_bot = sender.get("sender_type") == "app"
     if is_bot and app_id and app_id in ids.values():
         return Ignored("own_message")
-    if message.get("message_type") != "text":
-        return Ignored("unsupported_message_type")
-    content = _json_object(required_str(message, "content", "feishu event").encode("utf-8"), "feishu message content")
-    raw_text = content.get("text")
-    if not isinstance(raw_text, str):
-        raise BadRequest("feishu text message content has no text")
     mentions = [m for m in message.get("mentions") or () if isinstance(m, dict)]
-    text = resolve_mentions(raw_text, mentions)
-    if not text:
-        return Ignored("no_text")
+    content = _content(message, mentions)
+    if isinstance(content, Ignored):
+        return content
+    text, media = content
     # A message in a thread carries the thread (omt_…) and its root message (om_…); the root is
     # what a reply in that thread is addressed to, so it keys the thread.
     thread_id = None
@@ -227,10 +242,49 @@ def parse_event(payload: Mapping[str, Any], *, app_id: str = "", received_at: fl
         text=text,
         event_id=f"feishu:{event_id}",
         received_at=received_at,
+        attachments=tuple(a.to_dict() for a in media),
         reply_to_message_id=parent if parent and parent != thread_id else None,
         # Without the group-messages permission Feishu delivers only messages that @mention the
         # bot; the bot's own open_id is not known here, so any mention in a group counts.
         facts=("mentions_bot",) if chat_type == "group" and mentions else (),
+    )
+
+
+def _content(
+    message: Mapping[str, Any], mentions: list[dict[str, Any]]
+) -> tuple[str, tuple[Attachment, ...]] | Ignored:
+    """A text message's text (mentions resolved), or a media message's attachment (no text)."""
+    message_type = message.get("message_type")
+    if message_type != "text" and message_type not in _MEDIA_TYPES:
+        return Ignored("unsupported_message_type")
+    content = _json_object(required_str(message, "content", "feishu event").encode("utf-8"), "feishu message content")
+    if message_type in _MEDIA_TYPES:
+        return "", (media_attachment(str(message_type), content, str(message["message_id"])),)
+    raw_text = content.get("text")
+    if not isinstance(raw_text, str):
+        raise BadRequest("feishu text message content has no text")
+    text = resolve_mentions(raw_text, mentions)
+    return (text, ()) if text else Ignored("no_text")
+
+
+def media_attachment(message_type: str, content: Mapping[str, Any], message_id: str) -> Attachment:
+    """An image, file, audio or media (video) message as a reference: the message id, the resource
+    key and its type, for `GET /im/v1/messages/{id}/resources/{key}?type=…`."""
+    import mimetypes
+
+    kind, key_field, resource_type = _MEDIA_TYPES[message_type]
+    key, name = content.get(key_field), content.get("file_name")
+    mime = (mimetypes.guess_type(name)[0] or "") if isinstance(name, str) else ""
+    if kind == "document" and mime:
+        kind = kind_of_mime(mime)
+    usable = isinstance(key, str) and _RESOURCE_KEY.fullmatch(key) is not None
+    return attachment(
+        kind,
+        mime=mime,
+        name=name or "",
+        message_id=message_id if usable else None,
+        key=key if usable else None,
+        type=resource_type if usable else None,
     )
 
 
@@ -249,19 +303,9 @@ def resolve_mentions(text: str, mentions: list[dict[str, Any]]) -> str:
 
 
 def _json_object(raw: bytes, what: str) -> dict[str, Any]:
-    try:
-        value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest(f"{what} is not JSON") from None
+    value = read_json(raw, what)
     if not isinstance(value, dict):
         raise BadRequest(f"{what} is not a JSON object")
-    return value
-
-
-def _object(parent: Mapping[str, Any], key: str) -> dict[str, Any]:
-    value = parent.get(key)
-    if not isinstance(value, dict):
-        raise BadRequest(f"feishu event has no {key} object")
     return value
 
 
@@ -336,6 +380,20 @@ class FeishuSender:
             return data if isinstance(data, dict) else {}
         raise self._failure(answer, code)
 
+    def download(self, message_id: str, key: str, resource_type: str, *, limit: int, mime: str) -> Fetched:
+        """A message's resource (an image, a file) with the tenant token."""
+        import urllib.parse
+
+        from hermes_gateway.platforms.media import download
+
+        token = self._token.get(self._fetch_token)
+        http = HttpClient(self._http.base, platform="feishu", timeout=self._http.timeout, scrub=(self._secret, token))
+        path = (
+            f"/im/v1/messages/{urllib.parse.quote(message_id, safe='')}/resources/{urllib.parse.quote(key, safe='')}"
+            f"?type={urllib.parse.quote(resource_type, safe='')}"
+        )
+        return download(http, path, limit=limit, headers={"Authorization": f"Bearer {token}"}, mime=mime)
+
     def _post(self, path: str, body: dict[str, Any], token: str) -> tuple[Answer, int | None]:
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json; charset=utf-8"}
         answer = self._http.request("POST", path, json_body=body, headers=headers)
@@ -400,6 +458,23 @@ class _RootGone(Exception):
 def _code(answer: Answer) -> int | None:
     code = answer.json_object().get("code")
     return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
+    """A message's image or file through the message resources API, as the app's bot (the bot
+    must be in the chat)."""
+    from hermes_gateway.platforms.media import MediaUnavailable, sender_for, too_large
+
+    message_id, key, resource_type = (media.ref.get(k) for k in ("message_id", "key", "type"))
+    if not message_id or not key or not resource_type or resource_type not in ("image", "file"):
+        raise MediaUnavailable("feishu: the attachment names no message resource to fetch")
+    over = too_large(media, limit)
+    if over is not None:
+        raise over
+    sender = sender_for(context, build_sender)
+    if sender is None:
+        raise MediaUnavailable("feishu: no app id and secret (FEISHU_APP_ID, FEISHU_APP_SECRET) to fetch it with")
+    return sender.download(message_id, key, resource_type, limit=limit, mime=media.mime)
 
 
 def build_sender(context: AdapterContext) -> FeishuSender | None:

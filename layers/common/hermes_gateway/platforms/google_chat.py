@@ -30,14 +30,26 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from hermes_gateway.domain.media import Attachment, attachment, kind_of_mime
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import BadRequest, ConfigError, OutcomeUnknown, PermanentError, Unauthorized
-from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target, optional_str
+from hermes_gateway.platforms.base import (
+    AdapterContext,
+    Answer,
+    HttpClient,
+    Target,
+    object_field,
+    object_or_empty,
+    optional_str,
+)
 from hermes_gateway.platforms.jwt_keys import JwksCache, verify_bearer
 from hermes_gateway.platforms.tokens import CachedToken, oauth_token
 from hermes_gateway.services.ingress import Accepted, HttpRequest, HttpResponse, Ignored, Parsed, json_payload
+
+if TYPE_CHECKING:
+    from hermes_gateway.platforms.media import Fetched
 
 CHAT_ISSUER = "chat@system.gserviceaccount.com"
 CHAT_CERTS_URL = "https://www.googleapis.com/service_accounts/v1/jwk/chat@system.gserviceaccount.com"
@@ -51,6 +63,7 @@ REPLY_IN_THREAD = "REPLY_MESSAGE_FALLBACK_TO_NEW_THREAD"
 
 _SPACE = re.compile(r"^spaces/[A-Za-z0-9_-]+$")
 _THREAD = re.compile(r"^(spaces/[A-Za-z0-9_-]+)/threads/[A-Za-z0-9_-]+$")
+_WHAT = "google chat event"  # how a malformed field's BadRequest names the payload
 _IGNORED_TYPES = {
     "ADDED_TO_SPACE": "added_to_space",
     "REMOVED_FROM_SPACE": "removed_from_space",
@@ -121,7 +134,7 @@ def parse_event(event: Any, *, received_at: float) -> InboundMessage | Ignored:
         payload = chat.get("messagePayload")
         if not isinstance(payload, dict):
             return Ignored(next((code for key, code in _ADDON_PAYLOADS.items() if key in chat), "unsupported_event"))
-        message = _object(payload, "message")
+        message = object_field(payload, "message", _WHAT, required=True)
         space, user = payload.get("space"), chat.get("user")
     else:
         kind = event.get("type")
@@ -129,12 +142,12 @@ def parse_event(event: Any, *, received_at: float) -> InboundMessage | Ignored:
             raise BadRequest("google chat event has no type")
         if kind != "MESSAGE":
             return Ignored(_IGNORED_TYPES.get(kind, "unsupported_event"))
-        message = _object(event, "message")
+        message = object_field(event, "message", _WHAT, required=True)
         space, user = event.get("space"), event.get("user")
     return _message(
         message,
-        space if isinstance(space, dict) else _object(message, "space"),
-        user if isinstance(user, dict) else _object(message, "sender"),
+        space if isinstance(space, dict) else object_field(message, "space", _WHAT, required=True),
+        user if isinstance(user, dict) else object_field(message, "sender", _WHAT, required=True),
         received_at,
     )
 
@@ -147,15 +160,9 @@ def _message(
     if not _SPACE.match(space_name):
         raise BadRequest("google chat space name is not spaces/<id>")
     user_name = _name(user, "user", "users/")
-    text = message.get("argumentText")
-    if text is None:
-        text = message.get("text")
-    if text is None:
-        text = ""
-    if not isinstance(text, str):
-        raise BadRequest("google chat message text is not a string")
-    text = text.strip()
-    if not text:
+    text = _text(message)
+    media = attachments(message)
+    if not text and not media:
         return Ignored("no_text")
     is_dm = (
         space.get("spaceType") == "DIRECT_MESSAGE" or space.get("type") == "DM" or space.get("singleUserBotDm") is True
@@ -176,8 +183,39 @@ def _message(
         text=text,
         event_id=f"google_chat:{name}",
         received_at=received_at,
+        attachments=tuple(a.to_dict() for a in media),
         facts=("mentions_bot",) if is_dm or _mentions_a_bot(message.get("annotations")) else (),
     )
+
+
+def _text(message: Mapping[str, Any]) -> str:
+    """`argumentText` (without the app's @mention), else `text`, stripped."""
+    text = message.get("argumentText")
+    if text is None:
+        text = message.get("text")
+    if text is None:
+        text = ""
+    if not isinstance(text, str):
+        raise BadRequest("google chat message text is not a string")
+    return text.strip()
+
+
+def attachments(message: Mapping[str, Any]) -> tuple[Attachment, ...]:
+    """A message's `attachment[]` as references: an uploaded file's `attachmentDataRef.resourceName`
+    is downloaded with the media API; a Google Drive file is named only (the app cannot read Drive)."""
+    raw = message.get("attachment")
+    found = []
+    for item in raw if isinstance(raw, list) else ():
+        if not isinstance(item, dict):
+            continue
+        mime = optional_str(item, "contentType") or ""
+        data_ref = object_or_empty(item, "attachmentDataRef")
+        found.append(
+            attachment(
+                kind_of_mime(mime), mime=mime, name=item.get("contentName", ""), resource=data_ref.get("resourceName")
+            )
+        )
+    return tuple(found)
 
 
 def _thread(message: Mapping[str, Any], space_name: str) -> str | None:
@@ -201,13 +239,6 @@ def _mentions_a_bot(annotations: Any) -> bool:
         if isinstance(mentioned, dict) and mentioned.get("type") == "BOT":
             return True
     return False
-
-
-def _object(parent: Mapping[str, Any], key: str) -> dict[str, Any]:
-    value = parent.get(key)
-    if not isinstance(value, dict):
-        raise BadRequest(f"google chat event field {key!r} is not an object")
-    return value
 
 
 def _name(resource: Mapping[str, Any], what: str, prefix: str) -> str:
@@ -240,8 +271,7 @@ class ServiceAccount:
         token_uri = data.get("token_uri") or DEFAULT_TOKEN_URI
         if not isinstance(token_uri, str) or not token_uri.startswith(("https://", "http://")):
             raise ConfigError("GOOGLE_CHAT_SERVICE_ACCOUNT_JSON token_uri must be an http(s) URL")
-        key_id = data.get("private_key_id")
-        return cls(email, key, token_uri, key_id if isinstance(key_id, str) and key_id else None)
+        return cls(email, key, token_uri, optional_str(data, "private_key_id"))
 
 
 class GoogleChatSender:
@@ -289,6 +319,18 @@ class GoogleChatSender:
             raise OutcomeUnknown("google chat answered without a message name; the message may have been sent")
         raise self._api.failure(answer, gone=(403, 404))
 
+    def download(self, resource_name: str, *, limit: int, mime: str) -> Fetched:
+        """`GET {api}/media/{resourceName}?alt=media` with the app's token (scope chat.bot)."""
+        import urllib.parse
+
+        from hermes_gateway.platforms.media import MediaUnavailable, download
+
+        if any(part in ("", ".", "..") for part in resource_name.split("/")):
+            raise MediaUnavailable("google chat: the attachment's resource name is not usable")
+        token = self._token.get(self._fetch_token)
+        path = f"/media/{urllib.parse.quote(resource_name, safe='/+=:@')}?alt=media"
+        return download(self._api, path, limit=limit, headers={"Authorization": f"Bearer {token}"}, mime=mime)
+
     def _post(self, path: str, body: dict[str, Any]) -> Answer:
         token = self._token.get(self._fetch_token)
         return self._api.request("POST", path, json_body=body, headers={"Authorization": f"Bearer {token}"})
@@ -323,6 +365,22 @@ class GoogleChatSender:
             return jwt.encode(claims, self._account.private_key, algorithm="RS256", headers=headers)
         except (jwt.PyJWTError, ValueError, TypeError):
             raise PermanentError("google chat: the service account's private_key is not a usable RSA key") from None
+
+
+def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
+    """An uploaded attachment through the Chat API's media download, as the app."""
+    from hermes_gateway.platforms.media import MediaUnavailable, sender_for, too_large
+
+    resource = media.ref.get("resource")
+    if not resource:
+        raise MediaUnavailable("google chat: the attachment has no media resource (a Drive file is not fetched)")
+    over = too_large(media, limit)
+    if over is not None:
+        raise over
+    sender = sender_for(context, build_sender)
+    if sender is None:
+        raise MediaUnavailable("google chat: no service account (GOOGLE_CHAT_SERVICE_ACCOUNT_JSON) to fetch it with")
+    return sender.download(resource, limit=limit, mime=media.mime)
 
 
 def build_sender(context: AdapterContext) -> GoogleChatSender | None:

@@ -1,7 +1,7 @@
-"""LINE Messaging API: `x-line-signature`, event normalization, reply-or-push sending and webhook
-registration (PLATFORMS §8).
+"""LINE Messaging API: `x-line-signature`, event normalization and reply-or-push sending
+(PLATFORMS §8); webhook registration is the CLI's (`hermes_cli.webhooks.line`).
 
-Standard library only; urllib is imported only when a client is built.
+Standard library only; urllib3 (the pooled HTTP client) is imported only when a request is sent.
 """
 
 from __future__ import annotations
@@ -11,13 +11,22 @@ import hashlib
 import hmac
 import logging
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from hermes_gateway.domain.media import Attachment, attachment
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import BadRequest, OutcomeUnknown, PermanentError, Unauthorized
-from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target
+from hermes_gateway.platforms.base import (
+    PRESENCE_TIMEOUT_SECONDS,
+    AdapterContext,
+    Answer,
+    HttpClient,
+    Target,
+    optional_str,
+)
 from hermes_gateway.services.ingress import (
     Accepted,
     Handshake,
@@ -25,16 +34,32 @@ from hermes_gateway.services.ingress import (
     HttpResponse,
     Ignored,
     Parsed,
+    epoch_seconds,
     json_payload,
+    outlived_deduplication,
 )
+
+if TYPE_CHECKING:
+    from hermes_gateway.platforms.media import Fetched
 
 logger = logging.getLogger(__name__)
 
 SIGNATURE_HEADER = "x-line-signature"
 # LINE: "use the reply token within one minute of receiving the webhook"; a margin for our own latency.
 REPLY_TOKEN_SECONDS = 50.0
+LOADING_SECONDS = 20  # a multiple of 5, at most 60: the animation ends by itself this long after each ask
 _CHAT_KINDS = {"user": ("dm", "userId"), "group": ("group", "groupId"), "room": ("group", "roomId")}
 _REMEMBERED_TOKENS = 1024
+# Message types whose content is fetched from the content API, and their media kind: an audio
+# message is a recording made in the app (an audio file is sent as a `file`).
+_MEDIA_TYPES = {"image": "image", "video": "video", "audio": "voice", "file": "document"}
+_MEDIA_MIMES = {"image": "image/jpeg", "video": "video/mp4", "audio": "audio/x-m4a"}  # LINE's own encodings
+CONTENT_HOST, API_HOST = "api-data.line.me", "api.line.me"
+RETRY_KEY_HEADER = "X-Line-Retry-Key"
+# Retry keys are UUIDs named by the outbox row (delivery and chunk) in this namespace.
+RETRY_KEY_NAMESPACE = uuid.uuid5(
+    uuid.NAMESPACE_URL, "https://developers.line.biz/en/docs/messaging-api/retrying-api-request/"
+)
 
 
 def line_signature(channel_secret: str, body: bytes) -> str:
@@ -71,8 +96,7 @@ def parse_webhook(payload: Any, *, received_at: float) -> Accepted | Handshake:
         raise BadRequest("line webhook is not an object with an events list")
     if not payload["events"]:
         return Handshake(HttpResponse(200, {"ok": True}))
-    destination = payload.get("destination")
-    bot = destination if isinstance(destination, str) and destination else None
+    bot = optional_str(payload, "destination")
     return Accepted(items=tuple(parse_event(event, bot=bot, received_at=received_at) for event in payload["events"]))
 
 
@@ -83,16 +107,15 @@ def parse_event(event: Any, *, bot: str | None, received_at: float) -> InboundMe
         return Ignored("unsupported_event")
     if event.get("mode") == "standby":
         return Ignored("standby")  # another module owns the chat; the bot must not answer
+    if outlived_deduplication("line", epoch_seconds(event.get("timestamp"), milliseconds=True), received_at):
+        return Ignored("outlived_deduplication")  # a redelivery later than ingress remembers ids
     message = event.get("message")
     if not isinstance(message, dict) or not isinstance(message.get("id"), str) or not message["id"]:
         raise BadRequest("line message event has no message with a string id")
-    if message.get("type") != "text":
+    content = _content(message)
+    if content is None:
         return Ignored("no_text")
-    text = message.get("text")
-    if not isinstance(text, str):
-        raise BadRequest("line text message has no string text")
-    if not text.strip():
-        return Ignored("no_text")
+    text, media = content
     source = _source(event.get("source"), message, bot)
     if source is None:
         return Ignored("unsupported_source")
@@ -100,13 +123,13 @@ def parse_event(event: Any, *, bot: str | None, received_at: float) -> InboundMe
     delivery = event.get("deliveryContext")
     redelivery = isinstance(delivery, dict) and delivery.get("isRedelivery") is True
     reply_token = event.get("replyToken")
-    quoted = message.get("quotedMessageId")
     return InboundMessage(
         source=source,
         text=text,
         event_id=f"line:{event_key}" if isinstance(event_key, str) and event_key else f"line:message:{message['id']}",
         received_at=received_at,
-        reply_to_message_id=quoted if isinstance(quoted, str) and quoted else None,
+        attachments=tuple(a.to_dict() for a in media),
+        reply_to_message_id=optional_str(message, "quotedMessageId"),
         extra={"redelivery": True} if redelivery else {},
         facts=("mentions_bot",) if source.chat_type == "group" and _mentions_bot(message) else (),
         reply_context=(
@@ -114,6 +137,35 @@ def parse_event(event: Any, *, bot: str | None, received_at: float) -> InboundMe
             if isinstance(reply_token, str) and reply_token
             else {}
         ),
+    )
+
+
+def _content(message: dict[str, Any]) -> tuple[str, tuple[Attachment, ...]] | None:
+    """A text message's text, or a media message's attachment (with no text); None for a message
+    with neither (a sticker, a location, an empty text)."""
+    kind = message.get("type")
+    if kind in _MEDIA_TYPES:
+        return "", (media_attachment(message),)
+    if kind != "text":
+        return None
+    text = message.get("text")
+    if not isinstance(text, str):
+        raise BadRequest("line text message has no string text")
+    return (text, ()) if text.strip() else None
+
+
+def media_attachment(message: Mapping[str, Any]) -> Attachment:
+    """An image, video, audio or file message as a reference: its message id, fetched from the
+    content API. Content another service provided (`contentProvider.type: external`) is named only."""
+    kind = str(message.get("type"))
+    provider = message.get("contentProvider")
+    external = isinstance(provider, dict) and provider.get("type") == "external"
+    return attachment(
+        _MEDIA_TYPES[kind],
+        mime=_MEDIA_MIMES.get(kind, ""),
+        size=message.get("fileSize"),
+        name=message.get("fileName", ""),
+        message_id=None if external else message.get("id"),
     )
 
 
@@ -127,12 +179,11 @@ def _source(source: Any, message: dict[str, Any], bot: str | None) -> SessionSou
     chat_id = source.get(id_field)
     if not isinstance(chat_id, str) or not chat_id:
         raise BadRequest(f"line {source.get('type')} source has no {id_field}")
-    user_id = source.get("userId")
     return SessionSource(
         platform="line",
         chat_id=chat_id,
         chat_type=chat_type,
-        user_id=user_id if isinstance(user_id, str) and user_id else None,
+        user_id=optional_str(source, "userId"),
         scope_id=bot,
         message_id=message["id"],
     )
@@ -156,7 +207,16 @@ class LineSender:
     token": used elsewhere or expired) falls back to push once.
 
     Returns `sentMessages[0].id`, the id LINE gives the sent message in both answers.
+
+    A push carries an `X-Line-Retry-Key` derived from the chunk's outbox row, so the push of a
+    delivery retried after a timeout (which LINE may have accepted) is the same request to LINE:
+    it answers 409 with the first push's `sentMessages` instead of posting it twice. Replies
+    cannot carry one (LINE refuses it there); their token is good for one use anyway.
     """
+
+    # Each loading animation is asked for LOADING_SECONDS and renewed before it ends; the answer's
+    # arrival ends it anyway.
+    typing_refresh_seconds = 15.0
 
     def __init__(
         self, api_base_url: str, token: str, clock: Callable[[], float] = time.time, timeout: float = 10.0
@@ -180,13 +240,34 @@ class LineSender:
             if not _invalid_reply_token(answer):
                 raise _failure(self._http, answer)
             logger.info("line refused the reply token; pushing instead")
-        answer = self._post("/v2/bot/message/push", {"to": target.chat_id, "messages": messages})
+        key = retry_key(target.delivery_id) if target.delivery_id else None
+        answer = self._post("/v2/bot/message/push", {"to": target.chat_id, "messages": messages}, retry_key=key)
         if answer.status == 200:
             return _message_id(answer)
+        if answer.status == 409 and key is not None:
+            # An earlier try of this very push was accepted (its answer never came back).
+            return _message_id(answer, missing="line had accepted this push already (409) and named no message id")
         raise _failure(self._http, answer, gone=(403, 404))
 
-    def _post(self, path: str, payload: dict[str, Any]) -> Answer:
-        return self._http.request("POST", path, json_body=payload, headers=self._auth)
+    def typing(self, target: Target) -> bool:
+        """The loading animation, which LINE shows only in a one-to-one chat (a user id, `U…`)."""
+        if not target.chat_id.startswith("U"):
+            return False
+        payload = {"chatId": target.chat_id, "loadingSeconds": LOADING_SECONDS}
+        answer = self._http.request(
+            "POST",
+            "/v2/bot/chat/loading/start",
+            json_body=payload,
+            headers=self._auth,
+            timeout=PRESENCE_TIMEOUT_SECONDS,
+        )
+        if 200 <= answer.status < 300:
+            return True
+        raise _failure(self._http, answer)
+
+    def _post(self, path: str, payload: dict[str, Any], *, retry_key: str | None = None) -> Answer:
+        headers = {**self._auth, RETRY_KEY_HEADER: retry_key} if retry_key else self._auth
+        return self._http.request("POST", path, json_body=payload, headers=headers)
 
     def _can_reply(self, token: str, received_at: str | None) -> bool:
         """Unused here and younger than REPLY_TOKEN_SECONDS."""
@@ -204,12 +285,19 @@ class LineSender:
             self._used.popitem(last=False)
 
 
-def _message_id(answer: Answer) -> str:
+def retry_key(delivery_id: str) -> str:
+    """The `X-Line-Retry-Key` of a chunk's push: the same for every try of it, and for no other."""
+    return str(uuid.uuid5(RETRY_KEY_NAMESPACE, delivery_id))
+
+
+def _message_id(
+    answer: Answer, missing: str = "line answered 200 without sentMessages[0].id; the message may have been sent"
+) -> str:
     sent = answer.json_object().get("sentMessages")
     first = sent[0] if isinstance(sent, list) and sent else None
     if isinstance(first, dict) and isinstance(first.get("id"), str) and first["id"]:
         return str(first["id"])
-    raise OutcomeUnknown("line answered 200 without sentMessages[0].id; the message may have been sent")
+    raise OutcomeUnknown(missing)
 
 
 def _invalid_reply_token(answer: Answer) -> bool:
@@ -225,38 +313,30 @@ def _failure(http: HttpClient, answer: Answer, gone: tuple[int, ...] = ()) -> Ex
     return http.failure(answer, gone=gone)
 
 
+def content_base_url(api_base_url: str) -> str:
+    """Where message content is downloaded: LINE's data host (api-data.line.me) for its API host,
+    else the configured base URL itself (a proxy, a test's fake)."""
+    return api_base_url.replace(f"://{API_HOST}", f"://{CONTENT_HOST}", 1)
+
+
+def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
+    """`GET /v2/bot/message/{id}/content` on the data host with the channel access token."""
+    import urllib.parse
+
+    from hermes_gateway.platforms.media import MediaUnavailable, download, too_large
+
+    token = context.secret("LINE_CHANNEL_ACCESS_TOKEN")
+    message_id = media.ref.get("message_id")
+    if not token or not message_id:
+        raise MediaUnavailable("line: no channel access token or no message id to fetch the content with")
+    over = too_large(media, limit)
+    if over is not None:
+        raise over
+    http = HttpClient(content_base_url(context.platform.api_base_url), platform="line", scrub=(token,))
+    path = f"/v2/bot/message/{urllib.parse.quote(message_id, safe='')}/content"
+    return download(http, path, limit=limit, headers={"Authorization": f"Bearer {token}"}, mime=media.mime)
+
+
 def build_sender(context: AdapterContext) -> LineSender | None:
     token = context.secret("LINE_CHANNEL_ACCESS_TOKEN")
     return LineSender(context.platform.api_base_url, token, context.clock) if token else None
-
-
-# --- webhook registration (`hermes-gateway webhooks register|status line`) ----------------------
-
-
-def _client(context: AdapterContext) -> tuple[HttpClient, dict[str, str]]:
-    token = context.secret("LINE_CHANNEL_ACCESS_TOKEN")
-    if not token:
-        raise PermanentError("line is not configured: set LINE_CHANNEL_ACCESS_TOKEN")
-    http = HttpClient(context.platform.api_base_url, platform="line", scrub=(token,))
-    return http, {"Authorization": f"Bearer {token}"}
-
-
-def register_webhook(context: AdapterContext, url: str) -> str:
-    """Set the channel's webhook URL (LINE accepts only https)."""
-    if not url.startswith("https://"):
-        raise PermanentError("line: the webhook URL must be an https URL")
-    http, auth = _client(context)
-    answer = http.request("PUT", "/v2/bot/channel/webhook/endpoint", json_body={"endpoint": url}, headers=auth)
-    if answer.status != 200:
-        raise _failure(http, answer)
-    return f"LINE webhook URL set to {url}; turn on 'Use webhook' in the console if it is off"
-
-
-def webhook_status(context: AdapterContext) -> dict[str, Any]:
-    """The channel's webhook URL and whether LINE uses it (`endpoint`, `active`)."""
-    http, auth = _client(context)
-    answer = http.request("GET", "/v2/bot/channel/webhook/endpoint", headers=auth)
-    if answer.status != 200:
-        raise _failure(http, answer)
-    body = answer.json_object()
-    return {"endpoint": body.get("endpoint"), "active": body.get("active")}

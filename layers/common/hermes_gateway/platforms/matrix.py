@@ -4,7 +4,7 @@ The homeserver is given the AS URL `<WebhookUrl>/matrix` and calls the applicati
 under it (`PUT …/_matrix/app/v1/transactions/{txnId}` and friends); replies go out through the
 client-server API with the `as_token`, asserting the bot's identity with `user_id=`.
 
-Standard library only; urllib is imported only when a sender is built.
+Standard library only; urllib3 (the pooled HTTP client) is imported only when a request is sent.
 """
 
 from __future__ import annotations
@@ -14,11 +14,20 @@ import logging
 import re
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from hermes_gateway.domain.media import Attachment, attachment
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import BadRequest, OutcomeUnknown, RateLimited, TargetGone, Unauthorized
-from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target, header, retry_after_seconds
+from hermes_gateway.platforms.base import (
+    AdapterContext,
+    Answer,
+    HttpClient,
+    Target,
+    header,
+    optional_str,
+    retry_after_seconds,
+)
 from hermes_gateway.services.ingress import (
     Accepted,
     Handshake,
@@ -26,8 +35,13 @@ from hermes_gateway.services.ingress import (
     HttpResponse,
     Ignored,
     Parsed,
-    json_payload,
+    hostile,
+    may_hold_surrogates,
+    parse_json,
 )
+
+if TYPE_CHECKING:
+    from hermes_gateway.platforms.media import Fetched
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +49,10 @@ _APP_PREFIX = ("_matrix", "app", "v1")
 # Routes the homeserver calls, relative to the AS URL; the unprefixed forms are the spec's legacy routes.
 _TRANSACTION, _PING, _QUERY = "transaction", "ping", "query"
 _TEXT_MSGTYPES = ("m.text",)
+_MEDIA_MSGTYPES = {"m.image": "image", "m.audio": "audio", "m.video": "video", "m.file": "document"}
+VOICE_FLAG = "org.matrix.msc3245.voice"  # an m.audio recorded as a voice message (MSC3245)
+# mxc://<server name>/<media id>: a server name is a host (maybe with a port), a media id [A-Za-z0-9_-]
+_MXC = re.compile(r"mxc://([A-Za-z0-9\[][A-Za-z0-9.:\[\]-]*)/([A-Za-z0-9_-]+)")
 # A reply fallback (clients before Matrix 1.13) quotes the replied-to event in front of the text.
 _REPLY_FALLBACK = re.compile(r"\A(?:>[^\n]*\n)+\n")
 
@@ -117,54 +135,35 @@ class MatrixInbound:
         if kind == _QUERY:
             # The gateway creates no users or rooms on demand: "does not exist" is the honest answer.
             return Handshake(NOT_FOUND)
-        payload = json_payload(request)
+        # A bad event is ignored, never a 400: the homeserver retries a transaction unchanged, so
+        # refusing it would block every later event behind it. So the transaction is read as it
+        # is, and each event is checked for what the gateway cannot handle on its own.
+        payload = parse_json(request.body, "matrix transaction")
         if not isinstance(payload, dict) or not isinstance(payload.get("events"), list):
             raise BadRequest("matrix transaction has no events list")
-        # A bad event is ignored, never a 400: the homeserver retries a transaction unchanged, so
-        # refusing it would block every later event behind it.
-        items = tuple(parse_event(event, bot_user_id=self._bot, received_at=received_at) for event in payload["events"])
+        strings = may_hold_surrogates(request.body)
+        items = tuple(
+            Ignored("unsafe_event")
+            if hostile(event, strings=strings) is not None
+            else parse_event(event, bot_user_id=self._bot, received_at=received_at)
+            for event in payload["events"]
+        )
         return Accepted(items=items, ack=EMPTY_OK)
 
 
 def parse_event(event: Any, *, bot_user_id: str, received_at: float) -> InboundMessage | Ignored:
     """One client-format event from a transaction, as a message or the reason it is ignored."""
-    if not isinstance(event, dict):
-        return Ignored("malformed_event")
-    if event.get("type") != "m.room.message" or "state_key" in event:
-        return Ignored("unsupported_event")
-    event_id, room_id, sender = (
-        _string(event.get("event_id")),
-        _string(event.get("room_id")),
-        _string(event.get("sender")),
-    )
-    content = event.get("content")
-    if event_id is None or room_id is None or sender is None or not isinstance(content, dict):
-        return Ignored("malformed_event")
-    if not _key_safe(room_id) or "\x00" in sender:
-        # A 400 would block the homeserver's queue: the transaction is resent unchanged forever.
-        return Ignored("unsafe_id")
-    if bot_user_id and sender == bot_user_id:
-        return Ignored("own_message")
+    envelope = _envelope(event, bot_user_id)
+    if isinstance(envelope, Ignored):
+        return envelope
+    event_id, room_id, sender, content = envelope
     relation = content.get("m.relates_to")
     relation = relation if isinstance(relation, dict) else {}
-    if relation.get("rel_type") == "m.replace":
-        return Ignored("edited")
-    msgtype = content.get("msgtype")
-    if msgtype == "m.notice":
-        # The spec: automated clients must never answer a notice (it stops bot-to-bot loops).
-        return Ignored("notice")
-    if msgtype not in _TEXT_MSGTYPES:
-        return Ignored("unsupported_msgtype")
-    body = content.get("body")
-    if not isinstance(body, str):
-        return Ignored("malformed_event")
-    thread_id = _string(relation.get("event_id")) if relation.get("rel_type") == "m.thread" else None
-    if thread_id is not None and not _key_safe(thread_id):
-        return Ignored("unsafe_id")
-    reply_to = _reply_to(relation)
-    text = _REPLY_FALLBACK.sub("", body, count=1) if reply_to else body
-    if not text.strip():
-        return Ignored("no_text")
+    found = _text_of(content, relation)
+    if isinstance(found, Ignored):
+        return found
+    text, thread_id, reply_to = found
+    media = attachments(content)
     source = SessionSource(
         platform="matrix",
         chat_id=room_id,
@@ -183,10 +182,91 @@ def parse_event(event: Any, *, bot_user_id: str, received_at: float) -> InboundM
         text=text,
         event_id=f"matrix:{event_id}",
         received_at=received_at,
+        attachments=tuple(a.to_dict() for a in media),
         reply_to_message_id=reply_to,
         facts=("mentions_bot",) if _mentions(content, text, bot_user_id) else (),
         # A threaded answer also points at the latest event it answers (the thread fallback).
         reply_context={"in_reply_to": event_id} if thread_id else {},
+    )
+
+
+def _envelope(event: Any, bot_user_id: str) -> tuple[str, str, str, dict[str, Any]] | Ignored:
+    """A room message's event id, room, sender and content, or why the event is not one to read."""
+    if not isinstance(event, dict):
+        return Ignored("malformed_event")
+    if event.get("type") != "m.room.message" or "state_key" in event:
+        return Ignored("unsupported_event")
+    event_id, room_id, sender = (
+        optional_str(event, "event_id"),
+        optional_str(event, "room_id"),
+        optional_str(event, "sender"),
+    )
+    content = event.get("content")
+    if event_id is None or room_id is None or sender is None or not isinstance(content, dict):
+        return Ignored("malformed_event")
+    if not _key_safe(room_id) or "\x00" in sender:
+        # A 400 would block the homeserver's queue: the transaction is resent unchanged forever.
+        return Ignored("unsafe_id")
+    if bot_user_id and sender == bot_user_id:
+        return Ignored("own_message")
+    return event_id, room_id, sender, content
+
+
+def _text_of(content: dict[str, Any], relation: dict[str, Any]) -> tuple[str, str | None, str | None] | Ignored:
+    """The message's text (a reply's quoted fallback removed), its thread and the event it
+    replies to, or why it is not a message to answer."""
+    if relation.get("rel_type") == "m.replace":
+        return Ignored("edited")
+    msgtype = content.get("msgtype")
+    if msgtype == "m.notice":
+        # The spec: automated clients must never answer a notice (it stops bot-to-bot loops).
+        return Ignored("notice")
+    if msgtype not in _TEXT_MSGTYPES and msgtype not in _MEDIA_MSGTYPES:
+        return Ignored("unsupported_msgtype")
+    body = content.get("body")
+    if not isinstance(body, str):
+        return Ignored("malformed_event")
+    thread_id = optional_str(relation, "event_id") if relation.get("rel_type") == "m.thread" else None
+    if thread_id is not None and not _key_safe(thread_id):
+        return Ignored("unsafe_id")
+    reply_to = _reply_to(relation)
+    if msgtype in _MEDIA_MSGTYPES:
+        return caption(content), thread_id, reply_to  # a media message is a message without text too
+    text = _REPLY_FALLBACK.sub("", body, count=1) if reply_to else body
+    if not text.strip():
+        return Ignored("no_text")
+    return text, thread_id, reply_to
+
+
+def caption(content: Mapping[str, Any]) -> str:
+    """A media message's caption: since Matrix 1.10 `body` is one when `filename` names the file
+    and differs from it; otherwise `body` is the file name and there is no caption."""
+    filename, body = content.get("filename"), content.get("body")
+    return body if isinstance(filename, str) and filename and isinstance(body, str) and body != filename else ""
+
+
+def attachments(content: Mapping[str, Any]) -> tuple[Attachment, ...]:
+    """An m.image, m.audio, m.video or m.file as a reference: its `mxc://` URL, downloaded with
+    the application service's token. An encrypted file (`file` instead of `url`) is named only:
+    the application service holds no room keys."""
+    kind = _MEDIA_MSGTYPES.get(str(content.get("msgtype")))
+    if kind is None:
+        return ()
+    if kind == "audio" and VOICE_FLAG in content:
+        kind = "voice"
+    info = content.get("info")
+    info = info if isinstance(info, dict) else {}
+    filename = content.get("filename")
+    name = filename if isinstance(filename, str) and filename else content.get("body", "")
+    url = content.get("url")
+    return (
+        attachment(
+            kind,
+            mime=info.get("mimetype", ""),
+            size=info.get("size"),
+            name=name,
+            mxc=url if isinstance(url, str) and _MXC.fullmatch(url) else None,
+        ),
     )
 
 
@@ -206,16 +286,12 @@ def key_safe_user_id(user_id: str) -> str:
     return user_id.replace("%", "%25").replace(".", "%2E")
 
 
-def _string(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
 def _reply_to(relation: Mapping[str, Any]) -> str | None:
     """The replied-to event; a thread's fallback reply (is_falling_back) is not a real reply."""
     replied = relation.get("m.in_reply_to")
     if not isinstance(replied, dict) or relation.get("is_falling_back") is True:
         return None
-    return _string(replied.get("event_id"))
+    return optional_str(replied, "event_id")
 
 
 def _mentions(content: Mapping[str, Any], text: str, bot_user_id: str) -> bool:
@@ -287,6 +363,23 @@ class MatrixSender:
         if answer.status == 403 and errcode == "M_FORBIDDEN":
             return TargetGone(f"matrix: the bot cannot send to this room: {detail}")
         return self._http.failure(answer, gone=(404,), detail=detail)
+
+
+def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
+    """`GET /_matrix/client/v1/media/download/{server}/{media id}` (authenticated media, Matrix
+    1.11) on the homeserver, with the application service's token."""
+    from hermes_gateway.platforms.media import MediaUnavailable, download, too_large
+
+    token = context.secret("MATRIX_AS_TOKEN")
+    found = _MXC.fullmatch(media.ref.get("mxc", ""))
+    if not token or not found or not context.platform.api_base_url:
+        raise MediaUnavailable("matrix: no as_token, homeserver URL or mxc:// URL to fetch the file with")
+    over = too_large(media, limit)
+    if over is not None:
+        raise over
+    http = HttpClient(context.platform.api_base_url, platform="matrix", scrub=(token,))
+    path = f"/_matrix/client/v1/media/download/{found.group(1)}/{found.group(2)}"
+    return download(http, path, limit=limit, headers={"Authorization": f"Bearer {token}"}, mime=media.mime)
 
 
 def build_sender(context: AdapterContext) -> MatrixSender | None:

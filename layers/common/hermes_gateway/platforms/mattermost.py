@@ -27,19 +27,31 @@ Outbound. `POST <server>/api/v4/posts` with the bot's access token.
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from hermes_gateway.domain.media import Attachment, attachment
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import BadRequest, OutcomeUnknown, RateLimited, TargetGone, Unauthorized
 from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target, header, retry_after_seconds
-from hermes_gateway.services.ingress import Accepted, HttpRequest, HttpResponse, Ignored, Parsed
+from hermes_gateway.services.ingress import (
+    Accepted,
+    HttpRequest,
+    HttpResponse,
+    Ignored,
+    Parsed,
+    outlived_deduplication,
+    read_json,
+)
+
+if TYPE_CHECKING:
+    from hermes_gateway.platforms.media import Fetched
 
 logger = logging.getLogger(__name__)
 
 _MAX_FIELDS = 32  # Mattermost sends 12
+_MAX_FILES = 10  # a post holds at most 10 files
 _ID = re.compile(r"^[A-Za-z0-9]{1,64}$")  # Mattermost ids are 26 lower-case letters and digits
 # A post to an archived channel (HTTP 400); a channel the bot cannot post in is 403.
 _ARCHIVED = "api.post.create_post.can_not_post_to_deleted.error"
@@ -48,24 +60,27 @@ ACK = HttpResponse(200, {})
 
 
 def read_fields(request: HttpRequest) -> dict[str, Any]:
-    """The webhook's fields, from a form or a JSON body. Raises ValueError when it cannot be read."""
+    """The webhook's fields, from a form or a JSON body. Raises BadRequest when it cannot be read."""
     if "json" in request.headers.get("content-type", "").lower():
-        payload = json.loads(request.body)
+        payload = read_json(request.body, "mattermost body")
         if not isinstance(payload, dict):
-            raise ValueError("the JSON body is not an object")
+            raise BadRequest("mattermost body is not a JSON object")
         return payload
     import urllib.parse
 
-    pairs = urllib.parse.parse_qsl(
-        request.body.decode("utf-8"),
-        keep_blank_values=True,
-        strict_parsing=True,
-        errors="strict",
-        max_num_fields=_MAX_FIELDS,
-    )
+    try:
+        pairs = urllib.parse.parse_qsl(
+            request.body.decode("utf-8"),
+            keep_blank_values=True,
+            strict_parsing=True,
+            errors="strict",
+            max_num_fields=_MAX_FIELDS,
+        )
+    except ValueError:  # UnicodeDecodeError too
+        raise BadRequest("mattermost body is neither a form nor a JSON object") from None
     fields = dict(pairs)
     if len(fields) != len(pairs):
-        raise ValueError("a form field is repeated")
+        raise BadRequest("a mattermost form field is repeated")
     return fields
 
 
@@ -75,7 +90,7 @@ def verify_token(request: HttpRequest, expected: str | None) -> None:
         raise Unauthorized("mattermost outgoing webhook token is not configured; refusing every request")
     try:
         fields = read_fields(request)
-    except (ValueError, RecursionError):  # UnicodeDecodeError, JSONDecodeError; absurdly nested JSON
+    except BadRequest:
         raise Unauthorized("mattermost body is unreadable, so it carries no token") from None
     token = fields.get("token")
     if not isinstance(token, str) or not token:
@@ -96,7 +111,8 @@ def parse_post(fields: dict[str, Any], *, received_at: float, bot_user_id: str =
         return Ignored("bot_message")
     trigger_word = _text(fields, "trigger_word")
     text = strip_trigger_word(_text(fields, "text"), trigger_word)
-    if not text.strip():
+    media = attachments(fields)
+    if not text.strip() and not media:
         return Ignored("no_text")
     source = SessionSource(
         platform="mattermost",
@@ -109,15 +125,28 @@ def parse_post(fields: dict[str, Any], *, received_at: float, bot_user_id: str =
         message_id=post_id,
     )
     sent_at = _seconds(fields.get("timestamp"))
+    if outlived_deduplication("mattermost", sent_at, received_at):
+        return Ignored("outlived_deduplication")
     return InboundMessage(
         source=source,
         text=text,
         event_id=f"mattermost:{post_id}",
         received_at=received_at,
+        attachments=tuple(a.to_dict() for a in media),
         extra={"sent_at": sent_at} if sent_at is not None else {},
         # The trigger word is how a message addresses this integration.
         facts=("mentions_bot",) if trigger_word else (),
     )
+
+
+def attachments(fields: dict[str, Any]) -> tuple[Attachment, ...]:
+    """The post's `file_ids` (comma-separated, as Mattermost sends them; a list is read too) as
+    references fetched with the bot token. The webhook says nothing else about a file, so each is
+    a document until its bytes say otherwise."""
+    raw = fields.get("file_ids") or ""
+    ids = raw.split(",") if isinstance(raw, str) else raw if isinstance(raw, list) else ()
+    found = [i.strip() for i in ids if isinstance(i, str) and _ID.fullmatch(i.strip())]
+    return tuple(attachment("document", file_id=file_id) for file_id in found[:_MAX_FILES])
 
 
 def strip_trigger_word(text: str, trigger_word: str) -> str:
@@ -167,10 +196,7 @@ class MattermostInbound:
         verify_token(request, self._context.secret("MATTERMOST_OUTGOING_TOKEN"))
 
     def parse(self, request: HttpRequest, received_at: float) -> Parsed:
-        try:
-            fields = read_fields(request)
-        except (ValueError, RecursionError):
-            raise BadRequest("mattermost body is neither a form nor a JSON object") from None
+        fields = read_fields(request)
         parsed = parse_post(fields, received_at=received_at, bot_user_id=self._bot_user_id)
         return Accepted(items=(parsed,), ack=ACK)
 
@@ -199,6 +225,12 @@ class MattermostSender:
             raise OutcomeUnknown(f"mattermost answered HTTP {answer.status} without a post id; it may have posted")
         raise self._failure(answer)
 
+    def download(self, file_id: str, *, limit: int, mime: str) -> Fetched:
+        """`GET /api/v4/files/{id}` with the bot token (the bot must be able to read the channel)."""
+        from hermes_gateway.platforms.media import download
+
+        return download(self._http, f"/api/v4/files/{file_id}", limit=limit, headers=self._headers, mime=mime)
+
     def _failure(self, answer: Answer) -> Exception:
         if answer.status == 429:
             # Mattermost's limiter sends Retry-After and X-RateLimit-Reset, both in seconds from now.
@@ -209,6 +241,20 @@ class MattermostSender:
         if answer.status == 400 and answer.json_object().get("id") == _ARCHIVED:
             return TargetGone("mattermost: target unreachable: the channel is archived")
         return self._http.failure(answer, gone=(403, 404))
+
+
+def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
+    """A post's file from the server, with the bot token."""
+    from hermes_gateway.platforms.media import MediaUnavailable, too_large
+
+    file_id = media.ref.get("file_id")
+    sender = build_sender(context)
+    if sender is None or not file_id or not _ID.fullmatch(file_id):
+        raise MediaUnavailable("mattermost: no bot token and server URL, or no file id to fetch the file with")
+    over = too_large(media, limit)
+    if over is not None:
+        raise over
+    return sender.download(file_id, limit=limit, mime=media.mime)
 
 
 def build_sender(context: AdapterContext) -> MattermostSender | None:

@@ -12,7 +12,8 @@ event (`message.channels` and friends) and as an `app_mention` event, each with 
 message itself, "slack:<team>:<channel>:<ts>", so whichever delivery arrives first is the turn and
 the other is a duplicate (as is any retry of either). Because either may be first, both are
 normalized identically: `mentions_bot` is read from the text (a `<@U…>` of the bot user listed in
-the envelope's `authorizations`) for either event type, and the leading mention is stripped from both.
+the envelope's `authorizations`, or in the legacy `authed_users` of an install that sends only
+those) for either event type, and the leading mention is stripped from both.
 Retries (`X-Slack-Retry-Num`, `X-Slack-Retry-Reason`) are processed like first deliveries: the
 ingress idempotency drops one that was already enqueued and accepts one whose first delivery failed
 before it was.
@@ -25,12 +26,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
+from hermes_gateway.domain.media import Attachment, attachment, kind_of_mime
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import (
     BadRequest,
@@ -42,6 +43,7 @@ from hermes_gateway.errors import (
     Unauthorized,
 )
 from hermes_gateway.platforms.base import (
+    PRESENCE_TIMEOUT_SECONDS,
     AdapterContext,
     Answer,
     Button,
@@ -53,12 +55,25 @@ from hermes_gateway.platforms.base import (
     required_str,
     retry_after_seconds,
 )
-from hermes_gateway.services.ingress import Handshake, HttpRequest, HttpResponse, Ignored, Parsed, json_payload
+from hermes_gateway.services.ingress import (
+    Handshake,
+    HttpRequest,
+    HttpResponse,
+    Ignored,
+    Parsed,
+    json_payload,
+    read_json,
+    signed_timestamp,
+)
+
+if TYPE_CHECKING:
+    from hermes_gateway.platforms.media import Fetched
 
 SIGNATURE_HEADER = "x-slack-signature"
 TIMESTAMP_HEADER = "x-slack-request-timestamp"
 BUTTON_ACTION_PREFIX = "hermes_reply_"  # action ids of the gateway's own buttons
 REPLAY_WINDOW_SECONDS = 300  # Slack's own verifiers use 60 * 5
+THINKING_STATUS = "is thinking…"  # an assistant thread's status line while a turn runs
 
 _MESSAGE_EVENTS = ("message", "app_mention")
 # Subtypes that are still a person writing to the channel; every other subtype is a change or a notice.
@@ -91,13 +106,9 @@ def verify_request(headers: Mapping[str, str], body: bytes, signing_secret: str 
     if not presented:
         raise Unauthorized("slack signature header is missing")
     timestamp = headers.get(TIMESTAMP_HEADER)
-    if not timestamp:
-        raise Unauthorized("slack timestamp header is missing")
-    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12):
-        raise Unauthorized("slack timestamp header is malformed")
-    if abs(now - int(timestamp)) > REPLAY_WINDOW_SECONDS:
+    if abs(now - signed_timestamp(timestamp, TIMESTAMP_HEADER)) > REPLAY_WINDOW_SECONDS:
         raise Unauthorized("stale timestamp: the request is more than 5 minutes from the gateway's clock")
-    expected = signature(signing_secret, timestamp, body)
+    expected = signature(signing_secret, str(timestamp), body)
     if not hmac.compare_digest(presented.encode("utf-8"), expected.encode("ascii")):
         raise Unauthorized("slack signature does not match")
 
@@ -129,7 +140,7 @@ def parse_event(payload: Any, *, received_at: float) -> Parsed:
         return Ignored("bot_message")
     if subtype is not None and subtype not in _PERSON_SUBTYPES:
         return Ignored(_SUBTYPE_REASONS.get(str(subtype), "unsupported_subtype"))
-    return _message(payload, event, bot_users, received_at)
+    return _message(payload, event, bot_users or _legacy_authed_users(payload), received_at)
 
 
 def _message(
@@ -146,7 +157,8 @@ def _message(
         raise BadRequest("slack message text is not a string")
     mentions_bot = any(user_id in bot_users for user_id in _MENTION.findall(text))
     text = _strip_leading_mention(text, bot_users)
-    if not text.strip():
+    files = attachments(event)
+    if not text.strip() and not files:
         return Ignored("no_text")
     thread_ts = event.get("thread_ts")
     # A thread's parent carries thread_ts == ts; only a reply lives in the thread.
@@ -165,8 +177,34 @@ def _message(
         text=text,
         event_id=f"slack:{team}:{channel}:{ts}",
         received_at=received_at,
+        attachments=tuple(a.to_dict() for a in files),
         facts=("mentions_bot",) if mentions_bot else (),
     )
+
+
+def attachments(event: Mapping[str, Any]) -> tuple[Attachment, ...]:
+    """A message's `files` as references: a voice clip (subtype `slack_audio`) is a voice note,
+    others are typed by their mime type. The private download URL is fetched with the bot token
+    (a Slack Connect file that arrives without one, `file_access: check_file_info`, is looked up
+    with files.info); an external file (a Google Drive link) or one Slack withholds (a tombstone,
+    a file over the workspace's limit) is named only."""
+    files = event.get("files")
+    found = []
+    for item in files if isinstance(files, list) else ():
+        if not isinstance(item, dict):
+            continue
+        mime = optional_str(item, "mimetype") or ""
+        kind = "voice" if item.get("subtype") == "slack_audio" else kind_of_mime(mime)
+        fetchable = item.get("is_external") is not True and item.get("mode") not in ("tombstone", "hidden_by_limit")
+        url = (item.get("url_private_download") or item.get("url_private")) if fetchable else None
+        look_up = fetchable and not url and item.get("file_access") == "check_file_info"
+        name = item.get("name") or item.get("title")
+        found.append(
+            attachment(
+                kind, mime=mime, size=item.get("size"), name=name, url=url, file_id=item.get("id") if look_up else None
+            )
+        )
+    return tuple(found)
 
 
 def _authorized_users(payload: dict[str, Any]) -> frozenset[str]:
@@ -184,6 +222,16 @@ def _authorized_users(payload: dict[str, Any]) -> frozenset[str]:
         for a in authorizations
         if isinstance(a, dict) and a.get("is_bot") is True and isinstance(a.get("user_id"), str) and a["user_id"]
     )
+
+
+def _legacy_authed_users(payload: dict[str, Any]) -> frozenset[str]:
+    """The deprecated `authed_users`, which older installs send instead of `authorizations`: there
+    the app's bot user is among them. Read for mentions only, never to drop a message as the app's
+    own: the list may name a person who installed the app."""
+    users = payload.get("authed_users")
+    if not isinstance(users, list):
+        return frozenset()
+    return frozenset(user for user in users if isinstance(user, str) and user)
 
 
 def _strip_leading_mention(text: str, bot_users: frozenset[str]) -> str:
@@ -218,9 +266,9 @@ class SlackInbound:
 
 def _form_payload(body: bytes) -> Any:
     try:
-        fields = parse_qs(body.decode("utf-8"), strict_parsing=True)
-        return json.loads(fields["payload"][0])
-    except (ValueError, KeyError, UnicodeDecodeError, RecursionError) as exc:
+        fields = parse_qs(body.decode("utf-8"), strict_parsing=True, errors="strict")
+        return read_json(fields["payload"][0].encode("utf-8"), "slack interaction payload")
+    except (ValueError, KeyError) as exc:  # UnicodeDecodeError is a ValueError
         raise BadRequest(f"slack interaction payload is malformed: {type(exc).__name__}") from None
 
 
@@ -282,6 +330,8 @@ def button_blocks(text: str, buttons: tuple[Button, ...]) -> list[dict[str, Any]
 class SlackSender:
     """Posts with chat.postMessage; the bot token travels only in the Authorization header."""
 
+    typing_refresh_seconds = 90.0  # an assistant thread's status clears after 2 minutes, or with the answer
+
     def __init__(self, api_base_url: str, token: str, timeout: float = 10.0) -> None:
         self._http = HttpClient(api_base_url, platform="slack", timeout=timeout, scrub=(token,))
         # Slack warns about a JSON body without a charset.
@@ -312,6 +362,30 @@ class SlackSender:
             raise OutcomeUnknown("slack answered ok without a ts; the message may have been sent")
         raise self._refusal(answer, body)
 
+    def typing(self, target: Target) -> bool:
+        """`assistant.threads.setStatus`: Slack shows a status only in a thread of an app's
+        assistant, which lives in the user's DM with the app (`D…`), so it is asked only in a DM's
+        thread; a thread there that is not an assistant's is refused (ok:false), and the refusal
+        ends the asking for this turn."""
+        if not target.thread_id or not target.chat_id.startswith("D"):
+            return False
+        payload = {"channel_id": target.chat_id, "thread_ts": target.thread_id, "status": THINKING_STATUS}
+        answer = self._http.request(
+            "POST",
+            "/assistant.threads.setStatus",
+            json_body=payload,
+            headers=self._headers,
+            timeout=PRESENCE_TIMEOUT_SECONDS,
+        )
+        body = answer.json_object()
+        if answer.status == 200 and body.get("ok") is True:
+            return True
+        if answer.status == 429:
+            raise self._rate_limited(answer, "HTTP 429")
+        if answer.status != 200:
+            raise self._http.failure(answer, gone=())
+        raise self._refusal(answer, body)
+
     def _refusal(self, answer: Answer, body: dict[str, Any]) -> Exception:
         error = body.get("error")
         code = self._http.scrub(error) if isinstance(error, str) and error else "unknown_error"
@@ -327,6 +401,54 @@ class SlackSender:
     def _rate_limited(answer: Answer, code: str) -> RateLimited:
         seconds = retry_after_seconds(header(answer.headers, "retry-after"))
         return RateLimited(seconds, f"slack rate limit ({code}); retry after {seconds:g} s")
+
+
+def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
+    """The file's private download URL with the bot token (scope `files:read`), which only goes
+    to Slack's own hosts (the API base URL's host and its subdomains, as files.slack.com)."""
+    from hermes_gateway.platforms.media import MediaUnavailable, download, on_host, too_large
+
+    token = context.secret("SLACK_BOT_TOKEN")
+    url, file_id = media.ref.get("url"), media.ref.get("file_id")
+    if not token or not (url or file_id):
+        raise MediaUnavailable("slack: no bot token or no download URL to fetch the file with")
+    over = too_large(media, limit)
+    if over is not None:
+        raise over
+    http = HttpClient(context.platform.api_base_url, platform="slack", scrub=(token,))
+    auth = {"Authorization": f"Bearer {token}"}
+    url = url or _download_url(http, auth, str(file_id), limit)
+    if not on_host(url, context.platform.api_base_url):
+        raise MediaUnavailable("slack: the file's URL is not on a Slack host; the bot token is not sent there")
+    fetched = download(http, url, limit=limit, headers=auth, mime=media.mime)
+    if fetched.mime == "text/html" and media.mime != "text/html":
+        # Slack answers a token without files:read with its sign-in page, not an error.
+        raise MediaUnavailable("slack answered a web page for the file: does the bot token have files:read?")
+    return fetched
+
+
+def _download_url(http: HttpClient, auth: Mapping[str, str], file_id: str, limit: int) -> str:
+    """A Slack Connect file's download URL, from files.info (its size checked against the limit)."""
+    import urllib.parse
+
+    from hermes_gateway.platforms.media import MediaUnavailable, too_large
+
+    answer = http.request("GET", "/files.info?" + urllib.parse.urlencode({"file": file_id}), headers=auth)
+    if answer.status == 429:
+        raise SlackSender._rate_limited(answer, "HTTP 429")
+    if answer.status >= 500:
+        raise http.failure(answer, gone=())
+    body = answer.json_object()
+    found = body.get("file") if answer.status == 200 and body.get("ok") is True else None
+    found = found if isinstance(found, dict) else {}
+    url = optional_str(found, "url_private_download") or optional_str(found, "url_private")
+    if not url:
+        error = optional_str(body, "error") or f"HTTP {answer.status}"
+        raise MediaUnavailable(f"slack files.info: {http.scrub(error)[:100]}")
+    over = too_large(attachment("document", size=found.get("size")), limit)
+    if over is not None:
+        raise over
+    return url
 
 
 def build_sender(context: AdapterContext) -> SlackSender | None:

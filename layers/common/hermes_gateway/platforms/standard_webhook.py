@@ -7,7 +7,8 @@ secret. Standard library only.
 Inbound payload of the generic webhook (JSON object):
     {"text": str, "chat_id"?: str (default "default"), "user_id"?: str, "user_name"?: str,
      "thread_id"?: str, "chat_type"?: "dm" | "group" (default "dm")}
-The webhook-id header is the de-duplication key. Replies are POSTed to `callback_url` as
+An event without `text` is acknowledged and ignored. The webhook-id header is the
+de-duplication key. Replies are POSTed to `callback_url` as
     {"chat_id": str, "thread_id": str | null, "text": str}
 signed with the same secret and headers.
 """
@@ -35,7 +36,7 @@ from hermes_gateway.errors import (
     Unauthorized,
 )
 from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target, header, retry_after_seconds
-from hermes_gateway.services.ingress import HttpRequest, Ignored, Parsed, json_payload
+from hermes_gateway.services.ingress import HttpRequest, Ignored, Parsed, json_payload, signed_timestamp
 
 ID_HEADER = "webhook-id"
 TIMESTAMP_HEADER = "webhook-timestamp"
@@ -75,9 +76,7 @@ def verify(
     msg_id = _required_header(headers, ID_HEADER)
     timestamp = _required_header(headers, TIMESTAMP_HEADER)
     signatures = _required_header(headers, SIGNATURE_HEADER)
-    if not timestamp.isascii() or not timestamp.isdigit():
-        raise Unauthorized(f"malformed {TIMESTAMP_HEADER} header")
-    sent_at = int(timestamp)
+    sent_at = signed_timestamp(timestamp, TIMESTAMP_HEADER)
     if now - sent_at > tolerance:
         raise Unauthorized("stale webhook timestamp (older than the tolerance)")
     if sent_at - now > tolerance:
@@ -138,6 +137,10 @@ class GenericWebhookInbound:
         if not isinstance(payload, dict):
             raise BadRequest("webhook payload must be a JSON object")
         text = payload.get("text")
+        if text is None:
+            # An event that is no message (`{"type": "invoice.paid", ...}`): refusing it would have
+            # the sender retry it for a day. Acknowledged; "no_text" is logged as the reason.
+            return Ignored("no_text")
         if not isinstance(text, str):
             raise BadRequest("webhook field text must be a string")
         chat_type = payload.get("chat_type") or "dm"

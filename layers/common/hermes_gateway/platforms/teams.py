@@ -17,18 +17,20 @@ promised to be unique beyond their conversation, so the event id is
 
 Outbound. A client-credentials token from Microsoft Entra ID (cached until shortly before it
 expires) and `POST {serviceUrl}/v3/conversations/{conversation id}/activities`, with the service URL
-and the full conversation id recorded at ingress in the reply context.
+and the full conversation id recorded at ingress in the reply context. The bot's token goes to that
+URL, so it must also be https on a Bot Framework host (`service_url_hosts`: the commercial cloud's
+by default; GCC, GCC High, DoD and China add theirs), both at ingress and when sending.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
-from urllib.parse import quote
+from collections.abc import Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlsplit
 
+from hermes_gateway.domain.media import Attachment, attachment, kind_of_mime
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import (
     BadRequest,
@@ -43,13 +45,17 @@ from hermes_gateway.platforms.base import (
     Answer,
     HttpClient,
     Target,
+    object_field,
     object_or_empty,
     optional_str,
     required_str,
 )
 from hermes_gateway.platforms.jwt_keys import JwksCache, verify_bearer
 from hermes_gateway.platforms.tokens import CachedToken, oauth_token
-from hermes_gateway.services.ingress import HttpRequest, Ignored, Parsed, json_payload
+from hermes_gateway.services.ingress import HttpRequest, Ignored, Parsed, json_payload, read_json
+
+if TYPE_CHECKING:
+    from hermes_gateway.platforms.media import Fetched
 
 BOT_FRAMEWORK_ISSUER = "https://api.botframework.com"
 TEAMS_CHANNEL_ID = "msteams"
@@ -60,6 +66,7 @@ TOKEN_URL_TEMPLATE = "https://login.microsoftonline.com/{tenant}/oauth2/v2.0/tok
 _SERVICE_URL_CLAIMS = ("serviceurl", "serviceUrl")
 
 _CHAT_TYPES = {"personal": "dm", "groupChat": "group", "channel": "group"}
+_WHAT = "teams activity"  # how a malformed field's BadRequest names the payload
 _IGNORED_ACTIVITIES = {
     "conversationUpdate": "conversation_update",
     "installationUpdate": "installation_update",
@@ -71,8 +78,30 @@ _IGNORED_ACTIVITIES = {
     "event": "event",
 }
 _MESSAGE_ID_PART = re.compile(r";messageid=([^;]+)")
-_AT_TAG = re.compile(r"<at>(.*?)</at>", re.DOTALL)
+# A mention's tags around a name holding no other tag: each `<at>` scans only up to the next tag,
+# so the scans never overlap and a body full of unclosed `<at>` is read in linear time.
+_AT_TAG = re.compile(r"<at>((?:(?!</?at>).)*)</at>", re.DOTALL)
+_MAX_BOT_MENTIONS = 16  # distinct tags naming the bot that are stripped; a message has one or two
 _TENANT = re.compile(r"^[A-Za-z0-9.-]+$")
+DEFAULT_SERVICE_URL_HOSTS = ("smba.trafficmanager.net",)
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")  # an emulator or a test's fake; plain http allowed
+FILE_DOWNLOAD_INFO = "application/vnd.microsoft.teams.file.download.info"
+
+
+def service_url_allowed(url: str, hosts: Collection[str]) -> bool:
+    """Whether the bot's token may be sent to `url`: https (http on loopback only), no credentials
+    in it, and a host in `hosts` (an entry `*.example.com` stands for its subdomains)."""
+    try:
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+        parts.port  # noqa: B018 - a malformed port raises here
+    except ValueError:
+        return False
+    if parts.username is not None or parts.password is not None or not host:
+        return False
+    if parts.scheme != "https" and not (parts.scheme == "http" and host in _LOOPBACK):
+        return False
+    return any(host.endswith(entry[1:].lower()) if entry.startswith("*.") else host == entry.lower() for entry in hosts)
 
 
 class TeamsInbound:
@@ -81,6 +110,7 @@ class TeamsInbound:
     def __init__(self, context: AdapterContext) -> None:
         self._context = context
         self._app_id = str(context.option("app_id") or "")
+        self._service_hosts = tuple(context.option("service_url_hosts") or ())
         self._keys = JwksCache(
             HttpClient("", platform="teams", timeout=5.0),
             openid_config_url=str(context.option("openid_url")),
@@ -108,20 +138,22 @@ class TeamsInbound:
                 raise Unauthorized("the token's serviceUrl claim does not match the activity's serviceUrl")
 
     def parse(self, request: HttpRequest, received_at: float) -> Parsed:
-        return parse_activity(json_payload(request), received_at=received_at)
+        return parse_activity(json_payload(request), received_at=received_at, service_url_hosts=self._service_hosts)
 
 
 def _json_object(body: bytes) -> dict[str, Any] | None:
     try:
-        value = json.loads(body)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        value = read_json(body)
+    except BadRequest:
         return None
     return value if isinstance(value, dict) else None
 
 
-def parse_activity(activity: Any, *, received_at: float) -> InboundMessage | Ignored:
+def parse_activity(
+    activity: Any, *, received_at: float, service_url_hosts: Collection[str] = DEFAULT_SERVICE_URL_HOSTS
+) -> InboundMessage | Ignored:
     """One Bot Framework activity as an InboundMessage, or the reason it is ignored (BadRequest when
-    it is malformed)."""
+    it is malformed, or names a service URL outside `service_url_hosts`)."""
     if not isinstance(activity, dict):
         raise BadRequest("teams activity is not a JSON object")
     kind = activity.get("type")
@@ -132,13 +164,13 @@ def parse_activity(activity: Any, *, received_at: float) -> InboundMessage | Ign
     if activity.get("channelId") != TEAMS_CHANNEL_ID:
         return Ignored("other_channel")
     activity_id = required_str(activity, "id", "teams activity")
-    conversation = _object(activity, "conversation")
+    conversation = object_field(activity, "conversation", _WHAT, required=True)
     conversation_id = required_str(conversation, "id", "teams conversation")
-    sender = _object(activity, "from")
+    sender = object_field(activity, "from", _WHAT, required=True)
     sender_id = required_str(sender, "id", "teams from")
     service_url = required_str(activity, "serviceUrl", "teams activity")
-    if not service_url.startswith(("https://", "http://")):
-        raise BadRequest("teams activity serviceUrl is not an http(s) URL")
+    if not service_url_allowed(service_url, service_url_hosts):
+        raise BadRequest("teams activity serviceUrl is not https on a Bot Framework host (TEAMS_SERVICE_URL_HOSTS)")
     recipient = object_or_empty(activity, "recipient")
     bot_id = recipient.get("id") if isinstance(recipient.get("id"), str) else None
     if bot_id is not None and sender_id == bot_id:
@@ -150,7 +182,8 @@ def parse_activity(activity: Any, *, received_at: float) -> InboundMessage | Ign
     if raw_text is not None and not isinstance(raw_text, str):
         raise BadRequest("teams activity text is not a string")
     text, mentioned = _strip_mentions(raw_text or "", activity.get("entities"), bot_id)
-    if not text:
+    media = attachments(activity)
+    if not text and not media:
         return Ignored("no_text")
     chat_id, _, _ = conversation_id.partition(";")
     thread = _MESSAGE_ID_PART.search(conversation_id) if conversation.get("conversationType") == "channel" else None
@@ -168,16 +201,45 @@ def parse_activity(activity: Any, *, received_at: float) -> InboundMessage | Ign
         scope_id=optional_str(object_or_empty(channel_data, "tenant"), "id") or optional_str(conversation, "tenantId"),
         message_id=activity_id,
     )
-    reply_to = activity.get("replyToId")
     return InboundMessage(
         source=source,
         text=text,
         event_id=f"teams:{conversation_id}:{activity_id}",
         received_at=received_at,
-        reply_to_message_id=reply_to if isinstance(reply_to, str) and reply_to else None,
+        attachments=tuple(a.to_dict() for a in media),
+        reply_to_message_id=optional_str(activity, "replyToId"),
         facts=("mentions_bot",) if mentioned else (),
         reply_context={"service_url": service_url, "conversation_id": conversation_id, "reply_to_id": activity_id},
     )
+
+
+def attachments(activity: Mapping[str, Any]) -> tuple[Attachment, ...]:
+    """A message's files and images as references. A file (`…teams.file.download.info`) has a
+    pre-authenticated download URL; an image pasted in a chat (`image/*`) a `contentUrl` on the
+    Bot Framework, fetched with the bot's token. The HTML and card attachments that repeat the
+    text, and anything without a URL, are left out."""
+    raw = activity.get("attachments")
+    found = []
+    for item in raw if isinstance(raw, list) else ():
+        if not isinstance(item, dict) or not isinstance(item.get("contentType"), str):
+            continue
+        content_type, name = item["contentType"], item.get("name", "")
+        if content_type == FILE_DOWNLOAD_INFO:
+            content = object_or_empty(item, "content")
+            mime = _mime_of_file_type(content.get("fileType"))
+            found.append(attachment(kind_of_mime(mime), mime=mime, name=name, download_url=content.get("downloadUrl")))
+        elif kind_of_mime(content_type, "") and isinstance(item.get("contentUrl"), str):
+            mime = "" if content_type.endswith("/*") else content_type
+            found.append(attachment(kind_of_mime(content_type), mime=mime, name=name, url=item["contentUrl"]))
+    return tuple(found)
+
+
+def _mime_of_file_type(file_type: Any) -> str:
+    import mimetypes
+
+    if not isinstance(file_type, str) or not file_type.isalnum():
+        return ""
+    return mimetypes.guess_type(f"file.{file_type}")[0] or ""
 
 
 def _chat_type(conversation: Mapping[str, Any]) -> str | None:
@@ -199,6 +261,7 @@ def _strip_mentions(text: str, entities: Any, bot_id: str | None) -> tuple[str, 
     """The text without the bot's `<at>…</at>` mention (other mentions keep their name), and whether
     the bot was mentioned."""
     mentioned = False
+    tags: set[str] = set()
     for entity in entities if isinstance(entities, list) else ():
         if not isinstance(entity, dict) or entity.get("type") != "mention":
             continue
@@ -206,16 +269,11 @@ def _strip_mentions(text: str, entities: Any, bot_id: str | None) -> tuple[str, 
         if bot_id is not None and isinstance(target, dict) and target.get("id") == bot_id:
             mentioned = True
             tag = entity.get("text")
-            if isinstance(tag, str) and tag:
-                text = text.replace(tag, "")
+            if isinstance(tag, str) and tag and len(tags) < _MAX_BOT_MENTIONS:
+                tags.add(tag)
+    for tag in tags:  # each replace reads the whole text: their number is bounded
+        text = text.replace(tag, "")
     return _AT_TAG.sub(r"\1", text).strip(), mentioned
-
-
-def _object(parent: Mapping[str, Any], key: str) -> dict[str, Any]:
-    value = parent.get(key)
-    if not isinstance(value, dict):
-        raise BadRequest(f"teams activity field {key!r} is not an object")
-    return value
 
 
 class TeamsSender:
@@ -229,8 +287,10 @@ class TeamsSender:
         token_url: str,
         clock: Callable[[], float] = time.time,
         timeout: float = 10.0,
+        service_url_hosts: Collection[str] = DEFAULT_SERVICE_URL_HOSTS,
     ) -> None:
         self._app_id = app_id
+        self._service_hosts = tuple(service_url_hosts)
         self._password = password
         self._token_url = token_url
         self._timeout = timeout
@@ -245,6 +305,8 @@ class TeamsSender:
         service_url = target.context.get("service_url", "")
         if not service_url.startswith(("https://", "http://")):
             raise PermanentError("teams: no service URL was recorded for this conversation; cannot reply")
+        if not service_url_allowed(service_url, self._service_hosts):
+            raise PermanentError("teams: the recorded service URL is not https on a Bot Framework host; not sending")
         conversation = target.context.get("conversation_id") or _conversation_id(target)
         url = f"{service_url.rstrip('/')}/v3/conversations/{quote(conversation, safe='')}/activities"
         body: dict[str, Any] = {"type": "message", "text": text}
@@ -264,6 +326,15 @@ class TeamsSender:
         if answer.status == 412:  # a precondition the connector asks to retry (rate-limit page)
             raise TransientError("teams: HTTP 412 precondition failed; retry later")
         raise self._connector.failure(answer, gone=(403, 404))
+
+    def download(self, url: str, *, limit: int, mime: str) -> Fetched:
+        """An attachment on a Bot Framework host (a pasted image's `contentUrl`), with the bot's token."""
+        from hermes_gateway.platforms.media import MediaUnavailable, download
+
+        if not service_url_allowed(url, self._service_hosts):
+            raise MediaUnavailable("teams: the attachment is not on a Bot Framework host; the bot's token stays here")
+        token = self._token.get(self._fetch_token)
+        return download(self._connector, url, limit=limit, headers={"Authorization": f"Bearer {token}"}, mime=mime)
 
     def _post(self, url: str, body: dict[str, Any]) -> Answer:
         token = self._token.get(self._fetch_token)
@@ -304,9 +375,34 @@ def token_url(context: AdapterContext) -> str:
     return TOKEN_URL_TEMPLATE.format(tenant=tenant)
 
 
+def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
+    """A file from its pre-authenticated download URL (no token is sent), an image from the Bot
+    Framework with the bot's token."""
+    from hermes_gateway.platforms.media import MediaUnavailable, download, sender_for, too_large
+
+    download_url, url = media.ref.get("download_url"), media.ref.get("url")
+    if not download_url and not url:
+        raise MediaUnavailable("teams: the attachment has no URL to fetch it from")
+    over = too_large(media, limit)
+    if over is not None:
+        raise over
+    if download_url:
+        return download(HttpClient("", platform="teams"), download_url, limit=limit, mime=media.mime)
+    sender = sender_for(context, build_sender)
+    if sender is None or url is None:
+        raise MediaUnavailable("teams: no app id and password (TEAMS_APP_PASSWORD) to fetch the image with")
+    return sender.download(url, limit=limit, mime=media.mime)
+
+
 def build_sender(context: AdapterContext) -> TeamsSender | None:
     password = context.secret("TEAMS_APP_PASSWORD")
     app_id = str(context.option("app_id") or "")
     if not password or not app_id:
         return None
-    return TeamsSender(app_id=app_id, password=password, token_url=token_url(context), clock=context.clock)
+    return TeamsSender(
+        app_id=app_id,
+        password=password,
+        token_url=token_url(context),
+        clock=context.clock,
+        service_url_hosts=tuple(context.option("service_url_hosts") or ()),
+    )

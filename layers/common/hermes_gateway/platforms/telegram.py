@@ -1,7 +1,7 @@
 """Telegram Bot API: webhook verification, update normalization and sending (PLATFORMS §1).
 
-Standard library only; urllib is imported only when a sender is built: the ingress imports this
-module on its cold-start path and never sends.
+Standard library only; urllib3 (the pooled HTTP client) is imported only when a request is sent:
+the ingress imports this module on its cold-start path and never sends.
 """
 
 from __future__ import annotations
@@ -10,26 +10,34 @@ import hmac
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal, TypeGuard
+from typing import TYPE_CHECKING, Any, Literal
 
 from hermes_gateway import errors
+from hermes_gateway.domain.media import Attachment, attachment
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import BadRequest, OutcomeUnknown, PermanentError, RateLimited, TransientError, Unauthorized
 from hermes_gateway.platforms.base import (
+    PRESENCE_TIMEOUT_SECONDS,
     AdapterContext,
     Answer,
     Button,
     HttpClient,
     Target,
     header,
+    is_int,
+    object_field,
     retry_after_seconds,
 )
+
+if TYPE_CHECKING:
+    from hermes_gateway.platforms.media import Fetched
 
 logger = logging.getLogger(__name__)
 
 TELEGRAM_TEXT_LIMIT = 4096
 SECRET_HEADER = "x-telegram-bot-api-secret-token"  # noqa: S105 - a header name, not a secret
 CALLBACK_DATA_LIMIT = 64  # bytes of an inline button's callback_data
+_WHAT = "telegram message"  # how a malformed field's BadRequest names the payload
 
 _CHAT_TYPES = {"private": "dm", "group": "group", "supergroup": "group", "channel": "channel"}
 _MESSAGE_KINDS = ("message", "channel_post")
@@ -75,7 +83,7 @@ def parse_update(update: Any, *, bot: str = "default", received_at: float) -> In
     if not isinstance(update, dict):
         raise BadRequest("telegram update is not a JSON object")
     update_id = update.get("update_id")
-    if not _is_int(update_id):
+    if not is_int(update_id):
         raise BadRequest("telegram update has no integer update_id")
     if any(kind in update for kind in _EDIT_KINDS):
         return Ignored("edited")
@@ -87,26 +95,78 @@ def parse_update(update: Any, *, bot: str = "default", received_at: float) -> In
     message = update[kind]
     if not isinstance(message, dict):
         raise BadRequest("telegram update carries a message that is not an object")
-    chat = _object(message, "chat", required=True)
+    chat = object_field(message, "chat", _WHAT, required=True)
     chat_type = _CHAT_TYPES.get(str(chat.get("type")))
     if chat_type is None:
         return Ignored("unsupported_chat_type")
-    if not _is_int(chat.get("id")):
+    if not is_int(chat.get("id")):
         raise BadRequest("telegram chat has no integer id")
-    if not _is_int(message.get("message_id")):
+    if not is_int(message.get("message_id")):
         raise BadRequest("telegram message has no integer message_id")
     text = message.get("text", message.get("caption"))
     if text is not None and not isinstance(text, str):
         raise BadRequest("telegram message text is not a string")
-    if not text:
+    media = attachments(message)
+    if not text and not media:
         return Ignored("no_text")
     return InboundMessage(
         source=_source(message, chat, chat_type),
-        text=text,
+        text=text or "",
         event_id=f"telegram:{bot}:{update_id}",
         received_at=received_at,
+        attachments=tuple(a.to_dict() for a in media),
         reply_to_message_id=_reply_to(message),
     )
+
+
+# (message field, media kind): a message carries at most one of them (an album is one update per item)
+_MEDIA_FIELDS = (
+    ("voice", "voice"),
+    ("audio", "audio"),
+    ("video", "video"),
+    ("video_note", "video"),
+    ("animation", "video"),
+    ("document", "document"),
+    ("sticker", "sticker"),
+)
+
+
+def attachments(message: Mapping[str, Any]) -> tuple[Attachment, ...]:
+    """A message's media as references: a photo's largest size, or its voice note, audio, video,
+    video note, animation, document or sticker (the `file_id` is fetched with getFile)."""
+    photos = message.get("photo")
+    if isinstance(photos, list):
+        sizes = [p for p in photos if isinstance(p, dict) and isinstance(p.get("file_id"), str)]
+        if sizes:
+            largest = max(
+                sizes,
+                key=lambda p: (
+                    (p.get("width") or 0) * (p.get("height") or 0)
+                    if is_int(p.get("width")) and is_int(p.get("height"))
+                    else 0
+                ),
+            )
+            return (attachment("image", mime="image/jpeg", size=largest.get("file_size"), file_id=largest["file_id"]),)
+    for field_name, kind in _MEDIA_FIELDS:
+        item = message.get(field_name)
+        if isinstance(item, dict) and isinstance(item.get("file_id"), str):
+            mime = item.get("mime_type")
+            if field_name == "sticker":
+                mime = (
+                    "video/webm"
+                    if item.get("is_video")
+                    else "application/x-tgsticker"
+                    if item.get("is_animated")
+                    else "image/webp"
+                )
+            elif field_name == "video_note":
+                mime = "video/mp4"
+            return (
+                attachment(
+                    kind, mime=mime, size=item.get("file_size"), name=item.get("file_name", ""), file_id=item["file_id"]
+                ),
+            )
+    return ()
 
 
 def parse_button_press(update: dict[str, Any], *, bot: str = "default", received_at: float) -> InboundMessage | Ignored:
@@ -121,13 +181,13 @@ def parse_button_press(update: dict[str, Any], *, bot: str = "default", received
     # Without the message (too old, or an inline-mode message) there is no chat to answer in.
     if not isinstance(data, str) or not data.strip() or not isinstance(message, dict) or not message.get("date"):
         return Ignored("button_unusable")
-    chat = _object(message, "chat", required=True)
+    chat = object_field(message, "chat", _WHAT, required=True)
     chat_type = _CHAT_TYPES.get(str(chat.get("type")))
     if chat_type is None or chat_type == "channel":
         return Ignored("unsupported_chat_type")
-    if not _is_int(chat.get("id")):
+    if not is_int(chat.get("id")):
         raise BadRequest("telegram chat has no integer id")
-    presser = _object(press, "from", required=True)
+    presser = object_field(press, "from", _WHAT, required=True)
     # The presser, not the bot that wrote the message with the buttons, is the sender.
     source = _source(
         {"from": presser, "message_id": message.get("message_id") or 0, **_topic(message)}, chat, chat_type
@@ -152,29 +212,16 @@ def normalize_update(update: Any, *, bot: str = "default", received_at: float) -
     return parsed if isinstance(parsed, InboundMessage) else None
 
 
-def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _object(message: dict[str, Any], key: str, *, required: bool = False) -> dict[str, Any]:
-    value = message.get(key)
-    if value is None and not required:
-        return {}
-    if not isinstance(value, dict):
-        raise BadRequest(f"telegram message field {key!r} is not an object")
-    return value
-
-
 def _person_name(person: Mapping[str, Any]) -> str | None:
     full = " ".join(str(person[k]) for k in ("first_name", "last_name") if person.get(k))
     return full or (str(person["username"]) if person.get("username") else None)
 
 
 def _source(message: dict[str, Any], chat: dict[str, Any], chat_type: str) -> SessionSource:
-    sender = _object(message, "from")
-    if sender and not _is_int(sender.get("id")):
+    sender = object_field(message, "from", _WHAT)
+    if sender and not is_int(sender.get("id")):
         raise BadRequest("telegram sender has no integer id")
-    sender_chat = _object(message, "sender_chat")
+    sender_chat = object_field(message, "sender_chat", _WHAT)
     if sender_chat:
         # Written on behalf of a chat (a channel post, an anonymous group admin, a linked channel):
         # `from` is then a shared placeholder account, not a person, so there is no user id and
@@ -197,7 +244,7 @@ def _source(message: dict[str, Any], chat: dict[str, Any], chat_type: str) -> Se
         chat_type=chat_type,
         user_id=user_id,
         user_name=str(user_name) if user_name else None,
-        thread_id=str(topic) if _is_int(topic) else None,
+        thread_id=str(topic) if is_int(topic) else None,
         chat_name=str(chat_name) if chat_name else None,
         is_bot=is_bot,
         message_id=str(message["message_id"]),
@@ -206,7 +253,7 @@ def _source(message: dict[str, Any], chat: dict[str, Any], chat_type: str) -> Se
 
 def _reply_to(message: dict[str, Any]) -> str | None:
     replied = message.get("reply_to_message")
-    if not isinstance(replied, dict) or not _is_int(replied.get("message_id")):
+    if not isinstance(replied, dict) or not is_int(replied.get("message_id")):
         return None
     # In a forum topic every message "replies" to the topic's opening service message.
     if message.get("is_topic_message") is True and replied["message_id"] == message.get("message_thread_id"):
@@ -237,6 +284,8 @@ class TargetGone(TelegramRejected, errors.TargetGone):
 class TelegramSender:
     """Sends messages with the Bot API. The token is part of every URL, so no URL ever leaves here."""
 
+    typing_refresh_seconds = 4.0  # a chat action shows for 5 s, or until the bot's next message
+
     def __init__(self, api_base_url: str, token: str, timeout: float = 10.0) -> None:
         self._http = HttpClient(api_base_url, platform="telegram", timeout=timeout, scrub=(token,))
         self._token = token
@@ -245,7 +294,21 @@ class TelegramSender:
         return f"TelegramSender({self._http.base!r})"
 
     def send(self, target: Target, text: str) -> str:
-        return self.send_text(target.chat_id, text, thread_id=target.thread_id, buttons=target.buttons)
+        return self.send_text(
+            target.chat_id, text, thread_id=target.thread_id, buttons=target.buttons, reply_to=target.reply_to
+        )
+
+    def typing(self, target: Target) -> bool:
+        """`sendChatAction` typing, in the chat's topic when it has one."""
+        payload: dict[str, Any] = {"chat_id": _numeric(target.chat_id), "action": "typing"}
+        if target.thread_id is not None:
+            payload["message_thread_id"] = _numeric(target.thread_id)
+        answer = self._http.request(
+            "POST", f"/bot{self._token}/sendChatAction", json_body=payload, timeout=PRESENCE_TIMEOUT_SECONDS
+        )
+        if answer.status == 200:
+            return True
+        raise self._failure(answer)
 
     def send_text(
         self,
@@ -255,6 +318,7 @@ class TelegramSender:
         thread_id: str | None = None,
         parse_mode: str | None = None,
         buttons: tuple[Button, ...] = (),
+        reply_to: str | None = None,
     ) -> str:
         """Send one message (at most TELEGRAM_TEXT_LIMIT characters); returns Telegram's message id.
 
@@ -264,6 +328,9 @@ class TelegramSender:
         payload: dict[str, Any] = {"chat_id": _numeric(chat_id), "text": text}
         if thread_id is not None:
             payload["message_thread_id"] = _numeric(thread_id)
+        if reply_to is not None and reply_to.isdigit():
+            # A reply to a message deleted meanwhile is sent all the same, as a plain message.
+            payload["reply_parameters"] = {"message_id": int(reply_to), "allow_sending_without_reply": True}
         keyboard = inline_keyboard(buttons)
         if keyboard:
             payload["reply_markup"] = keyboard
@@ -284,7 +351,7 @@ class TelegramSender:
         if answer.status == 200 and (body is None or body.get("ok") is True):
             result = body.get("result") if body is not None else None
             message_id = result.get("message_id") if isinstance(result, dict) else None
-            if _is_int(message_id):
+            if is_int(message_id):
                 return str(message_id)
             # The message may well have been sent; resending could post it twice.
             raise OutcomeUnknown("telegram answered 200 without a message_id; the message may have been sent")
@@ -293,7 +360,7 @@ class TelegramSender:
     def _failure(self, answer: Answer) -> Exception:
         body = answer.json_object()
         error_code = body.get("error_code")
-        code = error_code if _is_int(error_code) else answer.status
+        code = error_code if is_int(error_code) else answer.status
         description = self._http.scrub(str(body.get("description") or f"HTTP {answer.status}"))
         parameters = body.get("parameters")
         if not isinstance(parameters, dict):
@@ -304,8 +371,8 @@ class TelegramSender:
         if answer.status >= 500 or (answer.status == 200 and code >= 500):
             return TransientError(f"telegram server error: HTTP {answer.status}: {description}")
         migrate_to = parameters.get("migrate_to_chat_id")
-        if code == 403 or _is_int(migrate_to) or any(m in description.lower() for m in _GONE_MARKERS):
-            return TargetGone(code, description, str(migrate_to) if _is_int(migrate_to) else None)
+        if code == 403 or is_int(migrate_to) or any(m in description.lower() for m in _GONE_MARKERS):
+            return TargetGone(code, description, str(migrate_to) if is_int(migrate_to) else None)
         return TelegramRejected(code, description)
 
 
@@ -320,6 +387,37 @@ def inline_keyboard(buttons: tuple[Button, ...]) -> dict[str, Any] | None:
     return {"inline_keyboard": [row]} if row else None
 
 
+GET_FILE_LIMIT = 20 * 1000 * 1000  # the Bot API hands over files up to 20 MB (getFile)
+
+
+def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
+    """getFile for the file's path, then its download from `/file/bot<token>/<path>`: the token
+    is in both URLs, which never leave this function (errors are scrubbed)."""
+    from hermes_gateway.platforms.media import MediaTooLarge, MediaUnavailable, download, too_large
+
+    token = context.secret("TELEGRAM_BOT_TOKEN")
+    file_id = media.ref.get("file_id")
+    if not token or not file_id:
+        raise MediaUnavailable("telegram: no bot token or no file id to fetch the file with")
+    limit = min(limit, GET_FILE_LIMIT)
+    over = too_large(media, limit)
+    if over is not None:
+        raise over
+    http = HttpClient(context.platform.api_base_url, platform="telegram", timeout=10.0, scrub=(token,))
+    answer = http.request("POST", f"/bot{token}/getFile", json_body={"file_id": file_id})
+    body = answer.json_object()
+    result = body.get("result") if answer.status == 200 and body.get("ok") is True else None
+    path = result.get("file_path") if isinstance(result, dict) else None
+    if not isinstance(path, str) or not path:
+        description = str(body.get("description") or f"HTTP {answer.status}")
+        if "too big" in description.lower():
+            raise MediaTooLarge(media.size, limit)
+        if answer.status == 429 or answer.status >= 500:
+            raise TelegramSender(context.platform.api_base_url, token)._failure(answer)
+        raise MediaUnavailable(f"telegram getFile: {http.scrub(description)[:200]}")
+    return download(http, f"/file/bot{token}/{path.lstrip('/')}", limit=limit, mime=media.mime)
+
+
 def build_sender(context: AdapterContext) -> TelegramSender | None:
     token = context.secret("TELEGRAM_BOT_TOKEN")
     return TelegramSender(context.platform.api_base_url, token) if token else None
@@ -329,34 +427,3 @@ def _numeric(value: str) -> int | str:
     """Telegram ids travel as numbers; a channel's @username stays a string."""
     digits = value.removeprefix("-")
     return int(value) if digits.isascii() and digits.isdigit() else value
-
-
-# Updates the gateway acts on; others (polls, reactions, member changes) are never sent to it.
-ALLOWED_UPDATES = ["message", "channel_post", "edited_message", "edited_channel_post", "callback_query"]
-
-
-def register_webhook(context: AdapterContext, url: str) -> str:
-    """setWebhook with the TELEGRAM_WEBHOOK_SECRET as secret_token; returns a human line."""
-    token, secret = context.secret("TELEGRAM_BOT_TOKEN"), context.secret("TELEGRAM_WEBHOOK_SECRET")
-    if not token or not secret:
-        raise PermanentError("set TELEGRAM_BOT_TOKEN and TELEGRAM_WEBHOOK_SECRET first")
-    http = HttpClient(context.platform.api_base_url, platform="telegram", scrub=(token, secret))
-    payload = {"url": url, "secret_token": secret, "allowed_updates": ALLOWED_UPDATES}
-    answer = http.request("POST", f"/bot{token}/setWebhook", json_body=payload)
-    if answer.status != 200 or answer.json_object().get("ok") is not True:
-        raise http.failure(answer)
-    return f"Telegram will send updates to {url}"
-
-
-def webhook_status(context: AdapterContext) -> dict[str, Any]:
-    """getWebhookInfo: the registered URL, pending updates and the last delivery error."""
-    token = context.secret("TELEGRAM_BOT_TOKEN")
-    if not token:
-        raise PermanentError("set TELEGRAM_BOT_TOKEN first")
-    http = HttpClient(context.platform.api_base_url, platform="telegram", scrub=(token,))
-    answer = http.request("POST", f"/bot{token}/getWebhookInfo")
-    result = answer.json_object().get("result")
-    if answer.status != 200 or not isinstance(result, dict):
-        raise http.failure(answer)
-    keys = ("url", "pending_update_count", "last_error_date", "last_error_message", "allowed_updates")
-    return {key: result[key] for key in keys if key in result}

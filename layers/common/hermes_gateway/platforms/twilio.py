@@ -1,7 +1,7 @@
-"""Twilio SMS: `X-Twilio-Signature`, form-encoded messages, sending and webhook registration
-(PLATFORMS §11, URL reconstruction §14).
+"""Twilio SMS: `X-Twilio-Signature`, form-encoded messages and sending (PLATFORMS §11, URL
+reconstruction §14); webhook registration is the CLI's (`hermes_cli.webhooks.twilio`).
 
-Standard library only; urllib is imported only when a client is built.
+Standard library only; urllib3 (the pooled HTTP client) is imported only when a request is sent.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import hashlib
 import hmac
 import urllib.parse
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
+from hermes_gateway.domain.media import Attachment, attachment, kind_of_mime
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import (
     BadRequest,
@@ -25,6 +26,9 @@ from hermes_gateway.errors import (
 )
 from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target, header, retry_after_seconds
 from hermes_gateway.services.ingress import Accepted, HttpRequest, HttpResponse, Ignored, Parsed
+
+if TYPE_CHECKING:
+    from hermes_gateway.platforms.media import Fetched
 
 SIGNATURE_HEADER = "x-twilio-signature"
 EMPTY_TWIML = '<?xml version="1.0" encoding="UTF-8"?><Response></Response>'
@@ -137,8 +141,8 @@ def parse_message(params: list[tuple[str, str]], *, received_at: float) -> Inbou
     if "Body" not in fields and ("MessageStatus" in fields or "SmsStatus" in fields):
         return Ignored("status_callback")  # a delivery report sent to this URL by mistake
     text = fields.get("Body", "")
-    attachments = _media(fields)
-    if not text.strip() and not attachments:
+    media = attachments(fields)
+    if not text.strip() and not media:
         return Ignored("no_text")
     if text.strip().upper() in OPT_KEYWORDS:
         return Ignored("opt_keyword")  # Twilio answers these itself; the agent must not
@@ -157,21 +161,24 @@ def parse_message(params: list[tuple[str, str]], *, received_at: float) -> Inbou
         text=text,
         event_id=f"sms:{sid}",
         received_at=received_at,
-        attachments=attachments,
+        attachments=tuple(a.to_dict() for a in media),
         reply_context={"from_number": our_number} if our_number else {},
     )
 
 
-def _media(fields: Mapping[str, str]) -> tuple[dict[str, Any], ...]:
+def attachments(fields: Mapping[str, str]) -> tuple[Attachment, ...]:
+    """`MediaUrl<N>` and `MediaContentType<N>` as references, typed by their mime type: the URL is
+    fetched with the account's basic auth."""
     try:
         count = min(int(fields.get("NumMedia") or 0), _MEDIA_LIMIT)
     except ValueError:
         raise BadRequest("twilio NumMedia is not a number") from None
-    return tuple(
-        {"url": fields[f"MediaUrl{i}"], "content_type": fields.get(f"MediaContentType{i}", "")}
-        for i in range(count)
-        if fields.get(f"MediaUrl{i}")
-    )
+    found = []
+    for i in range(count):
+        url, mime = fields.get(f"MediaUrl{i}"), fields.get(f"MediaContentType{i}", "")
+        if url:
+            found.append(attachment(kind_of_mime(mime), mime=mime, url=url))
+    return tuple(found)
 
 
 # --- the REST API -------------------------------------------------------------------------------
@@ -193,6 +200,13 @@ class _Account:
 
     def call(self, method: str, path: str, form: Mapping[str, str] | None = None) -> Answer:
         return self.http.request(method, self.path + path, form=form, headers=self._auth)
+
+    def download(self, url: str, *, limit: int, mime: str) -> Fetched:
+        """A media URL, with basic auth (Twilio's media may require it); Twilio redirects to the
+        file's storage, which is fetched without it."""
+        from hermes_gateway.platforms.media import download
+
+        return download(self.http, url, limit=limit, headers=self._auth, mime=mime)
 
     def failure(self, answer: Answer) -> Exception:
         body = answer.json_object()
@@ -238,44 +252,22 @@ def _account(context: AdapterContext) -> _Account | None:
     return _Account(context.platform.api_base_url, account_sid, token) if token and account_sid else None
 
 
+def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
+    """The media URL, on the API's host only (the account's credentials go nowhere else)."""
+    from hermes_gateway.platforms.media import MediaUnavailable, on_host, too_large
+
+    account = _account(context)
+    url = media.ref.get("url")
+    if account is None or not url:
+        raise MediaUnavailable("twilio: no account SID and auth token, or no media URL to fetch the file with")
+    if not on_host(url, context.platform.api_base_url):
+        raise MediaUnavailable("twilio: the media URL is not on the Twilio API's host; no credentials are sent there")
+    over = too_large(media, limit)
+    if over is not None:
+        raise over
+    return account.download(url, limit=limit, mime=media.mime)
+
+
 def build_sender(context: AdapterContext) -> TwilioSender | None:
     account = _account(context)
     return TwilioSender(account, str(context.option("from_number") or "")) if account else None
-
-
-# --- webhook registration (`hermes-gateway webhooks register|status sms`) -----------------------
-
-
-def _incoming_number(context: AdapterContext) -> tuple[_Account, dict[str, Any]]:
-    """The account and the IncomingPhoneNumber resource of the configured `from_number`."""
-    account = _account(context)
-    if account is None:
-        raise PermanentError("twilio is not configured: set TWILIO_AUTH_TOKEN and TWILIO_ACCOUNT_SID")
-    number = str(context.option("from_number") or "")
-    if not number:
-        raise PermanentError("twilio is not configured: set TWILIO_FROM_NUMBER (the E.164 number to use)")
-    answer = account.call("GET", "/IncomingPhoneNumbers.json?" + urllib.parse.urlencode({"PhoneNumber": number}))
-    if answer.status != 200:
-        raise account.failure(answer)
-    found = answer.json_object().get("incoming_phone_numbers")
-    matches = [n for n in found or [] if isinstance(n, dict) and n.get("phone_number") == number]
-    if not matches or not isinstance(matches[0].get("sid"), str) or not matches[0]["sid"].isalnum():
-        raise PermanentError(f"twilio: the account has no phone number {number}")
-    return account, matches[0]
-
-
-def register_webhook(context: AdapterContext, url: str) -> str:
-    """Point the number's "A message comes in" webhook (SmsUrl, POST) at `url`."""
-    if not url.startswith(("https://", "http://")):
-        raise PermanentError("twilio: the webhook URL must be an http(s) URL")
-    account, number = _incoming_number(context)
-    answer = account.call("POST", f"/IncomingPhoneNumbers/{number['sid']}.json", {"SmsUrl": url, "SmsMethod": "POST"})
-    if answer.status != 200:
-        raise account.failure(answer)
-    return f"Twilio number {number.get('phone_number')} now sends incoming SMS to {url} (POST)"
-
-
-def webhook_status(context: AdapterContext) -> dict[str, Any]:
-    """What Twilio has registered for the configured number."""
-    _, number = _incoming_number(context)
-    return {key: number.get(key) for key in ("phone_number", "sid", "sms_url", "sms_method")}

@@ -1,23 +1,33 @@
 """The local web chat page as a platform (local mode only).
 
-The page posts `{"chat_id", "user_id", "user_name", "message_id", "text"}` with the header
+The page posts `{"chat_id", "user_id", "user_name", "message_id", "text", "attachments"}` with the header
 `x-hermes-local-token`; local mode generates that token at start-up and embeds it in the page it
 serves, so another page in the browser cannot talk to the gateway. Replies are read from the outbox.
+A file is uploaded first (`POST /local/upload`, kept in the media bucket under `uploads/webchat/`)
+and the message names it: `attachments: [{"upload_id", "name", "mime", "size"}]`.
 """
 
 from __future__ import annotations
 
 import hmac
 import re
+from typing import TYPE_CHECKING
 
+from hermes_gateway.domain.media import Attachment, attachment, kind_of_mime
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import BadRequest, Unauthorized
 from hermes_gateway.platforms.base import AdapterContext
 from hermes_gateway.services.ingress import HttpRequest, Ignored, Parsed, json_payload
 
+if TYPE_CHECKING:
+    from hermes_gateway.platforms.media import Fetched
+
 TOKEN_HEADER = "x-hermes-local-token"  # noqa: S105 - a header name, not a secret
 TEXT_LIMIT = 8000
+MAX_ATTACHMENTS = 10
+UPLOAD_PREFIX = "uploads/webchat/"
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_UPLOAD_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
 class WebchatInbound:
@@ -45,7 +55,8 @@ class WebchatInbound:
         text = payload.get("text")
         if not isinstance(text, str):
             raise BadRequest("web chat field text must be a string")
-        if not text.strip():
+        media = _attachments(payload.get("attachments"))
+        if not text.strip() and not media:
             return Ignored("empty_text")
         if len(text) > TEXT_LIMIT:
             raise BadRequest(f"web chat text over {TEXT_LIMIT} characters")
@@ -63,4 +74,36 @@ class WebchatInbound:
             text=text,
             event_id=f"webchat:{ids['chat_id']}:{ids['message_id']}",
             received_at=received_at,
+            attachments=tuple(a.to_dict() for a in media),
         )
+
+
+def _attachments(raw: object) -> tuple[Attachment, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or len(raw) > MAX_ATTACHMENTS:
+        raise BadRequest(f"web chat attachments must be a list of at most {MAX_ATTACHMENTS}")
+    found = []
+    for item in raw:
+        upload_id = item.get("upload_id") if isinstance(item, dict) else None
+        if not isinstance(upload_id, str) or not _UPLOAD_ID.match(upload_id):
+            raise BadRequest("web chat attachment needs the upload_id /local/upload answered")
+        mime = item.get("mime") if isinstance(item.get("mime"), str) else ""
+        kind = kind_of_mime(mime)
+        found.append(attachment(kind, mime=mime, size=item.get("size"), name=item.get("name", ""), upload_id=upload_id))
+    return tuple(found)
+
+
+def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
+    """An uploaded file, from the media bucket where `POST /local/upload` left it."""
+    from hermes_gateway import wiring
+    from hermes_gateway.platforms.media import Fetched, MediaTooLarge, MediaUnavailable
+
+    store = wiring.media_store()
+    upload_id = media.ref.get("upload_id", "")
+    found = store.get(UPLOAD_PREFIX + upload_id) if store is not None and _UPLOAD_ID.match(upload_id) else None
+    if found is None:
+        raise MediaUnavailable("the uploaded file is gone (upload it again)")
+    if len(found[0]) > limit:
+        raise MediaTooLarge(len(found[0]), limit)
+    return Fetched(found[0], found[1])

@@ -1,7 +1,7 @@
 """WhatsApp Cloud API (Meta): the subscription handshake, `X-Hub-Signature-256`, batch
 normalization and sending (PLATFORMS §4).
 
-Standard library only; urllib is imported only when a sender is built.
+Standard library only; urllib3 (the pooled HTTP client) is imported only when a request is sent.
 """
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from hermes_gateway.domain.media import Attachment, attachment
 from hermes_gateway.domain.session_key import canonical_whatsapp_id
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import (
@@ -22,20 +23,35 @@ from hermes_gateway.errors import (
     TransientError,
     Unauthorized,
 )
-from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target, header, retry_after_seconds
+from hermes_gateway.platforms.base import (
+    PRESENCE_TIMEOUT_SECONDS,
+    AdapterContext,
+    Answer,
+    HttpClient,
+    Target,
+    header,
+    retry_after_seconds,
+)
 from hermes_gateway.services.ingress import (
     Accepted,
+    DeliveryReport,
     Handshake,
     HttpRequest,
     HttpResponse,
     Ignored,
     Parsed,
+    epoch_seconds,
     json_payload,
+    outlived_deduplication,
 )
+
+if TYPE_CHECKING:
+    from hermes_gateway.platforms.media import Fetched
 
 SIGNATURE_HEADER = "x-hub-signature-256"
 _CHALLENGE_LIMIT = 256
-_MEDIA_TYPES = ("image", "video", "document")
+# Message types that carry a media object (`id`, `mime_type`, maybe `filename` and `caption`).
+_MEDIA_TYPES = ("image", "audio", "video", "document", "sticker")
 _IGNORED_TYPES = {"reaction": "reaction", "system": "system", "unsupported": "unsupported_message_type"}
 
 # Meta error codes (error.code in the Graph API error object), from the Cloud API error-code list.
@@ -45,6 +61,7 @@ _PAIR_LIMIT_SECONDS = 6.0  # 131056: about one message every 6 s to the same use
 _GONE = {131026}  # message undeliverable: not on WhatsApp, old app version, terms not accepted
 _TEMPORARY = {1, 2, 131000, 131016}  # unknown/service errors Meta suggests retrying
 _TOKEN = {190}  # the access token expired or was revoked
+CALLBACK_DATA_LIMIT = 512  # characters of `biz_opaque_callback_data`
 
 
 def meta_signature(app_secret: str, body: bytes) -> str:
@@ -105,7 +122,7 @@ def parse_notification(payload: Any, *, received_at: float) -> Accepted | Ignore
         raise BadRequest("whatsapp notification is not a JSON object")
     if payload.get("object") != "whatsapp_business_account":
         return Ignored("unsupported_object")
-    items: list[InboundMessage | Ignored] = []
+    items: list[InboundMessage | Ignored | DeliveryReport] = []
     for entry in _list(payload, "entry"):
         for change in _list(_dict(entry, "entry"), "changes"):
             change = _dict(change, "change")
@@ -116,9 +133,9 @@ def parse_notification(payload: Any, *, received_at: float) -> Accepted | Ignore
     return Accepted(items=tuple(items) or (Ignored("no_messages"),))
 
 
-def _value_items(value: dict[str, Any], received_at: float) -> list[InboundMessage | Ignored]:
+def _value_items(value: dict[str, Any], received_at: float) -> list[InboundMessage | Ignored | DeliveryReport]:
     metadata = _dict(value.get("metadata", {}), "metadata")
-    items: list[InboundMessage | Ignored] = [Ignored("status_callback") for _ in _list(value, "statuses")]
+    items: list[InboundMessage | Ignored | DeliveryReport] = [_status(s) for s in _list(value, "statuses")]
     items.extend(Ignored("error_callback") for _ in _list(value, "errors"))
     names = {}
     for contact in _list(value, "contacts"):
@@ -131,20 +148,39 @@ def _value_items(value: dict[str, Any], received_at: float) -> list[InboundMessa
     return items
 
 
+def _status(status: Any) -> DeliveryReport | Ignored:
+    """A message status. A `failed` one of a message the gateway sent (it carries the outbox row in
+    `biz_opaque_callback_data`) is a delivery report; sent, delivered, read and the rest are ignored."""
+    if not isinstance(status, dict) or status.get("status") != "failed":
+        return Ignored("status_callback")
+    reference, wamid = status.get("biz_opaque_callback_data"), status.get("id")
+    if not isinstance(reference, str) or not reference or not isinstance(wamid, str) or not wamid:
+        return Ignored("failed_status_of_another_sender")
+    errors = status.get("errors")
+    first = errors[0] if isinstance(errors, list) and errors and isinstance(errors[0], dict) else {}
+    code, title = first.get("code"), first.get("title")
+    error = f"whatsapp {code}" if isinstance(code, int) else "whatsapp"
+    if isinstance(title, str) and title:
+        error += f" {title[:120]}"  # Meta's title names the error, not the message ("Message undeliverable")
+    return DeliveryReport(delivery_id=reference, platform_message_id=wamid, error=error)
+
+
 def _message(
     message: dict[str, Any], metadata: dict[str, Any], names: dict[str, str], received_at: float
 ) -> InboundMessage | Ignored:
     wamid, sender = message.get("id"), message.get("from")
     if not isinstance(wamid, str) or not wamid or not isinstance(sender, str) or not sender:
         raise BadRequest("whatsapp message has no string id or from")
+    if outlived_deduplication("whatsapp", epoch_seconds(message.get("timestamp")), received_at):
+        return Ignored("outlived_deduplication")  # Meta retries for 7 days, ingress remembers 2
     own_number = metadata.get("display_phone_number")
     if isinstance(own_number, str) and canonical_whatsapp_id(sender) == canonical_whatsapp_id(own_number):
         return Ignored("own_message")  # a group echo of what this business number sent
     kind = str(message.get("type") or "")
     if kind in _IGNORED_TYPES:
         return Ignored(_IGNORED_TYPES[kind])
-    text, attachments = _content(message, kind)
-    if not text:
+    text, media = _content(message, kind)
+    if not text and not media:
         return Ignored("no_text")
     user_id = canonical_whatsapp_id(sender)
     group_id = message.get("group_id")
@@ -169,13 +205,13 @@ def _message(
         text=text,
         event_id=f"whatsapp:{wamid}",
         received_at=received_at,
-        attachments=attachments,
+        attachments=tuple(a.to_dict() for a in media),
         reply_to_message_id=reply_to,
         reply_context=reply_context,
     )
 
 
-def _content(message: dict[str, Any], kind: str) -> tuple[str, tuple[dict[str, Any], ...]]:
+def _content(message: dict[str, Any], kind: str) -> tuple[str, tuple[Attachment, ...]]:
     """The text a message carries (a caption for media, a button's title) and its attachments."""
     body = message.get(kind)
     body = body if isinstance(body, dict) else {}
@@ -183,11 +219,7 @@ def _content(message: dict[str, Any], kind: str) -> tuple[str, tuple[dict[str, A
         text = body.get("body")
     elif kind in _MEDIA_TYPES:
         text = body.get("caption")
-        attachment = {
-            "type": kind,
-            **{k: body[k] for k in ("id", "mime_type", "filename") if isinstance(body.get(k), str)},
-        }
-        return (text if isinstance(text, str) else ""), (attachment,)
+        return (text if isinstance(text, str) else ""), (media_attachment(kind, body),)
     elif kind == "button":
         text = body.get("text")
     elif kind == "interactive":
@@ -198,6 +230,14 @@ def _content(message: dict[str, Any], kind: str) -> tuple[str, tuple[dict[str, A
     if text is not None and not isinstance(text, str):
         raise BadRequest(f"whatsapp {kind} message text is not a string")
     return text or "", ()
+
+
+def media_attachment(kind: str, body: Mapping[str, Any]) -> Attachment:
+    """A media object as a reference: its media id is fetched with the access token. An audio
+    recorded in the app (`voice: true`) is a voice note."""
+    if kind == "audio" and body.get("voice") is True:
+        kind = "voice"
+    return attachment(kind, mime=body.get("mime_type", ""), name=body.get("filename", ""), media_id=body.get("id"))
 
 
 def _dict(value: Any, what: str) -> dict[str, Any]:
@@ -220,6 +260,8 @@ class WhatsAppSender:
     """Sends text with the Cloud API Messages endpoint. A free-form text reaches a user only within
     24 hours of their last message (the customer service window); later, only templates do."""
 
+    typing_refresh_seconds = 20.0  # a typing indicator shows for 25 s, or until the answer
+
     def __init__(self, api_base_url: str, token: str, phone_number_id: str, timeout: float = 10.0) -> None:
         self._http = HttpClient(api_base_url, platform="whatsapp", timeout=timeout, scrub=(token,))
         self._token = token
@@ -230,9 +272,7 @@ class WhatsAppSender:
 
     def send(self, target: Target, text: str) -> str:
         """Send one text (≤ 4096 characters); returns the `wamid` Meta assigned."""
-        number_id = target.context.get("phone_number_id") or self._phone_number_id
-        if not number_id or not number_id.isdigit():
-            raise PermanentError("whatsapp: no usable phone number id to send from (WHATSAPP_PHONE_NUMBER_ID)")
+        number_id = self._number_id(target)
         recipient_type = target.context.get("recipient_type") or _recipient_type(target.chat_id)
         to = canonical_whatsapp_id(target.chat_id) if recipient_type == "individual" else target.chat_id
         payload = {
@@ -242,6 +282,11 @@ class WhatsAppSender:
             "type": "text",
             "text": {"body": text, "preview_url": False},
         }
+        if target.reply_to:
+            payload["context"] = {"message_id": target.reply_to}  # shown quoting the user's message
+        if target.delivery_id and len(target.delivery_id) <= CALLBACK_DATA_LIMIT:
+            # Echoed in the message's status webhooks: a later `failed` status names its outbox row.
+            payload["biz_opaque_callback_data"] = target.delivery_id
         answer = self._http.request(
             "POST", f"/{number_id}/messages", json_body=payload, headers={"Authorization": f"Bearer {self._token}"}
         )
@@ -252,6 +297,34 @@ class WhatsAppSender:
                 return str(first["id"])
             raise OutcomeUnknown("whatsapp answered success without a message id; the message may have been sent")
         raise self._failure(answer)
+
+    def typing(self, target: Target) -> bool:
+        """The typing indicator, which Meta shows only with a read receipt for the user's message
+        (and so needs its id): that message is marked read too, as it is being answered."""
+        if not target.reply_to:
+            return False
+        payload = {
+            "messaging_product": "whatsapp",
+            "status": "read",
+            "message_id": target.reply_to,
+            "typing_indicator": {"type": "text"},
+        }
+        answer = self._http.request(
+            "POST",
+            f"/{self._number_id(target)}/messages",
+            json_body=payload,
+            headers={"Authorization": f"Bearer {self._token}"},
+            timeout=PRESENCE_TIMEOUT_SECONDS,
+        )
+        if 200 <= answer.status < 300:
+            return True
+        raise self._failure(answer)
+
+    def _number_id(self, target: Target) -> str:
+        number_id = target.context.get("phone_number_id") or self._phone_number_id
+        if not number_id or not number_id.isdigit():
+            raise PermanentError("whatsapp: no usable phone number id to send from (WHATSAPP_PHONE_NUMBER_ID)")
+        return number_id
 
     def _failure(self, answer: Answer) -> Exception:
         error = answer.json_object().get("error")
@@ -281,6 +354,37 @@ class WhatsAppSender:
 def _recipient_type(chat_id: str) -> str:
     """A phone number (digits, maybe with '+' or a JID suffix) is a person; a Cloud API group id is not."""
     return "individual" if canonical_whatsapp_id(chat_id).isdigit() else "group"
+
+
+def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
+    """`GET /{media id}` for the file's short-lived URL (and its size), then that URL, both with the
+    access token in the Authorization header, as Meta requires."""
+    from hermes_gateway.platforms.media import MediaUnavailable, download, too_large
+
+    token = context.secret("WHATSAPP_ACCESS_TOKEN")
+    media_id = media.ref.get("media_id")
+    if not token or not media_id or not media_id.isalnum():
+        raise MediaUnavailable("whatsapp: no access token or no media id to fetch the file with")
+    over = too_large(media, limit)
+    if over is not None:
+        raise over
+    http = HttpClient(context.platform.api_base_url, platform="whatsapp", scrub=(token,))
+    auth = {"Authorization": f"Bearer {token}"}
+    answer = http.request("GET", f"/{media_id}", headers=auth)
+    found = answer.json_object()
+    url = found.get("url")
+    if answer.status != 200 or not isinstance(url, str) or not url:
+        if answer.status == 429 or answer.status >= 500:
+            raise WhatsAppSender(context.platform.api_base_url, token, "")._failure(answer)
+        raise MediaUnavailable(
+            f"whatsapp: the media id is not usable (HTTP {answer.status}); media expire after 30 days"
+        )
+    size = found.get("file_size")
+    over = too_large(attachment(media.kind, size=size), limit)
+    if over is not None:
+        raise over
+    mime = found.get("mime_type") if isinstance(found.get("mime_type"), str) else media.mime
+    return download(http, url, limit=limit, headers=auth, mime=str(mime or ""))
 
 
 def build_sender(context: AdapterContext) -> WhatsAppSender | None:

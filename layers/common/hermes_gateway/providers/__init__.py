@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hermes_gateway.errors import ConfigError
-from hermes_gateway.providers.base import Provider
-from hermes_gateway.providers.bedrock import BedrockProvider
-from hermes_gateway.providers.echo import EchoProvider
-from hermes_gateway.providers.openai_compat import OpenAICompatProvider
-from hermes_gateway.providers.retry import RetryPolicy
-from hermes_gateway.secrets import Secrets
-from hermes_gateway.settings import ProviderSettings
+
+if TYPE_CHECKING:  # the settings import the domain, whose turn state holds provider values
+    from hermes_gateway.providers.base import Provider
+    from hermes_gateway.secrets import Secrets
+    from hermes_gateway.settings import ProviderSettings
 
 
 def make_provider(settings: ProviderSettings, secrets: Secrets) -> Provider:
+    # The providers are imported here, not above: every function imports this package for the
+    # turn state's message types (providers.base), and only the agent calls a model; the HTTP and
+    # Bedrock clients stay out of the other functions' cold starts.
+    from hermes_gateway.providers.bedrock import BedrockProvider
+    from hermes_gateway.providers.echo import EchoProvider
+    from hermes_gateway.providers.openai_compat import OpenAICompatProvider
+    from hermes_gateway.providers.retry import RetryPolicy
+
     retry = RetryPolicy(max_attempts=settings.max_attempts, budget_seconds=settings.retry_budget_seconds)
     if settings.name == "echo":
         return EchoProvider()

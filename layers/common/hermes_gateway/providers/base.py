@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-ROLES = ("user", "assistant", "tool")
 # A tool call whose arguments were not a JSON object carries the raw text under this key only;
 # the tool loop answers it with an error result instead of running the tool.
 INVALID_ARGUMENTS = "__invalid_json__"
@@ -40,9 +39,29 @@ class ToolSpec:
 
 
 @dataclass(frozen=True)
+class ImagePart:
+    """An image the user sent, as the exact bytes received (never stored in the workflow's state:
+    the turn reads them from the media bucket for each model request)."""
+
+    mime: str  # image/jpeg, image/png, image/gif or image/webp
+    data: bytes
+
+    @property
+    def format(self) -> str:
+        """Bedrock's name for the format: jpeg, png, gif or webp."""
+        return self.mime.split("/", 1)[-1].lower().replace("jpg", "jpeg")
+
+    def data_url(self) -> str:
+        import base64
+
+        return f"data:{self.mime};base64,{base64.b64encode(self.data).decode('ascii')}"
+
+
+@dataclass(frozen=True)
 class ChatMessage:
     role: str  # user | assistant | tool
     content: str
+    images: tuple[ImagePart, ...] = ()  # user only: images the model sees beside the text
     tool_calls: tuple[ToolCall, ...] = ()  # assistant only: the calls the model asked for
     tool_call_id: str | None = None  # tool only: the call this result answers
     name: str | None = None  # tool only: the tool's name
@@ -87,10 +106,6 @@ class ModelReply:
     @property
     def usage(self) -> Usage:
         return Usage(self.input_tokens, self.output_tokens, self.cache_read_tokens, self.cache_write_tokens)
-
-    @property
-    def wants_tools(self) -> bool:
-        return bool(self.tool_calls)
 
     def as_message(self) -> ChatMessage:
         """The assistant message to put back into the history before the tool results."""

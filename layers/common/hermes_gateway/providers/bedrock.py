@@ -111,6 +111,7 @@ def _blocks(message: ChatMessage) -> tuple[str, list[dict[str, Any]]]:
         }
         return "user", [{"toolResult": result}]
     blocks: list[dict[str, Any]] = [{"text": message.content}] if message.content else []
+    blocks += [{"image": {"format": image.format, "source": {"bytes": image.data}}} for image in message.images]
     blocks += [{"toolUse": {"toolUseId": c.id, "name": c.name, "input": c.arguments}} for c in message.tool_calls]
     return message.role, blocks
 
@@ -118,7 +119,9 @@ def _blocks(message: ChatMessage) -> tuple[str, list[dict[str, Any]]]:
 def _converse_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     """Converse wants user first, roles alternating and no empty text; a trimmed history may break all three."""
     history = repair_history(messages)
-    first_user = next((i for i, m in enumerate(history) if m.role == "user" and m.content), len(history))
+    first_user = next(
+        (i for i, m in enumerate(history) if m.role == "user" and (m.content or m.images)), len(history)
+    )
     converse: list[dict[str, Any]] = []
     for message in history[first_user:]:
         role, blocks = _blocks(message)

@@ -57,6 +57,10 @@ class EchoProvider:
     def complete(self, system: str, messages: list[ChatMessage], tools: list[ToolSpec] | None = None) -> ModelReply:
         last_user = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "user"), None)
         text = f"Echo: {messages[last_user].content}" if last_user is not None else "Echo: "
+        if last_user is not None and messages[last_user].images:
+            # what a model would see: say how many images, of how many bytes
+            seen = ", ".join(f"{i.mime} {len(i.data)} bytes" for i in messages[last_user].images)
+            text += f"\n[images: {seen}]"
         calls: tuple[ToolCall, ...] = ()
         if last_user is not None and tools:
             after = messages[last_user + 1 :]

@@ -1,6 +1,7 @@
 """Any OpenAI-compatible chat-completions server (OpenAI, vLLM, Ollama, LiteLLM, …).
 
-Standard library only. The API key is sent in a header and never appears in an error.
+Requests go over the process's pooled connections (`hermes_gateway.http_pool`). The API key is
+sent in a header and never appears in an error.
 Tools go out as `tools` (type function); the model's `tool_calls` come back as ToolCalls, and
 tool results go in as role `tool` messages naming the call. A request that meets 429 (after its
 Retry-After), 5xx or a timeout is tried again within the retry budget.
@@ -9,11 +10,9 @@ Retry-After), 5xx or a timeout is tried again within the retry budget.
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
-from http.client import HTTPException
 from typing import Any
 
+from hermes_gateway import http_pool
 from hermes_gateway.errors import ConfigError, PermanentError, RateLimited, TransientError
 from hermes_gateway.providers.base import (
     INVALID_ARGUMENTS,
@@ -42,7 +41,6 @@ class OpenAICompatProvider:
         self._model = model
         self._timeout = timeout
         self._retry = retry or RetryPolicy(budget_seconds=max(timeout, RetryPolicy().budget_seconds))
-        self._opener = urllib.request.build_opener()
 
     def __repr__(self) -> str:
         return f"OpenAICompatProvider({self._url!r}, model={self._model!r})"
@@ -67,26 +65,15 @@ class OpenAICompatProvider:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        request = urllib.request.Request(  # noqa: S310 - the constructor admits only http(s) URLs
-            self._url,
-            data=payload,
-            headers=headers,
-            method="POST",
-        )
         try:
-            with self._opener.open(request, timeout=timeout) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            raise self._http_failure(exc) from None
-        except TimeoutError:
-            raise TransientError(f"openai: no answer within {timeout:g} s") from None
-        except urllib.error.URLError as exc:
-            raise TransientError(f"openai: cannot reach the server: {exc.reason}") from None
-        except (HTTPException, OSError) as exc:
-            raise TransientError(f"openai: the connection failed: {type(exc).__name__}") from None
-        except ValueError:
+            reply = http_pool.send("POST", self._url, body=payload, headers=headers, timeout=timeout)
+        except http_pool.NoAnswer as exc:
+            raise exc.transient("openai") from None
+        except http_pool.Unsendable:
             raise PermanentError("openai: the base URL is not usable") from None
-        return self._reply(raw)
+        if not 200 <= reply.status < 300:
+            raise self._http_failure(reply)
+        return self._reply(reply.body)
 
     def _reply(self, raw: bytes) -> ModelReply:
         try:
@@ -120,9 +107,9 @@ class OpenAICompatProvider:
             cache_read_tokens=cached,
         )
 
-    def _http_failure(self, exc: urllib.error.HTTPError) -> Exception:
-        status = exc.code
-        retry_after = exc.headers.get("Retry-After") if exc.headers else None
+    def _http_failure(self, reply: http_pool.Reply) -> Exception:
+        status = reply.status
+        retry_after = reply.headers.get("Retry-After")
         if status in _RETRYABLE_STATUS or status >= 500:
             hint = f"; retry after {retry_after.strip()[:20]} s" if retry_after else ""
             wait = retry_after_seconds(retry_after)
@@ -132,14 +119,9 @@ class OpenAICompatProvider:
         if status in (401, 403):
             # Servers echo part of a rejected key in the message, so it is not passed on.
             return PermanentError(f"openai: HTTP {status}: the API key was refused")
-        return PermanentError(f"openai: HTTP {status}: {self._server_message(exc)}")
+        return PermanentError(f"openai: HTTP {status}: {self._server_message(reply.body)}")
 
-    def _server_message(self, exc: urllib.error.HTTPError) -> str:
-        try:
-            with exc:
-                raw = exc.read()
-        except (HTTPException, OSError):
-            raw = b""
+    def _server_message(self, raw: bytes) -> str:
         try:
             error = json.loads(raw).get("error")
             message = error.get("message") if isinstance(error, dict) else error
@@ -155,6 +137,11 @@ def _wire_message(message: ChatMessage) -> dict[str, Any]:
     if message.role == "tool":
         return {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": message.content}
     wire: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.images:
+        # Content parts: the text, then each image as a data URL of the bytes received.
+        parts: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
+        parts += [{"type": "image_url", "image_url": {"url": image.data_url()}} for image in message.images]
+        wire["content"] = parts
     if message.tool_calls:
         wire["content"] = message.content or None
         wire["tool_calls"] = [

@@ -26,9 +26,6 @@ class RetryPolicy:
     max_delay_seconds: float = 20.0
 
 
-SINGLE_ATTEMPT = RetryPolicy(max_attempts=1)
-
-
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
     """A Retry-After header: delta seconds or an HTTP date; None when absent or unreadable."""
     if not value:

@@ -7,22 +7,25 @@ those need an admin: one member must not rewrite everyone's history. `access.use
 any other command to every user. Plain chat is unaffected, and an unknown command goes to the
 agent as text.
 
-Another module adds commands with `register` (the busy-mode commands live beside the turn code).
-A handler answers with text, or a `CommandResult` whose `resubmit_text` the router then routes as
-a new user turn (`/retry`).
+The commands are one table, `COMMANDS`, at the end of this module. The commands about a running
+turn (`/stop`, `/approve`, ...) are answered by `services/turn_commands.py` before the busy check;
+the table lists them for /help. A handler answers with text, or a `CommandResult` whose
+`resubmit_text` the router then routes as a new user turn (`/retry`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from hermes_gateway.domain.access import is_admin
 from hermes_gateway.domain.events import LifecycleEvents
+from hermes_gateway.domain.model_policy import ModelPolicy
+from hermes_gateway.domain.ports import SessionStores, TurnStarter
 from hermes_gateway.domain.receipts import ReceiptStore
 from hermes_gateway.domain.session_key import is_shared_session, key_namespace
 from hermes_gateway.domain.sessions import (
@@ -31,12 +34,12 @@ from hermes_gateway.domain.sessions import (
     SessionEntry,
     SessionInfo,
     SessionNotFound,
-    SessionStore,
     sanitize_model_override,
 )
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.errors import Conflict, TransientError
 from hermes_gateway.observability import hash_id, logger
+from hermes_gateway.services import lifecycle
 from hermes_gateway.settings import Settings
 
 # "/name args" or "/name@BotName args" (Telegram addresses commands to a bot in groups)
@@ -71,7 +74,7 @@ class CommandContext:
     settings: Settings
     now: float
     session_key: str | None = None
-    store: SessionStore | None = None
+    stores: SessionStores | None = None
     homes: HomeStore | None = None
     events: LifecycleEvents | None = None
     # With both, a command that changes the session runs once per inbound event: a redelivered
@@ -79,11 +82,7 @@ class CommandContext:
     receipts: ReceiptStore | None = None
     event_id: str | None = None
     # Starts the memory flush of a session /new or /reset replaced (BEHAVIOUR §3).
-    starter: ExecutionStarter | None = None
-
-
-class ExecutionStarter(Protocol):
-    def start(self, name: str, turn: dict[str, Any]) -> bool: ...
+    starter: TurnStarter | None = None
 
 
 @dataclass(frozen=True)
@@ -118,40 +117,31 @@ class CommandCall:
 
 
 Handler = Callable[[CommandCall], str | CommandResult]
-COMMANDS: dict[str, tuple[str, Handler]] = {}
-# Commands every user may run, and those among them that need an admin in a shared session.
-ALWAYS_ALLOWED: set[str] = set()
-OWN_SESSION: set[str] = set()
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """A command: its summary for /help, its handler (None: answered by the running turn's
+    commands in services/turn_commands.py), who may run it. `everyone`: every user may;
+    `own_session`: it changes the chat's session, so in a shared session it needs an admin."""
+
+    name: str
+    summary: str
+    handler: Handler | None = None
+    everyone: bool = False
+    own_session: bool = False
+
+
 ONCE_ONLY = frozenset({"model"})  # changes the session too, without being every user's to run
-
-
-def register(name: str, summary: str, handler: Handler, *, everyone: bool = False, own_session: bool = False) -> None:
-    """Add a command. `everyone`: every user may run it; `own_session`: it changes the chat's
-    session, so in a shared session it needs an admin even when `everyone`."""
-    if not re.fullmatch(r"[a-z][a-z0-9_]{0,31}", name):
-        raise ValueError(f"a command name is 1-32 lower-case letters, digits or '_': {name!r}")
-    COMMANDS[name] = (summary, handler)
-    if everyone:
-        ALWAYS_ALLOWED.add(name)
-    if own_session:
-        OWN_SESSION.add(name)
-
-
-# Commands answered elsewhere (the running turn's: /stop, /approve, ...), listed by /help too.
-HANDLED_ELSEWHERE: dict[str, str] = {}
-
-
-def describe(name: str, summary: str) -> None:
-    """List a command another module answers (it checks its own permissions) in /help."""
-    HANDLED_ELSEWHERE[name] = summary
 
 
 def may_run(name: str, source: SessionSource, settings: Settings) -> bool:
     if is_admin(source, settings) or name in settings.access.user_commands:
         return True
-    if name not in ALWAYS_ALLOWED:
-        return False
-    return name not in OWN_SESSION or not is_shared_session(
+    spec = COMMANDS.get(name)
+    if spec is None or spec.handler is None or not spec.everyone:
+        return False  # the running turn's commands check who may use them themselves
+    return not spec.own_session or not is_shared_session(
         source,
         group_sessions_per_user=settings.sessions.group_sessions_per_user,
         thread_sessions_per_user=settings.sessions.thread_sessions_per_user,
@@ -161,7 +151,8 @@ def may_run(name: str, source: SessionSource, settings: Settings) -> bool:
 def answer_command(text: str, context: CommandContext) -> CommandResult | None:
     """The gateway's answer to a command, or None when the text is for the agent."""
     command = parse_command(text)
-    if command is None or command.name not in COMMANDS:
+    spec = COMMANDS.get(command.name) if command is not None else None
+    if command is None or spec is None or spec.handler is None:
         return None
     if not may_run(command.name, context.source, context.settings):
         return CommandResult(f"/{command.name} is for admins here.")
@@ -169,11 +160,10 @@ def answer_command(text: str, context: CommandContext) -> CommandResult | None:
     if isinstance(claim, CommandResult):
         return claim  # the first answer to this very message
     receipts = context.receipts if claim is not None else None
-    _, handler = COMMANDS[command.name]
-    store, key = context.store, context.session_key
-    route = store.get_route(key) if store is not None and key is not None else None
+    stores, key = context.stores, context.session_key
+    route = stores.routes.get(key) if stores is not None and key is not None else None
     try:
-        answer = handler(CommandCall(context, command.args, route))
+        answer = spec.handler(CommandCall(context, command.args, route))
     except BaseException:
         if receipts is not None and claim is not None:
             receipts.abandon(*claim)
@@ -201,7 +191,9 @@ def answer_command(text: str, context: CommandContext) -> CommandResult | None:
 def _claim(command: Command, context: CommandContext) -> tuple[str, str] | CommandResult | None:
     """Claim the message for a command that changes the session: (receipt key, claim token), or
     the stored answer of an earlier run, or None when no receipts are kept (or it only reads)."""
-    if command.name not in OWN_SESSION | ONCE_ONLY or context.receipts is None or not context.event_id:
+    spec = COMMANDS.get(command.name)
+    changes = (spec is not None and spec.own_session) or command.name in ONCE_ONLY
+    if not changes or context.receipts is None or not context.event_id:
         return None
     key = f"command#{context.event_id}"
     fingerprint = hashlib.sha256(f"{command.name} {command.args}".encode()).hexdigest()
@@ -219,11 +211,11 @@ def _claim(command: Command, context: CommandContext) -> tuple[str, str] | Comma
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def _store(call: CommandCall) -> tuple[SessionStore, str]:
-    store, key = call.context.store, call.context.session_key
-    if store is None or key is None:
-        raise RuntimeError("session commands need the session store and the chat's key")
-    return store, key
+def _store(call: CommandCall) -> tuple[SessionStores, str]:
+    stores, key = call.context.stores, call.context.session_key
+    if stores is None or key is None:
+        raise RuntimeError("session commands need the session stores and the chat's key")
+    return stores, key
 
 
 def _full_fence(route: SessionEntry) -> Fence:
@@ -235,7 +227,7 @@ def _current_route(call: CommandCall) -> SessionEntry:
     if call.route is not None:
         return call.route
     store, key = _store(call)
-    return store.get_or_create(call.source, key, call.now, touch_activity=False)
+    return store.routes.open(call.source, key, call.now, touch_activity=False)
 
 
 def _label(info: SessionInfo | None, session_id: str) -> str:
@@ -253,9 +245,10 @@ def _when(epoch: float) -> str:
 def _help(call: CommandCall) -> str:
     lines = ["Commands:"]
     lines += [
-        f"/{name} - {summary}" for name, (summary, _) in COMMANDS.items() if may_run(name, call.source, call.settings)
+        f"/{spec.name} - {spec.summary}"
+        for spec in COMMANDS.values()
+        if spec.handler is None or may_run(spec.name, call.source, call.settings)
     ]
-    lines += [f"/{name} - {summary}" for name, summary in HANDLED_ELSEWHERE.items()]
     lines.append("Anything else goes to the agent.")
     return "\n".join(lines)
 
@@ -282,11 +275,9 @@ def _sethome(call: CommandCall) -> str:
 def _fresh_session(call: CommandCall) -> SessionEntry:
     """/new and /reset: the chat's key gets a new session; the old one ends (reason `forced`)."""
     store, key = _store(call)
-    entry = store.get_or_create(call.source, key, call.now, force_new=True)
+    entry = store.routes.open(call.source, key, call.now, force_new=True)
     if call.context.starter is not None:
-        from hermes_gateway.services.session_sweep import flush_replaced_session  # imports the router
-
-        flush_replaced_session(call.context.starter, entry, call.source.to_dict(), call.now)
+        lifecycle.flush_replaced(call.context.starter, entry, call.source, call.now)
     events = call.context.events
     if events is not None:
         detail = {"session": hash_id(entry.session_id), "key": hash_id(key), "reason": "forced"}
@@ -305,7 +296,7 @@ def _new(call: CommandCall) -> str:
     reply = f"New session started ({entry.session_id})."
     if title:
         try:
-            store.rename(entry.session_id, title, fence=Fence(entry.revision), now=call.now)
+            store.edits.rename(entry.session_id, title, fence=Fence(entry.revision), now=call.now)
         except InvalidSessionRequest as exc:
             return f"{reply} Title not set: {exc}."
         except Conflict:
@@ -330,7 +321,7 @@ def _undo(call: CommandCall) -> str:
     if route.lease_held(call.now):
         return BUSY_REPLY
     try:
-        result = store.undo(route.session_id, int(arg), fence=_full_fence(route), now=call.now)
+        result = store.edits.undo(route.session_id, int(arg), fence=_full_fence(route), now=call.now)
     except Conflict:
         return CHANGED_REPLY
     if result.removed == 0:
@@ -348,7 +339,7 @@ def _retry(call: CommandCall) -> str | CommandResult:
     if route.lease_held(call.now):
         return BUSY_REPLY
     try:
-        result = store.retry(route.session_id, fence=_full_fence(route), now=call.now)
+        result = store.edits.retry(route.session_id, fence=_full_fence(route), now=call.now)
     except Conflict:
         return CHANGED_REPLY
     if result.removed == 0 or not result.user_text:
@@ -361,7 +352,7 @@ def _status(call: CommandCall) -> str:
     route = call.route
     if route is None:
         return "No session yet: say something to start one."
-    info = store.get_session(route.session_id)
+    info = store.catalogue.get_session(route.session_id)
     provider = call.settings.provider
     override = route.model_override
     model = (
@@ -372,7 +363,7 @@ def _status(call: CommandCall) -> str:
     state = "busy (a reply is being written)" if route.lease_held(call.now) else "idle"
     lines = [f"Session {_label(info, route.session_id)}"]
     if info is not None:
-        active = len(store.transcript(route.session_id))
+        active = len(store.transcript.rows(route.session_id, info.hidden))
         hidden = info.message_count - active
         lines.append(
             f"Started {_when(info.started_at)}; {active} messages" + (f" ({hidden} undone)" if hidden > 0 else "")
@@ -410,11 +401,12 @@ def _model(call: CommandCall) -> str:
         provider, sep, model = arg.partition(":")
         raw = {"model": model, "provider": provider} if sep and provider in KNOWN_PROVIDERS else {"model": arg}
         try:
-            override = sanitize_model_override(raw)
+            # The profile's own settings: a named profile may pick its own Bedrock model only
+            override = ModelPolicy.of(call.settings).check(sanitize_model_override(raw))
         except InvalidSessionRequest as exc:
             return f"Model not changed: {exc}."
     try:
-        store.set_model_override(key, override, fence=_full_fence(route), now=call.now)
+        store.edits.set_model_override(key, override, fence=_full_fence(route), now=call.now)
     except Conflict:
         return CHANGED_REPLY
     if override is None:
@@ -428,15 +420,15 @@ def _title(call: CommandCall) -> str:
     if not title:
         if call.route is None:
             return "No session yet. Name it with /title <name>."
-        info = store.get_session(call.route.session_id)
+        info = store.catalogue.get_session(call.route.session_id)
         current = info.title if info else None
         return f'This session is "{current}".' if current else "This session has no title. Set one with /title <name>."
     route = _current_route(call)
-    taken = store.find_session_by_title(key_namespace(call.settings.profile), title)
+    taken = store.catalogue.find_session_by_title(key_namespace(call.settings.profile), title)
     if taken is not None and taken.session_id != route.session_id:
         return f'Another session is already called "{title}". Pick another title.'
     try:
-        store.rename(route.session_id, title, fence=Fence(route.revision), now=call.now)
+        store.edits.rename(route.session_id, title, fence=Fence(route.revision), now=call.now)
     except InvalidSessionRequest as exc:
         return f"Title not set: {exc}."
     except Conflict:
@@ -447,7 +439,7 @@ def _title(call: CommandCall) -> str:
 def _chat_sessions(call: CommandCall, key: str, limit: int = 10) -> list[SessionInfo]:
     """This chat's sessions, newest first (another chat's sessions are not shown or resumed here)."""
     store, _ = _store(call)
-    found = store.list_sessions(key_namespace(call.settings.profile), limit=100)
+    found = store.catalogue.list_sessions(key_namespace(call.settings.profile), limit=100)
     return [info for info in found if info.session_key == key][:limit]
 
 
@@ -471,7 +463,7 @@ def _resume(call: CommandCall) -> str:
     name = call.args.strip()
     if not name:
         return _sessions(call)
-    target = store.find_session_by_title(key_namespace(call.settings.profile), name)
+    target = store.catalogue.find_session_by_title(key_namespace(call.settings.profile), name)
     if target is None:
         target = next((info for info in _chat_sessions(call, key, limit=100) if info.session_id == name), None)
     if target is None or target.session_key != key:
@@ -482,7 +474,7 @@ def _resume(call: CommandCall) -> str:
     if route.lease_held(call.now):
         return BUSY_REPLY
     try:
-        store.switch_session(key, target.session_id, fence=_full_fence(route), now=call.now)
+        store.edits.switch_session(key, target.session_id, fence=_full_fence(route), now=call.now)
     except Conflict:
         return CHANGED_REPLY
     except (SessionNotFound, InvalidSessionRequest):
@@ -490,23 +482,38 @@ def _resume(call: CommandCall) -> str:
     return f"Resumed {_label(target, target.session_id)}: {target.message_count} messages."
 
 
-register("help", "what you can ask the gateway itself", _help, everyone=True)
-register("whoami", "who the gateway thinks you are", _whoami, everyone=True)
-register("status", "this session: id, title, messages, tokens, model, busy or idle", _status, everyone=True)
-register("new", "start a new session (/new [title])", _new, everyone=True, own_session=True)
-register("reset", "start this chat over with a new session", _reset, everyone=True, own_session=True)
-register("undo", "take back the last turn (/undo [n] for n turns)", _undo, everyone=True, own_session=True)
-register("retry", "answer your last message again", _retry, everyone=True, own_session=True)
-register("title", "show or set this session's title (/title [name])", _title, everyone=True, own_session=True)
-register(
-    "resume",
-    "go back to an earlier session of this chat (/resume <title or id>)",
-    _resume,
-    everyone=True,
-    own_session=True,
-)
-register("sessions", "this chat's sessions", _sessions, everyone=True)
-register("model", "show or change this session's model (/model [provider:model], /model default)", _model)
-register(
-    "sethome", "make this chat the platform's home channel (cron results, messages sent to the platform)", _sethome
-)
+COMMANDS: Mapping[str, CommandSpec] = {
+    spec.name: spec
+    for spec in (
+        CommandSpec("help", "what you can ask the gateway itself", _help, everyone=True),
+        CommandSpec("whoami", "who the gateway thinks you are", _whoami, everyone=True),
+        CommandSpec("status", "this session: id, title, messages, tokens, model, busy or idle", _status, everyone=True),
+        CommandSpec("new", "start a new session (/new [title])", _new, everyone=True, own_session=True),
+        CommandSpec("reset", "start this chat over with a new session", _reset, everyone=True, own_session=True),
+        CommandSpec("undo", "take back the last turn (/undo [n] for n turns)", _undo, everyone=True, own_session=True),
+        CommandSpec("retry", "answer your last message again", _retry, everyone=True, own_session=True),
+        CommandSpec(
+            "title", "show or set this session's title (/title [name])", _title, everyone=True, own_session=True
+        ),
+        CommandSpec(
+            "resume",
+            "go back to an earlier session of this chat (/resume <title or id>)",
+            _resume,
+            everyone=True,
+            own_session=True,
+        ),
+        CommandSpec("sessions", "this chat's sessions", _sessions, everyone=True),
+        CommandSpec("model", "show or change this session's model (/model [provider:model], /model default)", _model),
+        CommandSpec(
+            "sethome",
+            "make this chat the platform's home channel (cron results, messages sent to the platform)",
+            _sethome,
+        ),
+        # Answered while a turn runs (services/turn_commands.py), which checks who may.
+        CommandSpec("stop", "stop the running turn at its next safe point", everyone=True),
+        CommandSpec("approve", "let the waiting tool call run (/approve session, /approve always)", everyone=True),
+        CommandSpec("deny", "refuse the waiting tool call", everyone=True),
+        CommandSpec("yolo", "turn tool approvals off or back on for this session", everyone=True),
+        CommandSpec("queue", "queue a message for after the running turn (/queue <text>)", everyone=True),
+    )
+}

@@ -33,20 +33,15 @@ from hermes_gateway.domain.cron import (
     turn_id_for,
 )
 from hermes_gateway.domain.events import LifecycleEvents
+from hermes_gateway.domain.ports import Deliveries, TurnStarter
 from hermes_gateway.domain.schedule import InvalidSchedule, Schedule, parse_schedule
+from hermes_gateway.domain.turn_state import CronRun
 from hermes_gateway.errors import BadRequest
 from hermes_gateway.observability import MetricUnit, logger, metrics
+from hermes_gateway.services import lifecycle
 
 MAX_MISSED_COUNTED = 100  # a catch-up log counts a calendar's missed occurrences up to this many
 FAILURE_NOTICE_ERROR_CHARS = 200
-
-
-class TurnStarter(Protocol):
-    def start(self, name: str, turn: dict[str, Any]) -> bool: ...
-
-
-class Queue(Protocol):
-    def send(self, body: dict[str, Any]) -> Any: ...
 
 
 @dataclass
@@ -216,7 +211,8 @@ def tick(deps: CronDeps, now: float) -> TickResult:
         turn_id = _start(deps, job, advance.run_id, now, result, late=now - advance.occurrence_at)
         if turn_id:
             result.started.append(turn_id)
-    metrics.add_metric(name="CronRunsStarted", unit=MetricUnit.Count, value=len(result.started))
+    if result.started:  # nothing is emitted by an idle tick (a metric bills per month it appears)
+        metrics.add_metric(name="CronRunsStarted", unit=MetricUnit.Count, value=len(result.started))
     return result
 
 
@@ -232,10 +228,10 @@ def run_now(deps: CronDeps, job_id: str, now: float) -> str:
 
 
 def _start(deps: CronDeps, job: Job, run_id: str, now: float, result: TickResult, *, late: float) -> str | None:
-    turn_id = turn_id_for(job.id, run_id)
-    turn = {"kind": "cron", "turn_id": turn_id, "job": job.turn_job(run_id), "started_at": now}
+    turn = lifecycle.cron_turn(CronRun.from_json(job.turn_job(run_id)), now)
+    turn_id = turn.turn_id
     try:
-        started = deps.starter.start(turn_id, turn)
+        started = lifecycle.start(deps.starter, turn)
     except Exception as exc:  # noqa: BLE001 - one job's failure must not stop the others
         # The occurrence is claimed, so no later tick retries it: record the failure on the job.
         logger.exception("cron run could not start", extra={"job_id": job.id, "run_id": run_id})
@@ -272,7 +268,7 @@ class RunRecorder(Protocol):
 
 def finish_run(
     jobs: RunRecorder,
-    delivery: Queue,
+    delivery: Deliveries,
     job: dict[str, Any],
     status: str,
     error: str | None,
@@ -293,7 +289,7 @@ def finish_run(
     return recorded
 
 
-def report_failure(delivery: Queue, job: dict[str, Any], error: str | None) -> bool:
+def report_failure(delivery: Deliveries, job: dict[str, Any], error: str | None) -> bool:
     """Queue one notice to the job's origin chat; its delivery id is the run's, so the outbox
     sends it once however often it is queued. False when the job has no origin chat."""
     origin = job.get("origin")

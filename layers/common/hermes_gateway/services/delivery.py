@@ -1,16 +1,18 @@
 """Delivery (BEHAVIOUR §6): send a message to its platform, chunk by chunk, through the outbox.
 
-Each chunk is written to the outbox before it is sent and marked `sent` only with the platform's
-message id, so a repeated delivery (the queue may hand a job over twice, or the CLI redrives it)
-sends nothing twice. What happens on failure is decided here and carried out by the handler:
+Each chunk is written to the outbox before it is sent, claimed for sending by that same write, and
+marked `sent` only with the platform's message id, so a repeated delivery (Lambda may run an
+asynchronous invoke twice, a turn may retry its Deliver task, the CLI redrives) sends nothing
+twice. What happens on failure is decided here and carried out by the handler:
 
-- RateLimited / TransientError (429, 5xx, timeouts): raised; the queue retries the job after the
-  platform's `retry_after` or an exponential backoff with jitter.
+- RateLimited / TransientError (429, 5xx, timeouts): a short `retry_after` is waited out in the
+  function (`deliver_waiting`); otherwise raised, and the caller retries the job (Lambda's
+  asynchronous retries, or the turn's).
 - TargetGone (blocked, removed, not found): recorded on the target and the job ends; pushes to that
   target (jobs, `send_message`) are skipped until a send to it succeeds again.
 - Undeliverable (any other refusal, no credentials, a malformed job): raised; the handler puts the
-  job on the dead-letter queue at once (an alarm watches it) and `hermes-gateway outbox redrive`
-  can send it again later.
+  job on the dead letters at once, with the reason (an alarm watches them), and
+  `hermes-gateway outbox redrive` can send it again later.
 - An answer that may or may not have posted the message (a success without a message id, or a
   claim left by a worker that stopped mid-send) is recorded `unknown` and never sent again: a
   duplicate is worse than a gap the outbox shows.
@@ -21,29 +23,32 @@ sends nothing twice. What happens on failure is decided here and carried out by 
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from hermes_gateway.adapters.dynamo_outbox import OutboxEntry
 from hermes_gateway.domain.events import LifecycleEvents
+from hermes_gateway.domain.outbox import OutboxEntry
+from hermes_gateway.domain.ports import Leases, Routes, Transcript
 from hermes_gateway.domain.session_key import build_session_key
-from hermes_gateway.domain.sessions import SessionStore
+from hermes_gateway.domain.sessions import TranscriptRow
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.domain.split import split_message
-from hermes_gateway.errors import BadRequest, OutcomeUnknown, PermanentError, TargetGone, TransientError
+from hermes_gateway.errors import BadRequest, OutcomeUnknown, PermanentError, RateLimited, TargetGone, TransientError
 from hermes_gateway.observability import MetricUnit, hash_id, logger, metrics
 from hermes_gateway.platforms.base import Button, Sender, Target
 from hermes_gateway.platforms.catalog import text_limit
 
 KINDS = ("reply", "push")  # a reply answers the chat's own message; a push is sent unasked
 MIRROR_PREFIX = "[Delivered to this chat by the agent]"
-BACKOFF_BASE_SECONDS = 5
-BACKOFF_CAP_SECONDS = 300
 MARK_ATTEMPTS = 4
 MARK_BACKOFF_SECONDS = 0.2
+INLINE_RATE_LIMIT_SECONDS = 5.0  # a 429 asking for at most this long is waited out in the function
+# Deployed, a chunk's outbox row keeps this much of its text (with a byte cap for wide characters):
+# with the ids, status and times a row stays under 1 KB, one write unit per write.
+OUTBOX_PREVIEW_CHARS = 300
+OUTBOX_PREVIEW_BYTES = 600
 # Claims this instance holds on chunks whose send failed for certain but whose outcome could not be
 # recorded: delivery id -> the claim's time. Lambda keeps it between invocations of a warm instance.
 _UNSENT_CLAIMS: dict[str, float] = {}
@@ -55,7 +60,7 @@ class Undeliverable(PermanentError):
 
 
 class Outbox(Protocol):
-    def record(
+    def record_claimed(
         self,
         delivery_id: str,
         *,
@@ -68,10 +73,13 @@ class Outbox(Protocol):
         chunks: int,
         now: float,
         buttons: list[dict[str, str]] | None = None,
-    ) -> OutboxEntry: ...
+    ) -> tuple[OutboxEntry, bool]:
+        """Write the chunk as claimed for sending (`sending` at `now`) unless it exists, in one
+        write; what is stored, and True when this call wrote (and so claimed) it."""
+        ...
 
     def claim(self, delivery_id: str, now: float) -> bool:
-        """Take the chunk for sending; False while another worker holds it or once it is final."""
+        """Take an existing chunk for sending; False while another worker holds it or once it is final."""
         ...
 
     def settle_stale(self, delivery_id: str, now: float) -> bool:
@@ -92,6 +100,12 @@ class Outbox(Protocol):
         platform_message_id: str | None = None,
         error: str | None = None,
     ) -> None: ...
+
+
+class FailureReports(Protocol):
+    def fail_sent(self, delivery_id: str, *, platform: str, platform_message_id: str, error: str, now: float) -> str:
+        """Mark a sent chunk failed; "marked", else the row's status ("missing": no such row)."""
+        ...
 
 
 class GoneTargets(Protocol):
@@ -120,7 +134,7 @@ class DeliveryDeps:
     events: LifecycleEvents | None = None
     targets: GoneTargets | None = None
     # For mirroring a push into the target chat's transcript; None leaves transcripts alone.
-    sessions: SessionStore | None = None
+    sessions: Mirror | None = None
     profile: str | None = None
     # Local mode keeps redacted values in its in-memory outbox: it is the only place a newcomer
     # without a bot token can read the pairing code the bot would have sent.
@@ -129,12 +143,25 @@ class DeliveryDeps:
     sleep: Callable[[float], None] = time.sleep
     # This instance's claims on chunks whose send failed for certain, unrecorded (see _UNSENT_CLAIMS).
     unsent_claims: dict[str, float] = field(default_factory=lambda: _UNSENT_CLAIMS)
+    # How much of a chunk's text its outbox row keeps (None: all of it)
+    outbox_text_chars: int | None = OUTBOX_PREVIEW_CHARS
+    # platform -> its reply_to_mode: which chunks of a reply are sent as replies to the user's message
+    reply_to_mode: Callable[[str], str] = lambda platform: "off"
 
 
 def masked(text: str, secrets: tuple[str, ...]) -> str:
     for value in secrets:
         text = text.replace(value, "\u2022" * len(value))
     return text
+
+
+def preview(text: str, chars: int | None) -> str:
+    """What an outbox row keeps of a chunk: its first `chars` characters (at most
+    OUTBOX_PREVIEW_BYTES of UTF-8), or all of it when `chars` is None."""
+    if chars is None or (len(text) <= chars and len(text.encode("utf-8")) <= OUTBOX_PREVIEW_BYTES):
+        return text
+    cut = text[:chars].encode("utf-8")[:OUTBOX_PREVIEW_BYTES].decode("utf-8", "ignore")
+    return cut + "\u2026"
 
 
 @dataclass(frozen=True)
@@ -155,6 +182,7 @@ class DeliveryJob:
     cron: tuple[str, str] | None = None  # (job id, run id) of a cron run's result
     buttons: tuple[Button, ...] = ()  # quick replies under the message's last chunk (an approval's)
     profile: str | None = None  # the named profile whose bot sends it (None: the deployment's own)
+    reply_to: str | None = None  # the platform's id of the user's message a reply answers
 
     @classmethod
     def from_dict(cls, data: Any) -> DeliveryJob:
@@ -188,6 +216,8 @@ class DeliveryJob:
             cron=_cron_run(data.get("cron")),
             buttons=Button.parse_all(data.get("buttons")),
             profile=_optional_id(target.get("profile")),
+            # a push is sent unasked: it answers no message
+            reply_to=_optional_id(data.get("reply_to_message_id")) if kind == "reply" else None,
         )
 
 
@@ -197,12 +227,6 @@ def _optional_id(value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise BadRequest("malformed delivery job: ids must be strings or numbers")
     return str(value)
-
-
-def retry_delay_seconds(receive_count: int, rng: Callable[[], float] = random.random) -> int:
-    """Exponential backoff with full jitter for the next try after `receive_count` receives."""
-    ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** max(0, receive_count - 1))
-    return max(1, int(ceiling / 2 + rng() * ceiling / 2))
 
 
 @dataclass(frozen=True)
@@ -221,6 +245,22 @@ def _cron_run(value: Any) -> tuple[str, str] | None:
         return None
     job_id, run_id = _optional_id(value.get("job_id")), _optional_id(value.get("run_id"))
     return (job_id, run_id) if job_id and run_id else None
+
+
+def deliver_waiting(job: DeliveryJob, deps: DeliveryDeps, budget_seconds: float) -> DeliveryResult:
+    """Deliver, waiting out a platform's short rate limits (at most INLINE_RATE_LIMIT_SECONDS each,
+    `budget_seconds` in all) in the function instead of failing the job: the chunks already sent
+    are skipped when it goes on. A longer one is raised for the caller to retry later."""
+    waited = 0.0
+    while True:
+        try:
+            return deliver(job, deps)
+        except RateLimited as exc:
+            if exc.retry_after > INLINE_RATE_LIMIT_SECONDS or waited + exc.retry_after > budget_seconds:
+                raise
+            logger.info("rate limited; waiting", extra={"platform": job.platform, "seconds": exc.retry_after})
+            deps.sleep(exc.retry_after)
+            waited += exc.retry_after
 
 
 def deliver(job: DeliveryJob, deps: DeliveryDeps) -> DeliveryResult:
@@ -256,39 +296,80 @@ def _deliver(job: DeliveryJob, deps: DeliveryDeps) -> DeliveryResult:
     entries: list[OutboxEntry] = []
     sent = 0
     for index, chunk in enumerate(chunks, start=1):
+        last = index == len(chunks)
         delivery_id = f"{job.delivery_id}#{index}"
-        entry = deps.outbox.record(
-            delivery_id,
-            platform=job.platform,
-            chat_id=job.chat_id,
-            thread_id=job.thread_id,
-            text=chunk if deps.store_sensitive else masked(chunk, job.redact),
-            turn_id=job.turn_id,
-            chunk=index,
-            chunks=len(chunks),
-            now=deps.now(),
-            buttons=[{"label": b.label, "reply": b.reply} for b in job.buttons] if index == len(chunks) else None,
-        )
+        entry, claimed_at = _record_chunk(job, deps, delivery_id, chunk, index, len(chunks), detail)
         entries.append(entry)
-        if entry.status in ("sent", "recorded"):
+        if claimed_at == _ALREADY_SENT:
             continue  # a repeated job: this chunk already went out
-        if entry.status in ("unknown", "gone"):
-            return _stop(deps, detail, entries, entry.status)
-        claimed_at = _claim(deps, delivery_id, detail)
         if claimed_at is None:
-            return _stop(deps, detail, entries, "unknown")
+            return _stop(deps, detail, entries, entry.status if entry.status == "gone" else "unknown")
         # the buttons go under the last chunk, after everything they refer to
-        chunk_target = replace(target, buttons=job.buttons) if index == len(chunks) else target
+        chunk_target = replace(
+            target,
+            delivery_id=delivery_id,
+            buttons=job.buttons if last else (),
+            reply_to=_replying_to(job, index, deps),
+        )
         status = _send_chunk(sender, chunk_target, chunk, delivery_id, claimed_at, deps, detail)
         if status in ("unknown", "gone"):
             return _stop(deps, detail, entries, status)
         sent += 1
-    if sent and deps.targets is not None and job.kind == "push":
+    return _delivered(job, deps, detail, sender, entries, sent)
+
+
+_ALREADY_SENT = -1.0  # _record_chunk: nothing to send
+
+
+def _replying_to(job: DeliveryJob, chunk: int, deps: DeliveryDeps) -> str | None:
+    """The user's message this chunk is sent as a reply to: with `first`, the first chunk only
+    (the rest follow it, a reply each would quote the same message again); with `all`, each."""
+    if job.reply_to is None:
+        return None
+    mode = deps.reply_to_mode(job.platform)
+    return job.reply_to if mode == "all" or (mode == "first" and chunk == 1) else None
+
+
+def _record_chunk(
+    job: DeliveryJob, deps: DeliveryDeps, delivery_id: str, chunk: str, index: int, count: int, detail: dict[str, Any]
+) -> tuple[OutboxEntry, float | None]:
+    """The chunk's outbox row, recorded and claimed in one write (or found from an earlier try),
+    and the claim's time: `_ALREADY_SENT` when it went out before, None when its fate is unknown
+    or its target gone (the rest of the message is not sent)."""
+    now = deps.now()
+    entry, claimed = deps.outbox.record_claimed(
+        delivery_id,
+        platform=job.platform,
+        chat_id=job.chat_id,
+        thread_id=job.thread_id,
+        text=preview(chunk if deps.store_sensitive else masked(chunk, job.redact), deps.outbox_text_chars),
+        turn_id=job.turn_id,
+        chunk=index,
+        chunks=count,
+        now=now,
+        buttons=[{"label": b.label, "reply": b.reply} for b in job.buttons] if index == count else None,
+    )
+    if claimed:
+        return entry, now
+    if entry.status in ("sent", "recorded"):
+        return entry, _ALREADY_SENT
+    if entry.status in ("unknown", "gone"):
+        return entry, None
+    return entry, _claim(deps, delivery_id, detail)
+
+
+def _delivered(
+    job: DeliveryJob, deps: DeliveryDeps, detail: dict[str, Any], sender: Sender, entries: list[OutboxEntry], sent: int
+) -> DeliveryResult:
+    """Every chunk is out: a gone mark cleared, delivery:sent, a push mirrored into its chat."""
+    if sent and deps.targets is not None and job.kind == "push" and job.chat_id:
         deps.targets.clear_gone(job.platform, job.chat_id, job.thread_id)
     status = getattr(sender, "status", "sent")
-    logger.info("delivered", extra={**detail, "chunks": len(chunks), "sent_now": sent})
-    _emit(deps, "delivery:sent", {**detail, "chunks": len(chunks), "status": status})
-    if job.mirror and deps.sessions is not None:
+    logger.info("delivered", extra={**detail, "chunks": len(entries), "sent_now": sent})
+    _emit(deps, "delivery:sent", {**detail, "chunks": len(entries), "status": status})
+    if job.mirror and deps.sessions is not None and sent:
+        # Only the delivery that sent it mirrors it: a repeated job (everything already sent)
+        # writes no second row.
         mirror(job, deps.sessions, deps.now(), deps.profile)
     return DeliveryResult(status, entries, sent)
 
@@ -307,8 +388,9 @@ def _skipped_as_gone(job: DeliveryJob, chat_id: str, deps: DeliveryDeps, detail:
 
 
 def _claim(deps: DeliveryDeps, delivery_id: str, detail: dict[str, Any]) -> float | None:
-    """The claim's time when this worker may send the chunk; None when a stale claim settled it
-    `unknown`. Raises TransientError while another worker holds a fresh claim (it retries after it)."""
+    """For a chunk recorded before (a retried job): the claim's time when this worker may send
+    it; None when a stale claim settled it `unknown`. Raises TransientError while another worker
+    holds a fresh claim (it retries after it)."""
     now = deps.now()
     if deps.outbox.claim(delivery_id, now):
         return now
@@ -406,7 +488,47 @@ def _emit(deps: DeliveryDeps, name: str, detail: dict[str, Any]) -> None:
         deps.events.emit(name, detail)
 
 
-def mirror(job: DeliveryJob, sessions: SessionStore, now: float, profile: str | None) -> bool:
+def record_failed_later(
+    platform: str,
+    delivery_id: str,
+    platform_message_id: str,
+    error: str,
+    *,
+    outbox: FailureReports,
+    events: LifecycleEvents | None,
+    now: float,
+) -> bool:
+    """The platform accepted a chunk and reported later that it failed (a WhatsApp `failed`
+    status): its outbox row becomes `failed` with the platform's error (code and title, never the
+    text), `delivery:failed` is published and DeliveryFailedLater counted. A report for no sent
+    row of this platform is ignored; one that overtook the worker still recording the send raises
+    TransientError, so the platform reports it again later. True when the row was marked."""
+    detail = {"platform": platform, "delivery_id": delivery_id}
+    found = outbox.fail_sent(
+        delivery_id, platform=platform, platform_message_id=platform_message_id, error=f"failed later: {error}", now=now
+    )
+    if found == "sending":
+        raise TransientError("a failure report came before the send was recorded; asking for it again")
+    if found != "marked":
+        logger.info("failure report ignored: no sent message of this platform", extra={**detail, "status": found})
+        return False
+    logger.warning("a sent message failed later", extra={**detail, "error": error})
+    metrics.add_metric(name="DeliveryFailedLater", unit=MetricUnit.Count, value=1)
+    if events is not None:
+        events.emit("delivery:failed", {**detail, "reason": "failed_later", "error": error})
+    return True
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """What mirroring a push into its chat's transcript needs: the chat's route, its seqs, its rows."""
+
+    routes: Routes
+    leases: Leases
+    transcript: Transcript
+
+
+def mirror(job: DeliveryJob, sessions: Mirror, now: float, profile: str | None) -> bool:
     """Append a pushed message to the target chat's session transcript (BEHAVIOUR §6): as the
     assistant, or as a user line with MIRROR_PREFIX when the transcript already ends with the
     assistant. Written only when exactly one session is the chat's: a DM, or a group chat whose
@@ -415,18 +537,21 @@ def mirror(job: DeliveryJob, sessions: SessionStore, now: float, profile: str | 
     found = []
     for chat_type in ("dm", "group"):
         source = SessionSource(job.platform, chat_id=job.chat_id, chat_type=chat_type, thread_id=job.thread_id)
-        entry = sessions.get_route(build_session_key(source, profile=profile))
+        entry = sessions.routes.get(build_session_key(source, profile=profile))
         if entry is not None:
             found.append(entry)
     if len(found) != 1:
         logger.info("mirror skipped: no single session for the target", extra={"matches": len(found)})
         return False
-    session_id = found[0].session_id
-    last = sessions.transcript(session_id, limit=1)
+    entry = found[0]
+    last = sessions.transcript.window(entry.session_id, upto_seq=None, limit=1, hidden=entry.hidden)
     if last and last[-1].role == "assistant":
         role, content = "user", f"{MIRROR_PREFIX} {job.text}"
     else:
         role, content = "assistant", job.text
-    sessions.append_message(session_id, role, content, now, dedupe_key=f"mirror:{job.delivery_id}")
-    logger.info("mirrored into the target's transcript", extra={"session": hash_id(found[0].session_key), "role": role})
+    seq = sessions.leases.allocate(entry.session_key, entry.session_id, 1, now)
+    if seq is None:
+        return False  # the chat's route moved to another session meanwhile
+    sessions.transcript.put(entry.session_id, TranscriptRow(seq, role, content, now, turn_id=job.turn_id))
+    logger.info("mirrored into the target's transcript", extra={"session": hash_id(entry.session_key), "role": role})
     return True

@@ -1,9 +1,11 @@
-"""Webhook ingress: verify, normalize, de-duplicate, enqueue, acknowledge.
+"""Webhook ingress: verify, normalize, write to the inbox once, acknowledge.
 
-Nothing is acknowledged before the event is durable in the inbound queue. The order of checks is
-the contract: unknown or disabled platform 404, wrong method 405, too large 413, failed
-verification 401 (nothing enqueued), malformed 400, handshake answered, ignorable 200, duplicate
-200, enqueued 200 (or the platform's own acknowledgement), queue down 503 (the platform retries).
+Nothing is acknowledged before the event is durable in the inbox: one conditional write per event
+(`EnqueueOnce`) that is also its de-duplication, so the webhook's 200 waits on exactly one AWS call.
+The order of checks is the contract: unknown or disabled platform 404, wrong method 405, too large
+413, failed verification 401 (nothing written), malformed 400, handshake answered, ignorable 200,
+duplicate 200, written 200 (or the platform's own acknowledgement), inbox down 503 (the platform
+retries).
 
 A named profile's bot posts to `/p/<profile>/webhooks/<platform>`: its request is verified with
 that profile's secrets, and its messages carry the profile (never read from the platform's
@@ -15,6 +17,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -33,7 +37,18 @@ from hermes_gateway.observability import MetricUnit, hash_id, logger, metrics
 from hermes_gateway.platforms import catalog
 from hermes_gateway.settings import Settings
 
-IDEMPOTENCY_SECONDS = 2 * 24 * 3600  # longer than Telegram keeps undelivered updates (24 h)
+# A platform that retries with no bound (Matrix resends a transaction until it is answered) is
+# remembered this long; every other at least MIN_DEDUP_WINDOW_SECONDS, more when its catalog entry's
+# retry window is longer (WhatsApp: 7 days). An inbox item costs its storage only, deleted by TTL.
+UNBOUNDED_RETRY_WINDOW_SECONDS = 7 * 24 * 3600
+MIN_DEDUP_WINDOW_SECONDS = 2 * 24 * 3600  # windows are estimates for several platforms: a margin
+
+
+def dedup_window_seconds(platform: str) -> int:
+    """How long a platform's event is remembered (its inbox item's TTL): its retry window."""
+    spec = catalog.spec(platform)
+    window = spec.retry_window_seconds if spec is not None else None
+    return UNBOUNDED_RETRY_WINDOW_SECONDS if window is None else max(MIN_DEDUP_WINDOW_SECONDS, window)
 
 
 @dataclass(frozen=True)
@@ -68,6 +83,21 @@ class Ignored:
 
 
 @dataclass(frozen=True)
+class DeliveryReport:
+    """A verified report that a message the platform had accepted from the gateway failed later (a
+    WhatsApp `failed` status). It is recorded on the message's outbox row before the request is
+    acknowledged (ReportDelivery); nothing is enqueued."""
+
+    delivery_id: str  # the outbox row, as the gateway gave it to the platform with the message
+    platform_message_id: str
+    error: str  # the platform's error code and title, never message text
+
+
+# Records a report of a platform; raises TransientError when the platform should send it again.
+ReportDelivery = Callable[[str, DeliveryReport], None]
+
+
+@dataclass(frozen=True)
 class Handshake:
     """A verified request answered at once with nothing enqueued (Slack `url_verification`, Discord
     PING, the WhatsApp GET check, a Matrix ping)."""
@@ -82,7 +112,7 @@ class Accepted:
     response, Twilio's TwiML). Each message is enqueued once; the request is acknowledged only when
     every one of them is durable."""
 
-    items: tuple[InboundMessage | Ignored, ...]
+    items: tuple[InboundMessage | Ignored | DeliveryReport, ...]
     ack: HttpResponse | None = None
 
 
@@ -107,15 +137,134 @@ class AdapterLookup(Protocol):
     def __call__(self, platform: str, profile: str | None = None) -> InboundAdapter | None: ...
 
 
-def json_payload(request: HttpRequest) -> Any:
-    """The body as JSON, or BadRequest."""
+# --- reading what a request carries ----------------------------------------------------------
+#
+# Every adapter reads its body and its signed timestamps through these, so hostile input (a
+# 5,000-digit number, a body nested 20,000 deep, a lone surrogate that no UTF-8 encoder accepts)
+# is a 400 or a 401 decided here, once, before anything downstream (a session key, a log line,
+# the queue, the router) meets it.
+
+MAX_JSON_DEPTH = 64  # platform payloads nest about 10 deep (Teams cards, Slack blocks)
+MAX_NUMBER_CHARS = 40  # ids beyond 64 bits travel as strings; no float needs more digits
+MAX_TIMESTAMP_DIGITS = 12  # seconds until the year 33658: `now - t` can never overflow a float
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+
+
+class _UnusableNumber:
+    """Where a JSON number too long or out of range stood (or NaN, Infinity): `hostile` names it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<unusable number>"
+
+
+UNUSABLE_NUMBER = _UnusableNumber()
+
+
+def _bounded_int(literal: str) -> int | _UnusableNumber:
+    return int(literal) if len(literal) <= MAX_NUMBER_CHARS else UNUSABLE_NUMBER
+
+
+def _bounded_float(literal: str) -> float | _UnusableNumber:
+    value = float(literal) if len(literal) <= MAX_NUMBER_CHARS else math.inf
+    return value if math.isfinite(value) else UNUSABLE_NUMBER
+
+
+def _constant(_: str) -> _UnusableNumber:
+    return UNUSABLE_NUMBER
+
+
+def parse_json(raw: bytes, what: str = "body") -> Any:
+    """`raw` as JSON (strict UTF-8), every unusable number replaced by UNUSABLE_NUMBER; BadRequest
+    when it is not JSON or nests past the interpreter's limit. Check the result with `hostile`
+    before using it (`read_json` does both)."""
     try:
-        return json.loads(request.body)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: absurd nesting
-        raise BadRequest(f"malformed JSON: {type(exc).__name__}") from None
+        return json.loads(
+            raw.decode("utf-8"), parse_int=_bounded_int, parse_float=_bounded_float, parse_constant=_constant
+        )
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError; RecursionError: nesting
+        raise BadRequest(f"{what} is not JSON: {type(exc).__name__}") from None
 
 
-EnqueueOnce = Callable[[dict[str, Any]], bool]  # True when sent, False for a duplicate
+def may_hold_surrogates(raw: bytes) -> bool:
+    """Strictly decoded UTF-8 holds no surrogate: only a \\uD800-\\uDFFF escape can make one."""
+    return _SURROGATE_ESCAPE.search(raw) is not None
+
+
+def hostile(value: Any, *, strings: bool = True) -> str | None:
+    """Why a parsed JSON value cannot be used, or None: nesting deeper than MAX_JSON_DEPTH, an
+    unusable number, or (when `strings`) a lone surrogate in a key or string, which can be neither
+    encoded, hashed, logged nor stored. Iterative: the depth is no recursion's business."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            if strings and any(has_surrogate(key) for key in node):
+                return "a lone surrogate (not valid Unicode)"
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        elif node is UNUSABLE_NUMBER:
+            return f"a number longer than {MAX_NUMBER_CHARS} characters or out of range"
+        elif strings and isinstance(node, str) and has_surrogate(node):
+            return "a lone surrogate (not valid Unicode)"
+        else:
+            continue
+        if depth >= MAX_JSON_DEPTH:
+            return f"nesting deeper than {MAX_JSON_DEPTH} levels"
+        stack.extend((child, depth + 1) for child in children)
+    return None
+
+
+def read_json(raw: bytes, what: str = "body") -> Any:
+    """`raw` as JSON that every later step can handle, or BadRequest naming what is wrong with it."""
+    value = parse_json(raw, what)
+    reason = hostile(value, strings=may_hold_surrogates(raw))
+    if reason is not None:
+        raise BadRequest(f"{what} holds {reason}")
+    return value
+
+
+def has_surrogate(text: str) -> bool:
+    """Whether `text` holds a surrogate code point, which no UTF-8 encoder accepts."""
+    return _SURROGATE.search(text) is not None
+
+
+def outlived_deduplication(platform: str, sent_at: float | None, received_at: float) -> bool:
+    """Whether an event the platform says it sent at `sent_at` (epoch seconds; None: it does not
+    say) is older than the inbox remembers the platform's event ids. A retry that late could not be
+    told from a first delivery and would be answered twice: the adapter acknowledges it and drops
+    it (`Ignored("outlived_deduplication")`, logged with the reason)."""
+    return sent_at is not None and received_at - sent_at > dedup_window_seconds(platform)
+
+
+def epoch_seconds(value: Any, *, milliseconds: bool = False) -> float | None:
+    """A payload's timestamp (an integer, or a string of at most 13 ASCII digits) in seconds."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 13:
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    return value / 1000 if milliseconds else float(value)
+
+
+def json_payload(request: HttpRequest) -> Any:
+    """The body as JSON (`read_json`), or BadRequest."""
+    return read_json(request.body)
+
+
+def signed_timestamp(value: str | None, name: str) -> int:
+    """A signature's timestamp header, in seconds: only ASCII digits, at most MAX_TIMESTAMP_DIGITS
+    of them; anything else is Unauthorized (nothing that unsigned can be trusted or compared)."""
+    if not value:
+        raise Unauthorized(f"missing {name} header")
+    if not (value.isascii() and value.isdigit() and len(value) <= MAX_TIMESTAMP_DIGITS):
+        raise Unauthorized(f"malformed {name} header")
+    return int(value)
+
+
+EnqueueOnce = Callable[[dict[str, Any]], bool]  # True when written, False for a duplicate
 
 
 def decode_body(raw: str | None, is_base64: bool, limit: int) -> bytes:
@@ -131,7 +280,10 @@ def decode_body(raw: str | None, is_base64: bool, limit: int) -> bytes:
         except (binascii.Error, ValueError):
             raise BadRequest("body is not valid base64") from None
     else:
-        body = text.encode("utf-8")
+        try:
+            body = text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate in the event's body text
+            raise BadRequest("body is not valid UTF-8") from None
     if len(body) > limit:
         raise PayloadTooLarge(f"body over {limit} bytes")
     return body
@@ -165,9 +317,11 @@ def handle_webhook(
     enqueue_once: EnqueueOnce,
     received_at: float,
     profile: str | None = None,
+    report_delivery: ReportDelivery | None = None,
 ) -> HttpResponse:
     """`settings` are the deployment's; `profile` names the bot the request is for (None: the
-    deployment's own); `adapters(platform, profile)` builds that bot's inbound adapter."""
+    deployment's own); `adapters(platform, profile)` builds that bot's inbound adapter;
+    `report_delivery` records the platform's reports on sent messages (None: they are ignored)."""
     try:
         settings = settings.for_profile(profile)
     except UnknownProfile:
@@ -180,18 +334,17 @@ def handle_webhook(
         return _reject(405, f"{platform} webhooks are {' or '.join(spec.methods)}", platform)
     if len(request.body) > settings.max_body_bytes:
         return _reject(413, f"body over {settings.max_body_bytes} bytes", platform)
-    try:
-        adapter.verify(request)
-    except Unauthorized as exc:
-        return _reject(401, str(exc), platform)
-    try:
-        result = adapter.parse(request, received_at)
-    except BadRequest as exc:
-        return _reject(400, str(exc), platform)
+    if _unencodable(request):
+        return _reject(400, "a header or query value is not valid Unicode", platform)
+    result = _verified_and_parsed(platform, adapter, request, received_at)
+    if isinstance(result, HttpResponse):
+        return result
     if isinstance(result, Handshake):
         logger.info("webhook handshake answered", extra={"platform": platform})
         return result.response
-    items = result.items if isinstance(result, Accepted) else (result,)
+    items = _record_reports(platform, result.items, report_delivery) if isinstance(result, Accepted) else (result,)
+    if isinstance(items, HttpResponse):
+        return items
     ack = result.ack if isinstance(result, Accepted) else None
     outcome = _enqueue_all(platform, items, settings, enqueue_once)
     if isinstance(outcome, HttpResponse):
@@ -203,6 +356,50 @@ def handle_webhook(
             200, {"ok": True, outcome: True} if outcome == "duplicate" else {"ok": True, "ignored": outcome}
         )
     return HttpResponse(200, {"ok": True})
+
+
+def _verified_and_parsed(
+    platform: str, adapter: InboundAdapter, request: HttpRequest, received_at: float
+) -> Parsed | HttpResponse:
+    """What the request carries, or the answer that ends it: 401 forged, 400 malformed, 503 when a
+    secret could not be read just now (SSM throttled: the platform retries)."""
+    try:
+        adapter.verify(request)
+    except Unauthorized as exc:
+        return _reject(401, str(exc), platform)
+    except TransientError as exc:
+        return _retry_later(platform, "webhook not verified yet; asking the platform to retry", exc)
+    try:
+        return adapter.parse(request, received_at)
+    except BadRequest as exc:
+        return _reject(400, str(exc), platform)
+    except TransientError as exc:
+        return _retry_later(platform, "webhook not read yet; asking the platform to retry", exc)
+
+
+def _record_reports(
+    platform: str, items: tuple[InboundMessage | Ignored | DeliveryReport, ...], report: ReportDelivery | None
+) -> tuple[InboundMessage | Ignored, ...] | HttpResponse:
+    """Record every delivery report (each then counts as a status the request carried); the items
+    left to enqueue, or 503 when one could not be recorded (the platform sends the batch again)."""
+    rest: list[InboundMessage | Ignored] = []
+    for item in items:
+        if not isinstance(item, DeliveryReport):
+            rest.append(item)
+            continue
+        if report is not None:
+            try:
+                report(platform, item)
+            except TransientError as exc:
+                return _retry_later(platform, "delivery report not recorded; asking the platform to retry", exc)
+        rest.append(Ignored("delivery_report"))
+    return tuple(rest)
+
+
+def _unencodable(request: HttpRequest) -> bool:
+    """Whether a header or query value holds a surrogate: signature checks encode them."""
+    texts = (*request.headers.items(), *request.query.items(), (request.path, request.raw_query))
+    return any(has_surrogate(name) or has_surrogate(value) for name, value in texts)
 
 
 def _enqueue_all(
@@ -220,10 +417,14 @@ def _enqueue_all(
             logger.warning("event in a batch ignored", extra={"platform": platform, "reason": str(exc)})
             metrics.add_metric(name="InboundIgnored", unit=MetricUnit.Count, value=1)
         except TransientError as exc:
-            # Every message enqueued so far is de-duplicated when the platform retries the request.
-            logger.warning("enqueue failed; asking the platform to retry", extra={"reason": str(exc)})
-            return HttpResponse(503, {"ok": False, "error": "busy, retry"}, {"retry-after": "5"})
+            # Every message written so far is de-duplicated when the platform retries the request.
+            return _retry_later(platform, "inbox write failed; asking the platform to retry", exc)
     return outcome
+
+
+def _retry_later(platform: str, what: str, exc: TransientError) -> HttpResponse:
+    logger.warning(what, extra={"platform": platform, "reason": str(exc)})
+    return HttpResponse(503, {"ok": False, "error": "busy, retry"}, {"retry-after": "5"})
 
 
 def _enqueue_one(platform: str, item: InboundMessage | Ignored, settings: Settings, enqueue_once: EnqueueOnce) -> str:

@@ -2,9 +2,11 @@
 
 Verbs: `session.create`, `session.resume` (a snapshot with the fences a later mutation carries),
 `session.mutate` (`rename, delete, rewind, reset, branch, model, compress`), `session.detach`,
-`session.list`, `session.search`. Sessions are scoped to one profile: the deployment's own, or
-the named profile the body's optional `"profile"` names. Another profile's sessions are never
-listed, found or changed.
+`session.list`, `session.search`. Sessions are scoped to one profile, the one the route serves:
+`/api/sessions` the deployment's own, `/p/<profile>/api/sessions` a named profile's. Each route
+is granted on its own in IAM (`execute-api:Invoke` on its ARN), so a caller allowed one profile's
+route reaches no other profile's sessions: they are never listed, found or changed, and a body's
+`"profile"` naming another profile is `permission_denied`.
 
 Every mutating call carries a `request_id`: its first answer is stored as a receipt (a
 conditional put claims the id, `domain.receipts`) and a retry gets that receipt back, changing
@@ -23,9 +25,11 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from hermes_gateway.domain.events import LifecycleEvents
+from hermes_gateway.domain.model_policy import ModelPolicy
+from hermes_gateway.domain.ports import SessionStores, TurnStarter
 from hermes_gateway.domain.receipts import ReceiptStore
 from hermes_gateway.domain.session_key import build_session_key, key_namespace, validate_session_id
 from hermes_gateway.domain.sessions import (
@@ -34,7 +38,6 @@ from hermes_gateway.domain.sessions import (
     SessionEntry,
     SessionInfo,
     SessionNotFound,
-    SessionStore,
     profile_of_key,
     sanitize_model_override,
 )
@@ -47,6 +50,7 @@ from hermes_gateway.errors import (
     TransientError,
 )
 from hermes_gateway.observability import hash_id, logger
+from hermes_gateway.services import lifecycle
 from hermes_gateway.settings import Settings
 
 # reason code -> HTTP status
@@ -112,14 +116,10 @@ class ApiResponse:
         return cls(REASONS[exc.reason], {"ok": False, "error": {"reason": exc.reason, "message": exc.message}})
 
 
-class FlushStarter(Protocol):
-    def start(self, name: str, turn: dict[str, Any]) -> bool: ...
-
-
 @dataclass(frozen=True)
 class SessionApiDeps:
     settings: Settings
-    store: SessionStore
+    stores: SessionStores
     receipts: ReceiptStore
     events: LifecycleEvents
     now: Callable[[], float] = time.time
@@ -127,14 +127,18 @@ class SessionApiDeps:
     in_progress_wait: float = IN_PROGRESS_WAIT_SECONDS
     caller: str = field(default="unknown")  # who signed the request (hashed in logs)
     # Starts the memory flush of a session a `reset` replaced (None: no flush, e.g. in tests).
-    starter: FlushStarter | None = None
+    starter: TurnStarter | None = None
+    # What a `model` op may choose: the route's profile's, from the deployment's settings (None:
+    # from `settings`, as the deployment's own profile).
+    models: ModelPolicy | None = None
 
 
-def handle_request(body: Any, deps: SessionApiDeps) -> ApiResponse:
-    """Answer one request body (already parsed JSON). Never raises for bad input or a store refusal."""
+def handle_request(body: Any, deps: SessionApiDeps, route_profile: str | None = None) -> ApiResponse:
+    """Answer one request body (already parsed JSON) on the route of `route_profile` (None: the
+    deployment's own). Never raises for bad input or a store refusal."""
     try:
         verb, request_id = _envelope(body)
-        deps = _for_profile(body, deps)
+        deps = _for_profile(body, deps, route_profile)
     except ApiError as exc:
         return ApiResponse.error(exc)
     extra = {"verb": verb, "caller": hash_id(deps.caller)}
@@ -148,21 +152,38 @@ def handle_request(body: Any, deps: SessionApiDeps) -> ApiResponse:
     return response
 
 
-def _for_profile(body: dict[str, Any], deps: SessionApiDeps) -> SessionApiDeps:
-    """The deps of the profile the request names (`"profile"`; absent: the deployment's own)."""
+def _for_profile(body: dict[str, Any], deps: SessionApiDeps, route_profile: str | None) -> SessionApiDeps:
+    """The deps of the profile the route serves. The body may name that profile (`"profile"`),
+    never another: the caller was allowed this route only."""
     from dataclasses import replace
 
     from hermes_gateway.errors import UnknownProfile
 
-    profile = body.get("profile")
-    if profile is None:
-        return deps
-    if not isinstance(profile, str):
-        raise ApiError("invalid", "profile must be a profile name")
     try:
-        return replace(deps, settings=deps.settings.for_profile(profile))
+        chosen = deps.settings.for_profile(route_profile)
     except UnknownProfile:
         raise ApiError("not_found", "no such profile in this deployment") from None
+    named = body.get("profile")
+    if named is not None and not isinstance(named, str):
+        raise ApiError("invalid", "profile must be a profile name")
+    if named is not None and named != chosen.profile:
+        raise ApiError(
+            "permission_denied",
+            "this route serves one profile's sessions; a named profile's are at /p/<profile>/api/sessions",
+        )
+    if chosen is deps.settings:
+        return deps
+    return replace(deps, settings=chosen, models=ModelPolicy.of(deps.settings, route_profile))
+
+
+_PROFILE_ROUTE = re.compile(r"^/p/([^/]+)/api/sessions/?$")
+
+
+def route_profile(raw_path: str) -> str | None:
+    """The named profile a session API path serves (`/p/<profile>/api/sessions`), None for the
+    deployment's own (`/api/sessions`)."""
+    found = _PROFILE_ROUTE.match(raw_path)
+    return found.group(1) if found else None
 
 
 def _envelope(body: Any) -> tuple[str, str | None]:
@@ -286,7 +307,7 @@ def _session(body: dict[str, Any], deps: SessionApiDeps) -> SessionInfo:
     session_id = _str(body, "session_id", limit=128)
     assert session_id is not None
     validate_session_id(session_id)
-    info = deps.store.get_session(session_id)
+    info = deps.stores.catalogue.get_session(session_id)
     if info is None or profile_of_key(info.session_key) != key_namespace(deps.settings.profile):
         raise ApiError("not_found")
     return info
@@ -300,7 +321,7 @@ def _fence(body: dict[str, Any], op: str) -> Fence:
 
 
 def _route_for(info: SessionInfo, deps: SessionApiDeps) -> SessionEntry | None:
-    route = deps.store.get_route(info.session_key)
+    route = deps.stores.routes.get(info.session_key)
     return route if route is not None and route.session_id == info.session_id else None
 
 
@@ -355,7 +376,7 @@ def session_view(info: SessionInfo, route: SessionEntry | None, now: float) -> d
 def _fences(route: SessionEntry | None, info: SessionInfo, deps: SessionApiDeps) -> dict[str, Any]:
     """The fences a mutation of this session must carry: those of its key's route (which may point
     at another session now: a mutation is still fenced by the route it reads)."""
-    current = route or deps.store.get_route(info.session_key)
+    current = route or deps.stores.routes.get(info.session_key)
     return {
         "revision": current.revision if current else None,
         "execution_generation": current.execution_generation if current else None,
@@ -364,7 +385,7 @@ def _fences(route: SessionEntry | None, info: SessionInfo, deps: SessionApiDeps)
 
 def _snapshot(info: SessionInfo, deps: SessionApiDeps, limit: int) -> dict[str, Any]:
     route = _route_for(info, deps)
-    rows = deps.store.transcript(info.session_id, limit=limit)
+    rows = deps.stores.transcript.window(info.session_id, upto_seq=None, limit=limit, hidden=info.hidden)
     return {
         "session": {
             "id": info.session_id,
@@ -406,10 +427,10 @@ def _create(body: dict[str, Any], deps: SessionApiDeps) -> dict[str, Any]:
     source = SessionSource(platform=API_PLATFORM, chat_id=chat, chat_type="dm", user_id=chat, user_name="API")
     key = build_session_key(source, profile=deps.settings.profile)
     now = deps.now()
-    entry = deps.store.get_or_create(source, key, now, force_new=True)
+    entry = deps.stores.routes.open(source, key, now, force_new=True)
     if title is not None:
-        deps.store.rename(entry.session_id, title, fence=Fence(entry.revision), now=now)
-        entry = deps.store.get_route(key) or entry
+        deps.stores.edits.rename(entry.session_id, title, fence=Fence(entry.revision), now=now)
+        entry = deps.stores.routes.get(key) or entry
     _emit(deps, "session:start", entry.session_id, key, source="api")
     return {"session": {**_entry_view(entry), "title": title}}
 
@@ -427,7 +448,7 @@ def _mutate(body: dict[str, Any], deps: SessionApiDeps) -> dict[str, Any]:
     fence = _fence(body, op)
     info = _session(body, deps)
     now = deps.now()
-    store = deps.store
+    store = deps.stores.edits
     if op != "rename":
         _not_running(info, deps)
     if op == "rename":
@@ -452,9 +473,8 @@ def _mutate(body: dict[str, Any], deps: SessionApiDeps) -> dict[str, Any]:
     if op == "reset":
         entry = store.reset(info.session_key, fence=fence, now=now)
         if deps.starter is not None:  # BEHAVIOUR §3: the replaced session's memories are flushed
-            from hermes_gateway.services.session_sweep import flush_replaced_session
-
-            flush_replaced_session(deps.starter, entry, entry.origin or {}, now)  # the route keeps its origin
+            origin = SessionSource.from_dict(dict(entry.origin)) if entry.origin else None  # the route keeps it
+            lifecycle.flush_replaced(deps.starter, entry, origin, now)
         _emit(deps, "session:reset", entry.session_id, info.session_key, reason="forced", previous=info.session_id)
         return {"op": op, "previous": info.session_id, "session": _entry_view(entry)}
     if op == "branch":
@@ -464,7 +484,8 @@ def _mutate(body: dict[str, Any], deps: SessionApiDeps) -> dict[str, Any]:
         return {"op": op, "parent": info.session_id, "session": _entry_view(entry)}
     if op == "model":
         raw = body.get("model")
-        override = None if raw is None else sanitize_model_override(raw)
+        policy = deps.models or ModelPolicy.of(deps.settings)
+        override = None if raw is None else policy.check(sanitize_model_override(raw))
         entry = store.set_model_override(info.session_key, override, fence=fence, now=now)
         return {
             "op": op,
@@ -483,7 +504,7 @@ def _detach(body: dict[str, Any], deps: SessionApiDeps) -> dict[str, Any]:
     reason = _str(body, "end_reason", required=False, limit=40) or "detached"
     if not _END_REASON.match(reason):
         raise ApiError("invalid", "end_reason must be 1-40 lower-case letters, digits or '_'")
-    ended = deps.store.end_session(info.session_id, reason, deps.now())
+    ended = deps.stores.catalogue.end_session(info.session_id, reason, deps.now())
     if ended:
         _emit(deps, "session:end", info.session_id, info.session_key, reason=reason)
     return {"session_id": info.session_id, "ended": ended, "end_reason": reason}
@@ -492,11 +513,11 @@ def _detach(body: dict[str, Any], deps: SessionApiDeps) -> dict[str, Any]:
 def _list(body: dict[str, Any], deps: SessionApiDeps) -> dict[str, Any]:
     limit = min(_int(body, "limit", required=False, minimum=1) or 20, MAX_LIST)
     before = _number(body, "before")
-    found = deps.store.list_sessions(key_namespace(deps.settings.profile), limit=limit, before=before)
+    found = deps.stores.catalogue.list_sessions(key_namespace(deps.settings.profile), limit=limit, before=before)
     now = deps.now()
     routes: dict[str, SessionEntry | None] = {}  # one read per chat, however many of its sessions are listed
     for key in {info.session_key for info in found}:
-        routes[key] = deps.store.get_route(key)
+        routes[key] = deps.stores.routes.get(key)
     sessions = []
     for info in found:
         route = routes[info.session_key]
@@ -509,7 +530,7 @@ def _search(body: dict[str, Any], deps: SessionApiDeps) -> dict[str, Any]:
     query = _str(body, "query", limit=200)
     assert query is not None
     limit = min(_int(body, "limit", required=False, minimum=1) or 20, MAX_LIST)
-    hits = deps.store.search(key_namespace(deps.settings.profile), query, limit=limit)
+    hits = deps.stores.catalogue.search(key_namespace(deps.settings.profile), query, limit=limit)
     return {"hits": [asdict(hit) for hit in hits]}
 
 

@@ -2,32 +2,30 @@
 
 `/stop`, `/approve`, `/deny`, yes/no (to a pending approval) and `/yolo` are answered here, before
 the busy check, so they work while a turn runs. A plain message that meets a running turn is
-queued on the session's routing entry (`TurnControl.enqueue`) per `busy_input_mode`, and the
-chat is told once per turn; the turn that finishes hands its lease to the queue (services/turn.py).
+queued on the session's route (`Leases.enqueue`) per `busy_input_mode`, and the chat is told once
+per turn; the turn that finishes hands its lease to the queue (`lifecycle.end_turn`).
+
+Plain text reads nothing here unless the route shows an approval waiting (a yes or no may
+answer it): the router's one read of the route is enough.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
 
 from hermes_gateway.domain.access import is_admin
-from hermes_gateway.domain.sessions import SessionStore, TurnLease
+from hermes_gateway.domain.media import attachments_of
+from hermes_gateway.domain.ports import Leases, Transcript, TurnControl, TurnStarter
+from hermes_gateway.domain.sessions import SessionEntry
 from hermes_gateway.domain.source import InboundMessage, SessionSource
-from hermes_gateway.domain.turns import PendingApproval, QueuedInput, TurnControl
+from hermes_gateway.domain.targets import ReplyTarget
+from hermes_gateway.domain.turn_state import Step, TurnState
+from hermes_gateway.domain.turns import PendingApproval, QueuedInput
 from hermes_gateway.observability import MetricUnit, logger, metrics
-from hermes_gateway.services.commands import describe, parse_command
+from hermes_gateway.services.commands import parse_command
 from hermes_gateway.settings import Settings
 
 TURN_COMMANDS = ("stop", "approve", "deny", "yolo", "queue")
-for _name, _summary in (
-    ("stop", "stop the running turn at its next safe point"),
-    ("approve", "let the waiting tool call run (/approve session, /approve always)"),
-    ("deny", "refuse the waiting tool call"),
-    ("yolo", "turn tool approvals off or back on for this session"),
-    ("queue", "queue a message for after the running turn (/queue <text>)"),
-):
-    describe(_name, _summary)
 _YES = frozenset({"yes", "y", "ok", "approve"})
 _NO = frozenset({"no", "n", "deny"})
 BUSY_NOTICES = {
@@ -38,19 +36,16 @@ BUSY_NOTICES = {
 QUEUE_FULL = "Too many messages are waiting for the running turn; this one was not queued. Please send it again later."
 
 
-class Starter(Protocol):
-    def start(self, name: str, turn: dict[str, Any]) -> bool: ...
-
-
 @dataclass(frozen=True)
 class TurnCommandContext:
     settings: Settings
-    store: SessionStore
-    lease: TurnLease
+    leases: Leases
     control: TurnControl
-    starter: Starter
+    transcript: Transcript
+    starter: TurnStarter
     session_key: str
     now: float
+    entry: SessionEntry | None = None  # the route as the router read it
 
 
 def busy_mode(source: SessionSource, settings: Settings) -> str:
@@ -69,6 +64,13 @@ def may_answer(source: SessionSource, approval: PendingApproval, settings: Setti
 def is_turn_command(text: str) -> bool:
     command = parse_command(text)
     return command is not None and command.name in TURN_COMMANDS
+
+
+def reply_target(message: InboundMessage) -> ReplyTarget:
+    """Where replies to this message go: its chat and thread, plus the platform's reply details;
+    a named profile's bot answers, never the deployment's own."""
+    source = message.source
+    return ReplyTarget(source.platform, source.chat_id, source.thread_id, source.profile, dict(message.reply_context))
 
 
 def _approval_reply(text: str) -> tuple[str, str] | None:
@@ -90,20 +92,20 @@ def _approval_reply(text: str) -> tuple[str, str] | None:
 def resume_after_answer(approval: PendingApproval, ctx: TurnCommandContext) -> bool:
     """Start the paused turn's continuation with the answer (idempotent: named after the count).
     False when the state is gone or another turn took the session meanwhile."""
-    state = ctx.control.paused_state(approval.session_id, approval.turn_id)
-    if state is None or approval.decision is None:
+    saved = ctx.control.paused_state(approval.session_id, approval.turn_id)
+    if saved is None or approval.decision is None:
         return False
-    ttl = ctx.settings.sessions.lease_ttl_seconds
-    # The lease is normally still held (its expiry was the approval's); after an expiry sweep it
-    # is free again and the same token takes it back.
-    if not ctx.lease.acquire(ctx.session_key, approval.turn_id, state["lease_token"], ctx.now, ttl):
+    state = TurnState.from_json(saved)
+    token = state.turn.lease_token or ""
+    # The lease is normally still held (its expiry was the approval's); after the tick expired it,
+    # it is free again and the same token takes it back.
+    if not ctx.leases.recover(ctx.session_key, token, approval.turn_id, ctx.now):
         logger.info("approval answered too late: the session moved on", extra={"turn_id": approval.turn_id})
         return False
-    loop = dict(state.get("loop") or {})
-    loop["decisions"] = {**(loop.get("decisions") or {}), approval.call_id: approval.decision}
-    resumed = {**state, "loop": loop, "approval": approval.decision}
-    name = f"{approval.turn_id}-a{int(loop.get('approvals', 1))}"
-    ctx.starter.start(name, resumed)
+    decisions = {**state.loop.decisions, approval.call_id: approval.decision}
+    loop = replace(state.loop, decisions=decisions, exec_started=0.0)  # a new execution's clock
+    resumed = replace(state, loop=loop, approval=approval.decision, next=Step.TOOLS)
+    ctx.starter.start(f"{approval.turn_id}-a{loop.approvals or 1}", resumed.to_json())
     logger.info("paused turn resumed", extra={"turn_id": approval.turn_id, "decision": approval.decision})
     metrics.add_metric(name="ApprovalAnswered", unit=MetricUnit.Count, value=1)
     return True
@@ -111,7 +113,7 @@ def resume_after_answer(approval: PendingApproval, ctx: TurnCommandContext) -> b
 
 def expire_approval(ctx: TurnCommandContext) -> bool:
     """A pending approval past its deadline is denied (`timeout`) and its turn resumed. Called by
-    the next message for the session and by the expiry sweep."""
+    the next message for the session and by the expiry tick."""
     approval = ctx.control.state(ctx.session_key).approval
     if approval is None or ctx.now < approval.expires_at:
         return False
@@ -119,8 +121,19 @@ def expire_approval(ctx: TurnCommandContext) -> bool:
     return answered is not None and resume_after_answer(answered, ctx)
 
 
+def request_stop(ctx: TurnCommandContext) -> str | None:
+    """Flag the running turn to stop, and leave /stop's marker at its answer's seq, so an answer
+    that comes after it is neither kept nor sent. The stopped turn's id; None: nothing runs."""
+    stopped = ctx.leases.request_stop(ctx.session_key, ctx.now)
+    if stopped is None:
+        return None
+    if stopped.reply_seq is not None:
+        ctx.transcript.mark_stopped(stopped.session_id, stopped.reply_seq, stopped.turn_id)
+    return stopped.turn_id
+
+
 def _stop(message: InboundMessage, ctx: TurnCommandContext) -> str:
-    stopped = ctx.store.request_stop(ctx.session_key, ctx.now)
+    stopped = request_stop(ctx)
     logger.info("stop requested", extra={"turn_id": stopped})
     return "Stopping the current turn." if stopped else "Nothing is running."
 
@@ -141,18 +154,19 @@ _SWITCHES = {"stop": _stop, "yolo": _yolo}
 def answer_turn_command(message: InboundMessage, ctx: TurnCommandContext) -> str | None:
     """The reply to a turn command (or to yes/no while an approval is pending); None otherwise."""
     command = parse_command(message.text)
-    source = message.source
     if command is not None and command.name in _SWITCHES:
         return _SWITCHES[command.name](message, ctx)
     answer = _approval_reply(message.text)
     if answer is None:
         return None
+    if command is None and ctx.entry is not None and not ctx.entry.approval_pending:
+        return None  # plain text: a yes/no only answers a pending approval
     pending = ctx.control.state(ctx.session_key).approval
     if pending is None and command is None:
-        return None  # plain text: a yes/no only answers a pending approval
+        return None
     if pending is None or pending.decision is not None:
         return "Nothing is waiting for approval."
-    if not may_answer(source, pending, ctx.settings):
+    if not may_answer(message.source, pending, ctx.settings):
         return "Only the person who was asked (or an admin) can answer this approval."
     decision, scope = answer
     if ctx.now >= pending.expires_at:
@@ -171,19 +185,25 @@ def answer_turn_command(message: InboundMessage, ctx: TurnCommandContext) -> str
     return f"Denied: `{answered.tool}`."
 
 
+class TurnEnded(Exception):
+    """The running turn released the lease before the message could be queued: take it now."""
+
+
 def queue_busy_message(message: InboundMessage, ctx: TurnCommandContext, mode: str | None = None) -> str | None:
     """Queue a message that met a running turn. Returns the notice to send (once per turn), or
-    None. Raises nothing when the turn ended meanwhile: the caller then takes the lease."""
+    None. Raises TurnEnded when the turn ended meanwhile: the caller then takes the lease."""
+    assert ctx.entry is not None
     mode = mode or busy_mode(message.source, ctx.settings)
     item = QueuedInput(
         event_id=message.event_id,
         text=message.text,
         received_at=message.received_at,
-        source=message.source.to_dict(),
+        source=message.source,
         reply_to=reply_target(message),
         mode=mode,
+        attachments=attachments_of(message.attachments),
     )
-    result = ctx.control.enqueue(ctx.session_key, item, max_items=ctx.settings.turns.max_queued)
+    result = ctx.leases.enqueue(ctx.entry, item, max_items=ctx.settings.turns.max_queued, now=ctx.now)
     if result.status == "not_busy":
         raise TurnEnded
     metrics.add_metric(name="MessageQueued", unit=MetricUnit.Count, value=1 if result.status == "queued" else 0)
@@ -193,22 +213,7 @@ def queue_busy_message(message: InboundMessage, ctx: TurnCommandContext, mode: s
     if result.status != "queued":
         return None
     if mode == "interrupt":
-        ctx.store.request_stop(ctx.session_key, ctx.now)
-    if ctx.settings.turns.busy_ack and ctx.control.mark_busy_acknowledged(ctx.session_key, result.holder_turn_id or ""):
+        request_stop(ctx)
+    if ctx.settings.turns.busy_ack and result.first_notice:
         return BUSY_NOTICES[mode]
     return None
-
-
-class TurnEnded(Exception):
-    """The running turn released the lease before the message could be queued: take it now."""
-
-
-def reply_target(message: InboundMessage) -> dict[str, Any]:
-    """Where replies to this message go: its chat and thread, plus the platform's reply details."""
-    source = message.source
-    target: dict[str, Any] = {"platform": source.platform, "chat_id": source.chat_id, "thread_id": source.thread_id}
-    if source.profile:  # a named profile's bot answers, never the deployment's own
-        target["profile"] = source.profile
-    if message.reply_context:
-        target["context"] = dict(message.reply_context)
-    return target

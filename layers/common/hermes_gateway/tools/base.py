@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from hermes_gateway.domain.ports import Deliveries
 from hermes_gateway.domain.targets import Directory, ResolvedTarget
 from hermes_gateway.observability import hash_id, logger
 from hermes_gateway.providers.base import INVALID_ARGUMENTS, ToolCall, ToolSpec
@@ -37,15 +38,6 @@ class ToolError(Exception):
 class ToolResult:
     content: str
     is_error: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"content": self.content, "is_error": self.is_error}
-
-
-class PushQueue(Protocol):
-    """The delivery queue (services/delivery.py reads the jobs)."""
-
-    def send(self, body: dict[str, Any], *, group_id: str | None = None, dedup_id: str | None = None) -> str: ...
 
 
 class MemoryRouter(Protocol):
@@ -74,7 +66,7 @@ class ToolContext:
     correlation_id: str | None = None  # the inbound event id, carried into delivery logs
     call_id: str = ""  # the tool call being run; set by `execute`
     sessions: Any = None  # SessionStore with `search` (domain/sessions.py)
-    delivery: PushQueue | None = None
+    delivery: Deliveries | None = None
     directory: Directory | None = None
     jobs: Any = None  # JobStore (domain/cron.py)
     memory: MemoryRouter | None = None
@@ -125,10 +117,6 @@ class SpecTool:
 
     def with_approval(self, needed: bool) -> SpecTool:
         return dataclasses.replace(self, needs_approval=needed)
-
-
-def specs(tools: Sequence[Tool]) -> list[ToolSpec]:
-    return [tool.spec for tool in tools]
 
 
 def execute(call: ToolCall, tools: Sequence[Tool], ctx: ToolContext) -> ToolResult:

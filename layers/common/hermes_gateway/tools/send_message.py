@@ -68,8 +68,7 @@ def send_message(arguments: dict[str, Any], ctx: ToolContext) -> str:
             "text": text,
             "correlation_id": ctx.correlation_id,
             "session": hash_id(ctx.session_key),
-        },
-        dedup_id=delivery_id,  # the group is the target chat's, as every reply to it has
+        }
     )
     where = (
         "stored locally (not sent)" if target.platform == "local" else f"queued for {target.label or target.platform}"

@@ -1,0 +1,63 @@
+"""The media bucket (domain.ports.MediaStore) on S3: one object per attachment, put once.
+
+The bucket itself encrypts (SSE-S3), blocks public access, refuses plain HTTP and expires objects
+after `media.retention_days` (infra/capabilities/media.py); these calls need nothing more.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+from hermes_gateway.errors import TransientError
+
+_THROTTLED = ("SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling")
+
+
+class S3MediaStore:
+    def __init__(self, bucket: str, region: str | None = None) -> None:
+        self.bucket = bucket
+        self._region = region
+
+    @cached_property
+    def _client(self) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        # Pre-signed URLs must carry SigV4 and the regional endpoint (a platform fetches them).
+        return boto3.client("s3", region_name=self._region, config=Config(signature_version="s3v4"))
+
+    def put(self, key: str, data: bytes, mime: str) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            self._client.put_object(
+                Bucket=self.bucket, Key=key, Body=data, ContentType=mime or "application/octet-stream"
+            )
+        except ClientError as exc:
+            raise _error(exc, "put") from None
+
+    def get(self, key: str) -> tuple[bytes, str] | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            answer = self._client.get_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise _error(exc, "get") from None
+        return answer["Body"].read(), str(answer.get("ContentType") or "application/octet-stream")
+
+    def url(self, key: str, expires_seconds: int) -> str:
+        return str(
+            self._client.generate_presigned_url(
+                "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires_seconds
+            )
+        )
+
+
+def _error(exc: Any, what: str) -> Exception:
+    code = str(exc.response.get("Error", {}).get("Code", ""))
+    if code in _THROTTLED or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) >= 500:
+        return TransientError(f"media bucket {what}: {code}")
+    return RuntimeError(f"media bucket {what} failed: {code}")

@@ -1,0 +1,28 @@
+"""One reply chunk in the outbox, as the delivery service sees it (the outbox adapter stores it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OutboxEntry:
+    delivery_id: str
+    platform: str
+    chat_id: str | None
+    thread_id: str | None
+    text: str
+    turn_id: str | None
+    chunk: int
+    chunks: int
+    status: str
+    attempts: int
+    platform_message_id: str | None
+    error: str | None
+    created_at: float
+    updated_at: float
+    # quick replies shown under the chunk ([{"label", "reply"}], the message's last chunk only)
+    buttons: list[dict[str, str]] | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)

@@ -1,0 +1,309 @@
+"""The ports the services use, each declared once and named for what its consumer needs.
+
+Session storage is split by who uses it (ARCHITECTURE §3):
+
+- `Routes`: the route of a session key, read once per message, opened (created, reused or
+  replaced by the reset policy) in the same conditional writes (router, commands, session API);
+- `Leases`: the turn lease on the route and what waits on it: a turn begins (lease, activity and
+  transcript seqs in one write), queues behind a running turn, finishes (release or hand-off,
+  with the turn's usage, in one write), or is stopped (router, turn, expiry tick);
+- `TurnControl`: what a running turn reads and asks of its route (stop flag, steering input,
+  approvals);
+- `Transcript`: the rows of a session, written at seqs the route allocated, read in bounded
+  windows (turn, router, commands, session API, delivery's mirror);
+- `Catalogue`: sessions as records (title, lineage, end, totals), listed and searched;
+- `SessionEdits`: the fenced changes from outside a turn (BEHAVIOUR §3): rename, undo, branch ...;
+- `Sweep`: what the expiry tick needs: sessions whose reset policy expired them.
+
+The DynamoDB adapters (`hermes_gateway.adapters.dynamo_*`) and the in-memory fake
+(`tests/fakes/sessions.py`) implement each with the same rules; the contract suites in
+`tests/contracts/` hold both to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from hermes_gateway.domain.sessions import (
+    Fence,
+    ModelOverride,
+    SearchHit,
+    SessionEntry,
+    SessionInfo,
+    SessionTally,
+    TranscriptRow,
+    UndoResult,
+)
+from hermes_gateway.domain.source import SessionSource
+from hermes_gateway.domain.turns import (
+    Begun,
+    ControlState,
+    Enqueued,
+    Finished,
+    NextTurn,
+    PendingApproval,
+    QueuedInput,
+    Steering,
+    StopRequest,
+    WaitingLease,
+)
+
+# -- moving work along ------------------------------------------------------------------------
+
+
+class TurnStarter(Protocol):
+    def start(self, name: str, state: Mapping[str, Any]) -> bool:
+        """Start the turn workflow's execution `name` with `state` (a `TurnState` as JSON).
+        False when an execution of that name already exists."""
+        ...
+
+
+class Deliveries(Protocol):
+    def send(self, body: dict[str, Any]) -> str:
+        """Hand a delivery job (services.delivery.DeliveryJob as JSON) to the delivery function."""
+        ...
+
+
+class MediaStore(Protocol):
+    """The media bucket (BEHAVIOUR §6a): attachments fetched once, kept `media.retention_days`."""
+
+    def put(self, key: str, data: bytes, mime: str) -> None: ...
+
+    def get(self, key: str) -> tuple[bytes, str] | None:
+        """The object's bytes and content type; None when there is no such key (expired)."""
+        ...
+
+    def url(self, key: str, expires_seconds: int) -> str:
+        """A pre-signed GET URL, for a platform that fetches media itself (LINE, Twilio)."""
+        ...
+
+
+# -- session storage ----------------------------------------------------------------------------
+
+
+class Routes(Protocol):
+    def get(self, session_key: str) -> SessionEntry | None:
+        """The route as stored (a consistent read): the one read of a message's path."""
+        ...
+
+    def open(
+        self,
+        source: SessionSource,
+        session_key: str,
+        now: float,
+        *,
+        read: SessionEntry | None = None,
+        force_new: bool = False,
+        touch_activity: bool = True,
+    ) -> SessionEntry:
+        """The live session for a key, created once however many callers race for it (single
+        flight), reused, or replaced when (in this order, BEHAVIOUR §3) `force_new`; it is
+        suspended; it is resume_pending past the freshness window (mode none resumes); the
+        reset policy says idle or daily; unless a lease is held (active work is never reset).
+        A route whose session ended is recreated (`stale_route`). A reused resume_pending entry
+        within the window carries `auto_continue`. `read` is the route as the caller just read
+        it (saves the read); with `touch_activity` the activity clock moves, unless the caller
+        is about to begin a turn (`Leases.begin` moves it in its own write)."""
+        ...
+
+
+class Leases(Protocol):
+    def begin(self, entry: SessionEntry, turn_id: str, token: str, event_id: str, now: float) -> Begun | None:
+        """Take the lease for one turn in ONE conditional write that also moves the activity
+        clock, allocates the transcript seqs of the message (`user_seq`) and of its answer
+        (`reply_seq`), counts the message and remembers the event as routed. Conditioned on
+        the entry's revision: None when the route changed since it was read (read it again).
+        An expired lease is taken over (the cut-short turn marks the session resume_pending)."""
+        ...
+
+    def enqueue(self, entry: SessionEntry, item: QueuedInput, *, max_items: int, now: float) -> Enqueued:
+        """Queue a message behind the running turn (the lease `entry` shows must still be held),
+        in one write that also says whether the chat was told it is busy during this turn."""
+        ...
+
+    def finish(
+        self,
+        session_key: str,
+        session_id: str,
+        token: str,
+        plan: Callable[[list[QueuedInput], int], NextTurn],
+        now: float,
+        *,
+        tally: SessionTally,
+        succeeded: bool,
+        recovery_failed: bool = False,
+    ) -> Finished:
+        """End the turn holding `token`: add its `tally` to the session's totals and release
+        the lease, or hand it to the turn `plan(queue, first_seq)` makes from the queued
+        messages: ONE conditional write either way. `succeeded` clears the session's recovery
+        state; `recovery_failed` counts a failed recovery (BEHAVIOUR §5). A repeat by the same
+        token returns the same hand-off; `lost` when the token no longer holds the lease."""
+        ...
+
+    def extend(self, session_key: str, token: str, until: float) -> bool:
+        """A long turn's next execution: the lease lasts until `until`. False when lost."""
+        ...
+
+    def request_stop(self, session_key: str, now: float) -> StopRequest | None:
+        """/stop: flag the running turn to stop at its next safe point. None: nothing runs."""
+        ...
+
+    def allocate(self, session_key: str, session_id: str, count: int, now: float) -> int | None:
+        """Allocate `count` transcript seqs of the route's session (a mirrored push); the first.
+        None when the route no longer points at `session_id`."""
+        ...
+
+    def waiting(self, now: float, limit: int = 100) -> list[WaitingLease]:
+        """Expired leases that something waits on (queued messages, an approval), from the
+        sparse index the tick reads (never a scan)."""
+        ...
+
+    def expire(self, lease: WaitingLease, now: float) -> bool:
+        """Clear an expired lease by its token and mark the session resume_pending."""
+        ...
+
+    def recover(self, session_key: str, token: str, turn_id: str, now: float) -> bool:
+        """Take a free (or expired) lease for the tick's recovery of queued input."""
+        ...
+
+
+class TurnControl(Protocol):
+    def state(self, session_key: str) -> ControlState:
+        """The route's lease, queue, stop flag and approvals (a consistent read)."""
+        ...
+
+    def take_steering(self, session_key: str, token: str, turn_id: str, now: float) -> Steering:
+        """Remove the queued `steer` messages while `token` holds the lease, allocating their
+        transcript seqs and moving the answer's seq after them. `stopped` when /stop came."""
+        ...
+
+    def pause(self, session_key: str, token: str, approval: PendingApproval, state: Mapping[str, Any]) -> bool:
+        """Save the paused turn's state (JSON) and the question; the lease stays held until the
+        answer (its expiry becomes the approval's). False when the token no longer holds it."""
+        ...
+
+    def answer(self, session_key: str, turn_id: str, decision: str, scope: str = "once") -> PendingApproval | None:
+        """Record the answer once; the approval with its decision (also when already answered),
+        None when no question of this turn is pending."""
+        ...
+
+    def paused_state(self, session_id: str, turn_id: str) -> dict[str, Any] | None: ...
+
+    def clear_approval(self, session_key: str, turn_id: str) -> None: ...
+
+    def set_yolo(self, session_key: str, on: bool) -> None: ...
+
+    def approve_tool(self, session_key: str, tool: str, scope: str, session_id: str) -> None: ...
+
+
+class Transcript(Protocol):
+    def put(self, session_id: str, row: TranscriptRow) -> bool:
+        """Write a row at its seq (allocated by the route); False when the seq holds a row
+        already (a repeated write of the same message is harmless)."""
+        ...
+
+    def put_reply(self, session_id: str, row: TranscriptRow) -> str:
+        """Write a turn's answer at its seq: "written", "repeated" (this turn wrote it already)
+        or "stopped" (/stop left its marker there first: the answer is neither sent nor kept)."""
+        ...
+
+    def mark_stopped(self, session_id: str, seq: int, turn_id: str) -> bool:
+        """/stop's marker at the running turn's answer seq; False when the answer is there."""
+        ...
+
+    def window(
+        self, session_id: str, *, upto_seq: int | None, limit: int, hidden: tuple[tuple[int, int], ...] = ()
+    ) -> list[TranscriptRow]:
+        """The newest `limit` active rows up to `upto_seq`, oldest first: a bounded read."""
+        ...
+
+    def rows(self, session_id: str, hidden: tuple[tuple[int, int], ...] = ()) -> list[TranscriptRow]:
+        """Every active row, oldest first (undo, branch, the session API)."""
+        ...
+
+
+class Catalogue(Protocol):
+    def get_session(self, session_id: str) -> SessionInfo | None:
+        """One session's record with its totals (a live session's come from its route)."""
+        ...
+
+    def list_sessions(self, profile: str, *, limit: int = 20, before: float | None = None) -> list[SessionInfo]:
+        """The profile's sessions (the key namespace), newest first, through an index."""
+        ...
+
+    def find_session_by_title(self, profile: str, title: str) -> SessionInfo | None: ...
+
+    def search(self, profile: str, query: str, *, limit: int = 20, sessions: int = 50) -> list[SearchHit]:
+        """Case-insensitive substring search over the active rows of the profile's newest
+        `sessions` sessions (a bounded read, not a full-text index), newest hits first."""
+        ...
+
+    def end_session(self, session_id: str, reason: str, now: float) -> bool:
+        """End a session (detach, expiry); False when it had ended already."""
+        ...
+
+    def mark_memory_flushed(self, session_id: str, now: float) -> None: ...
+
+    def memory_flushed(self, session_id: str) -> bool: ...
+
+
+class SessionEdits(Protocol):
+    """Changes from outside a turn. Each checks `fence` against the route in the same
+    conditional write (errors.Conflict when stale, nothing applied), raises SessionNotFound for
+    a missing session or route, and bumps `revision` (identity changes also the generation)."""
+
+    def rename(self, session_id: str, title: str, *, fence: Fence, now: float) -> SessionInfo: ...
+
+    def delete_session(self, session_id: str, *, fence: Fence, now: float) -> None: ...
+
+    def rewind(self, session_id: str, to_seq: int, *, fence: Fence, now: float) -> UndoResult: ...
+
+    def undo(self, session_id: str, turns: int, *, fence: Fence, now: float) -> UndoResult: ...
+
+    def retry(self, session_id: str, *, fence: Fence, now: float) -> UndoResult: ...
+
+    def reset(self, session_key: str, *, fence: Fence, now: float, reason: str = "forced") -> SessionEntry: ...
+
+    def branch(self, session_id: str, *, fence: Fence, now: float, title: str | None = None) -> SessionEntry: ...
+
+    def compress(
+        self, session_id: str, summary: str, *, fence: Fence, now: float, keep_last: int = 0
+    ) -> SessionEntry: ...
+
+    def set_model_override(
+        self, session_key: str, override: ModelOverride | None, *, fence: Fence, now: float
+    ) -> SessionEntry: ...
+
+    def switch_session(self, session_key: str, session_id: str, *, fence: Fence, now: float) -> SessionEntry: ...
+
+
+class Sweep(Protocol):
+    def due_for_expiry(self, now: float, limit: int = 100) -> list[SessionEntry]:
+        """Routes whose policy deadline has passed, from the sparse deadline index."""
+        ...
+
+    def claim_expiry(self, entry: SessionEntry, now: float) -> SessionEntry | None:
+        """Compare-and-swap on the revision that sets `expiry_finalized`; None when another
+        sweep, a message or a turn got there first."""
+        ...
+
+    def release_expiry_claim(self, entry: SessionEntry, now: float) -> bool:
+        """Undo a claim whose flush could not start, so the next sweep tries again."""
+        ...
+
+
+@dataclass(frozen=True)
+class SessionStores:
+    """Every session storage port of one deployment, as wiring builds them: a service takes the
+    ones it uses (the router its routes, leases, turn control and transcript; the session API
+    the catalogue and the edits; the expiry tick the sweep)."""
+
+    routes: Routes
+    leases: Leases
+    control: TurnControl
+    transcript: Transcript
+    catalogue: Catalogue
+    edits: SessionEdits
+    sweep: Sweep

@@ -1,0 +1,203 @@
+"""The life of a turn around its execution: its ids, how it starts, how it ends, who goes next.
+
+Turn ids, lease tokens and execution names are derived, never random: a message routed twice
+gets the same turn, so its lease and its workflow execution are taken once (an Express start is
+not idempotent on AWS; the tasks are). When a turn ends, its lease is released or handed to the
+messages that queued behind it in ONE conditional write (`Leases.finish`); the hand-off's
+messages join the transcript at the seqs that write allocated and their turn starts at once.
+
+The services import each other one way: router -> commands -> lifecycle -> domain; the turn
+engine, the session sweep, cron and the expiry tick use this module, which uses only the domain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hermes_gateway.domain.cron import turn_id_for as cron_turn_id
+from hermes_gateway.domain.media import keyed
+from hermes_gateway.domain.ports import Leases, Transcript, TurnStarter
+from hermes_gateway.domain.sessions import ModelOverride, SessionEntry, SessionTally, TranscriptRow
+from hermes_gateway.domain.source import SessionSource
+from hermes_gateway.domain.targets import ReplyTarget
+from hermes_gateway.domain.turn_state import CronRun, Turn, TurnKind, TurnNotes, TurnState
+from hermes_gateway.domain.turns import NextTurn, QueuedInput
+from hermes_gateway.errors import PermanentError
+from hermes_gateway.observability import logger
+
+
+def turn_id_for(session_id: str, event_id: str) -> str:
+    """Deterministic and a valid execution name (<= 80 characters of [A-Za-z0-9_-])."""
+    return "turn-" + hashlib.sha256(f"{session_id}|{event_id}".encode()).hexdigest()[:40]
+
+
+def lease_token_for(turn_id: str) -> str:
+    return hashlib.sha256(f"lease|{turn_id}".encode()).hexdigest()[:32]
+
+
+def start(starter: TurnStarter, turn: Turn, name: str | None = None) -> bool:
+    """Start the turn's execution (named after the turn, or `name` for a continuation)."""
+    return starter.start(name or turn.turn_id, TurnState(turn).to_json())
+
+
+def user_row(item: QueuedInput, seq: int, session_id: str) -> TranscriptRow:
+    """A queued message as the user's transcript row."""
+    return TranscriptRow(
+        seq,
+        "user",
+        item.text,
+        item.received_at,
+        sender_name=item.source.user_name,
+        platform_message_id=item.source.message_id,
+        attachments=keyed(item.attachments, item.source.profile, session_id, seq),
+    )
+
+
+# -- the turn that answers queued messages ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Successor:
+    """What the next turn of a session inherits from the one handing it the lease."""
+
+    session_key: str
+    session_id: str
+    now: float
+    answer_together: bool  # turns.busy_followup == "one": one turn answers the whole queue
+    model_override: ModelOverride | None = None
+    hidden: tuple[tuple[int, int], ...] = ()
+
+    def plan(self, queue: list[QueuedInput], first_seq: int) -> NextTurn:
+        taken = queue if self.answer_together else queue[:1]
+        last = taken[-1]
+        turn_id = turn_id_for(self.session_id, last.event_id)
+        user_seqs = tuple(range(first_seq, first_seq + len(taken)))
+        turn = Turn(
+            turn_id=turn_id,
+            kind=TurnKind.CHAT,
+            started_at=self.now,
+            session_id=self.session_id,
+            session_key=self.session_key,
+            lease_token=lease_token_for(turn_id),
+            event_id=last.event_id,
+            source=last.source,
+            reply_to=last.reply_to,
+            user_seqs=user_seqs,
+            reply_seq=first_seq + len(taken),
+            user_text="\n\n".join(item.text for item in taken),
+            hidden=self.hidden,
+            model_override=self.model_override,
+        )
+        return NextTurn(len(taken), turn)
+
+
+def end_turn(
+    leases: Leases,
+    transcript: Transcript,
+    starter: TurnStarter | None,
+    successor: Successor,
+    token: str,
+    *,
+    tally: SessionTally,
+    succeeded: bool,
+    recovery_failed: bool = False,
+) -> str:
+    """Release the lease (with the turn's totals), or hand it to the next queued message and
+    start that turn: the check and the release are one conditional write, so nothing queued is
+    left without a turn. Returns released | handed_off | lost."""
+    finished = leases.finish(
+        successor.session_key,
+        successor.session_id,
+        token,
+        successor.plan,
+        successor.now,
+        tally=tally,
+        succeeded=succeeded,
+        recovery_failed=recovery_failed,
+    )
+    if finished.status == "handed_off" and finished.next_turn is not None:
+        hand_on(transcript, starter, finished.next_turn, finished.queued)
+    return finished.status
+
+
+def hand_on(transcript: Transcript, starter: TurnStarter | None, turn: Turn, queued: Sequence[QueuedInput]) -> None:
+    """The queued messages join the transcript (durable even if the start below fails: a
+    repeat writes nothing twice), then their turn starts."""
+    assert turn.session_id is not None
+    for item, seq in zip(queued, turn.user_seqs, strict=False):
+        transcript.put(turn.session_id, user_row(item, seq, turn.session_id))
+    if starter is None:
+        raise PermanentError("no turn starter: a queued message cannot be answered")
+    start(starter, turn)
+    logger.debug("lease handed to the next queued turn", extra={"next": turn.turn_id})
+
+
+# -- turns that are not a chat's ---------------------------------------------------------------
+
+
+def flush_turn(session_id: str, session_key: str, source: SessionSource | None, reason: str, now: float) -> Turn:
+    """A memory-only turn over a session that is ending; named after the session, so however
+    often it is started (a redelivered message, a retried command), it runs once."""
+    return Turn(
+        turn_id=f"flush-{session_id}",
+        kind=TurnKind.FLUSH,
+        started_at=now,
+        session_id=session_id,
+        session_key=session_key,
+        source=source,
+        flush_reason=reason,
+    )
+
+
+def cron_turn(run: CronRun, now: float) -> Turn:
+    """A scheduled job's run, named after the job and the occurrence (domain.cron.turn_id_for)."""
+    return Turn(turn_id=cron_turn_id(run.job_id, run.run_id), kind=TurnKind.CRON, started_at=now, cron=run)
+
+
+def chat_turn(
+    *,
+    session_key: str,
+    session_id: str,
+    event_id: str,
+    source: SessionSource,
+    reply_to: ReplyTarget,
+    user_seq: int,
+    reply_seq: int,
+    text: str,
+    now: float,
+    hidden: tuple[tuple[int, int], ...] = (),
+    model_override: ModelOverride | None = None,
+    notes: TurnNotes | None = None,
+) -> Turn:
+    turn_id = turn_id_for(session_id, event_id)
+    return Turn(
+        turn_id=turn_id,
+        kind=TurnKind.CHAT,
+        started_at=now,
+        session_id=session_id,
+        session_key=session_key,
+        lease_token=lease_token_for(turn_id),
+        event_id=event_id,
+        source=source,
+        reply_to=reply_to,
+        user_seqs=(user_seq,),
+        reply_seq=reply_seq,
+        user_text=text,
+        hidden=hidden,
+        model_override=model_override,
+        notes=notes or TurnNotes(),
+    )
+
+
+def flush_replaced(starter: TurnStarter, entry: SessionEntry, source: SessionSource | None, now: float) -> bool:
+    """BEHAVIOUR §3: the session a reset replaced has its memories flushed. Only when it had a
+    prompt (an empty one has nothing to remember, and a flush is a model call)."""
+    if not entry.created or not entry.prev_session_id or not entry.reset_had_activity:
+        return False
+    reason = entry.reset_reason or "reset"
+    turn = flush_turn(entry.prev_session_id, entry.session_key, source, reason, now)
+    started = start(starter, turn)
+    logger.info("memory flush started for the replaced session", extra={"reason": reason, "started": started})
+    return True

@@ -1,0 +1,229 @@
+"""Every AWS call a function makes in local mode is one its deployed role allows.
+
+Local mode runs the handlers with moto, which checks no permissions, so a call a function needs and
+its role lacks would first fail in the cloud (AccessDenied after `cdk deploy`). Here local mode is
+driven through the paths a deployment meets (answered messages, a busy chat, commands, pairing, the
+session API, the every-minute tick); the bench meter attributes each botocore call to the function
+invocation that made it; each call becomes the IAM actions and resources AWS would authorize it as
+(a transaction: one action per item, on the item's table; a query on an index: the index's ARN);
+and each must be allowed by a statement of that function's role in the synthesized stack.
+
+What this does not reach: SSM (local mode's secrets are environment variables; the secret paths
+are checked in tests/infra), tool calls (the echo model calls no tool), cron turns and WhatsApp
+reports (their tables are reached by the tick and other tests' functions, not here).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.meter import Meter, resource_name
+from hermes_gateway.resources import FUNCTIONS
+from hermes_gateway.settings import load_settings
+from tests.e2e.conftest import Client, telegram_update
+
+pytestmark = pytest.mark.e2e
+
+# botocore's service names and the IAM action prefix, where they differ; operations whose IAM
+# action has another name
+IAM_PREFIX = {"stepfunctions": "states"}
+IAM_ACTION = {("lambda", "Invoke"): "InvokeFunction"}
+TRANSACT_ACTION = {
+    "Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem",
+}  # fmt: skip
+
+Need = tuple[str, str, str]  # function, IAM action, the resource: a logical name, "<table>/index" for an index
+
+
+def needs(function: str, service: str, operation: str, params: dict[str, Any]) -> list[Need]:
+    """The (function, action, resource) triples AWS authorizes one call as."""
+    prefix = IAM_PREFIX.get(service, service)
+    if operation in ("TransactWriteItems", "TransactGetItems"):
+        found = []
+        for item in params.get("TransactItems") or ():
+            ((kind, body),) = item.items()
+            action = TRANSACT_ACTION.get(kind, "GetItem")
+            found.append((function, f"dynamodb:{action}", resource_name(service, {"TableName": body["TableName"]})))
+        return found
+    if operation in ("BatchWriteItem", "BatchGetItem"):
+        tables = params.get("RequestItems") or {}
+        return [(function, f"dynamodb:{operation}", resource_name(service, {"TableName": t})) for t in tables]
+    resource = resource_name(service, params)
+    if service == "dynamodb" and params.get("IndexName"):
+        resource += "/index"
+    return [(function, f"{prefix}:{IAM_ACTION.get((service, operation), operation)}", resource)]
+
+
+class PermissionMeter(Meter):
+    """The bench meter, also keeping what each call needs (no request units: none are priced here)."""
+
+    def __init__(self) -> None:
+        super().__init__(units=False)
+        self.needed: dict[Need, str] = {}  # -> one example call, for the failure message
+
+    def _count(self, function: str, service: str, operation: str, resource: str, params: dict[str, Any],
+               *args: Any) -> None:  # fmt: skip
+        super()._count(function, service, operation, resource, params, *args)
+        for need in needs(function, service, operation, params):
+            self.needed.setdefault(need, f"{service}.{operation} {resource}")
+
+
+@pytest.fixture
+def metered() -> Iterator[PermissionMeter]:
+    meter = PermissionMeter().install()
+    yield meter
+    meter.uninstall()
+
+
+def drive(client: Client, meter: PermissionMeter, tmp_path: Path) -> None:
+    """The paths a deployment meets in its first hour."""
+    sent = 0
+
+    def say(text: str, user: int = 42, **where: Any) -> None:
+        nonlocal sent
+        sent += 1
+        assert client.telegram(telegram_update(1000 + sent, text, user_id=user, **where))[0] == 200
+
+    say("hello")  # a new session, answered
+    say("and a follow-up")  # an existing one
+    say("one more right away")  # a busy session: queued behind the turn, handed on
+    client.wait_outbox(3, timeout=30)
+    say("/status")
+    say("/new")  # the session replaced
+    say("hello in a topic", chat_id=-100123, chat_type="supergroup", thread_id=7)
+    say("hello?", user=43)  # a stranger in a DM: a pairing code
+    assert client.gateway.wait_idle(timeout=30)
+    token = client.gateway.local_secrets["SESSION_API_TOKEN"]
+
+    def api(body: dict[str, Any]) -> dict[str, Any]:
+        status, answer = client.request(
+            "POST", "/api/sessions", json.dumps(body).encode(),
+            {"content-type": "application/json", "authorization": f"Bearer {token}"},
+        )  # fmt: skip
+        assert status == 200, (body, answer)
+        return dict(answer)
+
+    created = api({"verb": "session.create", "request_id": "iam-1", "chat": "iam"})["session"]
+    api({"verb": "session.list"})
+    api({"verb": "session.search", "query": "hello"})
+    api({"verb": "session.resume", "session_id": created["id"]})
+    api({"verb": "session.mutate", "request_id": "iam-2", "session_id": created["id"], "op": "rename",
+         "title": "renamed", "revision": created["revision"]})  # fmt: skip
+    client.gateway.run_schedule("expiry")  # the tick: leases, due jobs, expired sessions
+    assert client.gateway.wait_idle(timeout=30)
+    time.sleep(0.5)  # the last invocations' events flushed
+
+
+def allows(statement: dict[str, Any], action: str, resource: str, identifiers: dict[str, tuple[str, ...]]) -> bool:
+    """Whether `statement` allows `action` on `resource`, named in it by one of its identifiers."""
+    if statement.get("Effect") != "Allow":
+        return False
+    actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+    if not any(fnmatch.fnmatchcase(action, pattern) for pattern in actions):
+        return False
+    resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+    name, _, index = resource.partition("/")
+    marks = identifiers.get(name, ())
+    for granted in resources:
+        if granted == "*":
+            return True
+        text = json.dumps(granted)
+        if not any(mark in text for mark in marks):
+            continue
+        if index:  # the index's ARN is the table's with /index/<name>: granted as "<table ARN>/index/*"
+            if "/index/*" in text:
+                return True
+        elif "/index/" not in text:
+            return True
+    return False
+
+
+FIXED_NAMES = ("TableName", "QueueName", "StateMachineName", "FunctionName", "Name")
+
+
+def resource_identifiers(resources: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """Logical name (`routes`, `dead-letters`, `turn`, `delivery`, `events`) -> how a policy names
+    it: a reference to its logical id, or the fixed name an ARN is built from (the state machine's,
+    which a reference would make a cycle)."""
+    from hermes_gateway.resources import EVENT_BUS, QUEUES, TABLES, TURN_STATE_MACHINE
+
+    ids: dict[str, str] = {}
+    for logical_id, resource in resources.items():
+        kind = resource["Type"]
+        if kind == "AWS::DynamoDB::Table":
+            ids.update({t.name: logical_id for t in TABLES if logical_id.startswith(f"Data{t.name}")})
+        elif kind == "AWS::SQS::Queue":
+            prefix = {"Queues" + q.name.replace("-", ""): q.name for q in QUEUES}
+            ids.update({name: logical_id for p, name in prefix.items() if logical_id.startswith(p)})
+        elif kind == "AWS::StepFunctions::StateMachine":
+            ids[TURN_STATE_MACHINE.name] = logical_id
+        elif kind == "AWS::Events::EventBus":
+            ids[EVENT_BUS.name] = logical_id
+        elif kind == "AWS::Lambda::Function":
+            ids[resource["Properties"]["Environment"]["Variables"]["HERMES_FUNCTION"]] = logical_id
+    found = {}
+    for name, logical_id in ids.items():
+        properties = resources[logical_id].get("Properties", {})
+        fixed = [properties[p] for p in FIXED_NAMES if isinstance(properties.get(p), str)]
+        found[name] = (f'"{logical_id}"', *(f":{n}\"" for n in fixed), *(f"/{n}\"" for n in fixed))
+    return found
+
+
+def test_every_call_a_function_makes_is_allowed_by_its_deployed_role(
+    start_gateway: Callable[..., Client], metered: PermissionMeter, tmp_path: Path
+) -> None:
+    # Given local mode with an allowlist and DM pairing, driven through a deployment's paths
+    client = start_gateway(
+        TELEGRAM_ALLOWED_USERS="42", TELEGRAM_UNAUTHORIZED_DM="pair", HERMES_LOCAL_STATE=str(tmp_path / "state.json")
+    )
+    drive(client, metered, tmp_path)
+    called = {function for function, _, _ in metered.needed}
+    assert called >= {spec.name for spec in FUNCTIONS}, "a function the run never invoked"
+
+    # When the stack those functions deploy in is synthesized
+    from tests.infra.conftest import EVERY_PLATFORM, synthesize
+    from tests.infra.test_infra_stack import functions_by_name, ref, role_statements
+
+    synthesized = synthesize(load_settings(env={}, config=EVERY_PLATFORM), tmp_path / "cdk.out")
+    ids = resource_identifiers(synthesized.resources)
+    deployed = functions_by_name(synthesized)
+
+    # Then each call is allowed by a statement of the calling function's role
+    refused = []
+    for (function, action, resource), example in sorted(metered.needed.items()):
+        statements = role_statements(synthesized, ref(deployed[function][1]["Role"]))
+        if not any(allows(s, action, resource, ids) for s in statements):
+            refused.append(f"{function}: {action} on {resource} (e.g. {example})")
+    assert refused == [], "\n".join(refused)
+    assert len(metered.needed) > 30  # the run made the calls it was meant to
+
+
+def test_the_check_refuses_a_call_the_role_lacks() -> None:
+    # The matcher itself: a grant on another table, or on a table but not its index, is no grant
+    ids = {"routes": ('"DataroutesAAAA"',), "sessions": ('"DatasessionsBBBB"',)}
+    table = {"Fn::GetAtt": ["DataroutesAAAA", "Arn"]}
+    index = {"Fn::Join": ["", [table, "/index/*"]]}
+    statement = {"Effect": "Allow", "Action": ["dynamodb:GetItem", "dynamodb:Query"], "Resource": [table]}
+    assert allows(statement, "dynamodb:GetItem", "routes", ids)
+    assert not allows(statement, "dynamodb:PutItem", "routes", ids)
+    assert not allows(statement, "dynamodb:GetItem", "sessions", ids)
+    assert not allows(statement, "dynamodb:Query", "routes/index", ids)
+    assert allows({**statement, "Resource": [table, index]}, "dynamodb:Query", "routes/index", ids)
+    assert allows({**statement, "Action": "dynamodb:*"}, "dynamodb:DeleteItem", "routes", ids)
+    transaction = {
+        "TransactItems": [{"Put": {"TableName": "hermes-local-routes"}}, {"Update": {"TableName": "x-sessions"}}]
+    }
+    assert needs("router", "dynamodb", "TransactWriteItems", transaction) == [
+        ("router", "dynamodb:PutItem", "routes"),
+        ("router", "dynamodb:UpdateItem", "sessions"),
+    ]
+    assert needs("agent", "lambda", "Invoke", {"FunctionName": "hermes-local-delivery"}) == [
+        ("agent", "lambda:InvokeFunction", "delivery")
+    ]

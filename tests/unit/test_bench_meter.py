@@ -1,0 +1,57 @@
+"""bench/meter.py's pure parts: the trigger read from an event, logical resource names, the 64 KB
+chunks SQS and EventBridge bill, the key form boto3's resource layer hands to botocore."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from bench.meter import billed_chunks, dynamo_json, event_source, filler, resource_name, trigger_of
+
+
+@pytest.mark.parametrize(
+    ("event", "trigger"),
+    [
+        ({"requestContext": {"http": {"method": "POST"}}, "body": "{}"}, "api"),
+        ({"Records": [{"eventSource": "aws:sqs", "body": "{}"}]}, "sqs"),
+        ({"Records": [{"eventSource": "aws:dynamodb", "dynamodb": {}}]}, "stream"),
+        ({"step": "prepare", "turn": {}}, "stepfunctions"),
+        ({"source": "aws.scheduler", "detail-type": "Scheduled Event"}, "schedule"),
+        ({"job": {"delivery_id": "d"}}, "invoke"),
+    ],
+)
+def test_the_trigger_is_read_from_the_event_shape(event: dict[str, object], trigger: str) -> None:
+    assert trigger_of(event) == trigger
+
+
+def test_resources_are_named_by_their_logical_names_whatever_the_arn_or_url() -> None:
+    assert resource_name("sqs", {"QueueUrl": "http://127.0.0.1:5000/123456789012/hermes-local-dead-letters"}) == (
+        "dead-letters"
+    )
+    arn = "arn:aws:dynamodb:us-east-1:123456789012:table/hermes-local-inbox/stream/2026-01-01T00:00:00.000"
+    assert resource_name("dynamodbstreams", {"StreamArn": arn}) == "inbox"
+    assert resource_name("lambda", {"FunctionName": "arn:aws:lambda:us-east-1:1:function:hermes-local-delivery"}) == (
+        "delivery"
+    )
+    assert event_source({"Records": [{"eventSourceARN": arn}]}) == ("inbox", False)
+
+
+def test_sqs_and_eventbridge_bill_each_64_kb_of_a_payload() -> None:
+    assert billed_chunks("sqs", "SendMessage", {"MessageBody": "x" * 10}) == 1
+    assert billed_chunks("sqs", "SendMessage", {"MessageBody": "x" * (64 * 1024 + 1)}) == 2
+    assert billed_chunks("sqs", "DeleteMessage", {}) == 1
+    assert billed_chunks("events", "PutEvents", {"Entries": [{"Detail": "{}"}, {"Detail": "y" * 70_000}]}) == 3
+    assert billed_chunks("dynamodb", "GetItem", {}) == 0
+
+
+def test_a_resource_layer_key_is_turned_into_dynamodb_json_and_a_client_key_is_left_alone() -> None:
+    assert dynamo_json("telegram:dm:1") == {"S": "telegram:dm:1"}
+    assert dynamo_json(Decimal(7)) == {"N": "7"}
+    assert dynamo_json({"S": "already"}) == {"S": "already"}
+
+
+def test_the_fake_reply_has_the_asked_size_and_is_the_same_for_the_same_message() -> None:
+    assert len(filler("hello", 1500).encode()) == 1500
+    assert filler("hello", 300) == filler("hello", 300)
+    assert filler("hello", 300) != filler("other", 300)
