@@ -651,16 +651,25 @@ class ByteSink(io.TextIOBase):
 
 
 @contextmanager
-def counted_logs() -> Iterator[ByteSink]:
+def counted_logs(custom_metrics: bool | None = None) -> Iterator[ByteSink]:
     """The functions' log lines (at INFO, as deployed) and metric (EMF) lines, counted, not shown.
 
-    Local mode keeps metrics off (POWERTOOLS_METRICS_DISABLED); here each flush is serialized as
-    Lambda would print it and counted instead. Every function shares one metric set in this
-    process, so adding, flushing and clearing are serialized with a lock (a flush may carry
-    another thread's metrics: the bytes are about right, the lines fewer)."""
+    Metrics are collected as the deployment's observability tier has them (`custom_metrics`;
+    by default the default plan's: none in minimal): local mode keeps them off, so the switch is
+    set for the duration. Each flush is serialized as Lambda would print it and counted instead.
+    Every function shares one metric set in this process, so adding, flushing and clearing are
+    serialized with a lock (a flush may carry another thread's metrics: the bytes are about
+    right, the lines fewer)."""
     from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider as Emf
 
-    from hermes_gateway.observability import logger
+    from hermes_gateway.observability import METRICS_DISABLED_ENV, logger
+
+    if custom_metrics is None:
+        from bench.pricing import default_plan
+
+        custom_metrics = bool(default_plan().custom_metrics)
+    saved_switch = os.environ.get(METRICS_DISABLED_ENV)
+    os.environ[METRICS_DISABLED_ENV] = "false" if custom_metrics else "true"
 
     sink = ByteSink()
     handler = logger.registered_handler
@@ -696,6 +705,10 @@ def counted_logs() -> Iterator[ByteSink]:
     try:
         yield sink
     finally:
+        if saved_switch is None:
+            os.environ.pop(METRICS_DISABLED_ENV, None)
+        else:
+            os.environ[METRICS_DISABLED_ENV] = saved_switch
         if isinstance(handler, logging.StreamHandler) and saved_stream is not None:
             handler.setStream(saved_stream)
         logger.setLevel(saved_level)

@@ -53,15 +53,19 @@ MODEL_FUNCTION = "agent"  # the function that calls the model provider
 ENVIRONMENT_LIMIT_BYTES = 4096  # Lambda: the keys and values of a function's variables, in all
 
 
-def function_environment(settings: Settings) -> dict[str, str]:
+def function_environment(settings: Settings, plan: ObservabilityPlan) -> dict[str, str]:
     """What every function gets: where its settings are (the settings layer) and the deployment's
-    fixed names. The settings themselves are not here: 4 KB is all a function's environment holds."""
-    return {
+    fixed names. The settings themselves are not here: 4 KB is all a function's environment holds.
+    Below the standard tier (and with no dashboard) the functions publish no custom metrics."""
+    environment = {
         SETTINGS_FILE_ENV: SHIPPED_PATH,
         "HERMES_SECRETS_PREFIX": secrets_prefix(settings.stage),
         "POWERTOOLS_SERVICE_NAME": PROJECT,
         "POWERTOOLS_METRICS_NAMESPACE": "HermesGateway",
     }
+    if not plan.custom_metrics:
+        environment["POWERTOOLS_METRICS_DISABLED"] = "true"
+    return environment
 
 
 def enabled_platforms(settings: Settings) -> tuple[PlatformSpec, ...]:
@@ -128,7 +132,7 @@ class HermesGatewayStack(Stack):
             specs=FUNCTIONS,
             code_root=str(root),
             layer=layer.layer,
-            environment=function_environment(settings),
+            environment=function_environment(settings, plan),
             secrets_prefix=secrets_prefix(stage),
             named_profiles={named.profile: enabled_platforms(named) for named in settings.profiles.values()},
             traced=[spec.name for spec in FUNCTIONS if plan.traces(spec.name)],

@@ -2,10 +2,14 @@
 
 - minimal (the default): one alarm on the ERROR lines of every function's log, one on every
   dead-letter queue; an alarm topic only when `operations.alarm_email` is set, and then without a
-  customer-managed key; no dashboard, no X-Ray. Lambda's own START/END/REPORT lines are not kept.
+  customer-managed key; no dashboard, no X-Ray. Lambda's own START/END/REPORT lines are not kept,
+  and the gateway publishes no custom metrics (unless `operations.dashboard` asks for the
+  dashboard that shows them): nothing reads them, and they cost 0.30 USD each a month and about
+  900 bytes of EMF lines per message. The per-message log lines say the same for Logs Insights.
 - standard: an alarm per function (errors, throttles), per dead-letter queue and on failed turn
-  executions, to a topic under its own KMS key; the message path is traced with X-Ray, the
-  scheduled tick is not (it would be 43,200 traces a month with nothing in them).
+  executions, to a topic under its own KMS key; the gateway's custom metrics (EMF); the message
+  path is traced with X-Ray, the scheduled tick is not (it would be 43,200 traces a month with
+  nothing in them).
 - full: standard, plus the dashboard, X-Ray on every function, and Lambda's own lines (START,
   END, REPORT: durations, memory, cold starts) kept.
 
@@ -66,6 +70,12 @@ class ObservabilityPlan:
     @property
     def traces_workflow(self) -> bool:
         return self.tier != MINIMAL
+
+    @property
+    def custom_metrics(self) -> bool:
+        """The gateway's own metrics (TurnLatency, DeliverySent, ...) as EMF lines: standard and full,
+        or wherever the dashboard that charts them is built."""
+        return self.tier != MINIMAL or self.dashboard
 
     @property
     def platform_log_lines(self) -> bool:

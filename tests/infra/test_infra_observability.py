@@ -115,6 +115,32 @@ def test_minimal_traces_nothing_and_keeps_no_lambda_report_lines(synthesized: Sy
     assert xray == []
 
 
+def environments(resources: dict[str, Any]) -> dict[str, dict[str, str]]:
+    return {
+        props["Environment"]["Variables"]["HERMES_FUNCTION"]: props["Environment"]["Variables"]
+        for props in (f["Properties"] for f in of_type(resources, "AWS::Lambda::Function").values())
+        if "HERMES_FUNCTION" in props.get("Environment", {}).get("Variables", {})
+    }
+
+
+def test_minimal_publishes_no_custom_metrics(synthesized: Synthesized) -> None:
+    # nothing in minimal reads them (its alarms watch ERROR lines and dead letters), and each one
+    # would cost 0.30 USD a month and its EMF bytes on every message
+    found = environments(synthesized.resources)
+    assert set(found) == {spec.name for spec in FUNCTIONS}
+    assert {name: env.get("POWERTOOLS_METRICS_DISABLED") for name, env in found.items()} == {
+        spec.name: "true" for spec in FUNCTIONS
+    }
+
+
+def test_custom_metrics_are_published_where_something_charts_them(
+    standard: Any, synthesized_full: Synthesized, minimal_with_email: Synthesized
+) -> None:
+    for resources in (standard, synthesized_full.resources, minimal_with_email.resources):  # the last: a dashboard
+        found = environments(resources)
+        assert found and all("POWERTOOLS_METRICS_DISABLED" not in env for env in found.values())
+
+
 def test_minimal_with_an_email_has_an_unencrypted_topic_and_no_key(minimal_with_email: Synthesized) -> None:
     synth = minimal_with_email
     (topic_id,) = synth.of_type("AWS::SNS::Topic")

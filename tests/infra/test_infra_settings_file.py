@@ -84,6 +84,7 @@ def test_every_function_environment_of_the_largest_configuration_fits_in_4_kb(
             "HERMES_SECRETS_PREFIX",
             "POWERTOOLS_SERVICE_NAME",
             "POWERTOOLS_METRICS_NAMESPACE",
+            "POWERTOOLS_METRICS_DISABLED",  # the observability tier's (minimal: no custom metrics)
             "HERMES_FUNCTION",
         }
 

@@ -7,6 +7,8 @@ import json
 import logging
 from types import SimpleNamespace
 
+import pytest
+
 from hermes_gateway.observability import logger
 
 
@@ -36,3 +38,28 @@ def test_a_line_keeps_the_request_id_and_drops_what_the_log_group_says() -> None
     assert line["message"] == "turn started" and line["session"] == "abc123"
     assert line["function_request_id"] == "req-1"
     assert not {"function_name", "function_arn", "function_memory_size"} & set(line)
+
+
+def test_switched_off_metrics_are_neither_printed_nor_kept(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a deployment that keeps no custom metrics (the minimal tier sets the switch)
+    from hermes_gateway.observability import METRICS_DISABLED_ENV, MetricUnit, metrics
+
+    metrics.clear_metrics()
+    monkeypatch.setenv(METRICS_DISABLED_ENV, "true")
+    # When a warm function counts more values than one EMF document holds (Powertools prints a
+    # metric's values when it reaches 100, whatever its own switch says)
+    for _ in range(150):
+        metrics.add_metric(name="DeliverySent", unit=MetricUnit.Count, value=1)
+    metrics.flush_metrics()
+    # Then nothing was printed and nothing is kept for a later invocation
+    assert "DeliverySent" not in capsys.readouterr().out
+    assert metrics.metric_set == {}
+    # And with the switch off, the same call is published as before
+    monkeypatch.setenv(METRICS_DISABLED_ENV, "false")
+    metrics.add_metric(name="DeliverySent", unit=MetricUnit.Count, value=1)
+    metrics.flush_metrics()
+    emf = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert emf["DeliverySent"] == [1.0]
+    assert metrics.metric_set == {}

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import warnings
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
 
 # An invocation that counts nothing (a turn's tool round, an idle tick) is normal, not worth a warning.
 warnings.filterwarnings("ignore", message="No application metrics to publish")
@@ -36,8 +37,28 @@ def log_json(record: Any) -> str:
     return json.dumps(record, default=str, separators=(",", ":"), ensure_ascii=True)
 
 
+METRICS_DISABLED_ENV = "POWERTOOLS_METRICS_DISABLED"  # set where the deployment keeps no custom metrics
+
+
+def metrics_disabled() -> bool:
+    return os.environ.get(METRICS_DISABLED_ENV, "false").strip().lower() in ("1", "true", "yes", "on")
+
+
+class GatewayMetrics(Metrics):
+    """Powertools' metrics, where switching them off (`POWERTOOLS_METRICS_DISABLED`, as the minimal
+    observability tier does) also stops them being collected: Powertools' own switch only skips the
+    flush, so a warm function would keep every value and print them anyway once a metric holds 100."""
+
+    def add_metric(
+        self, name: str, unit: MetricUnit | str, value: float, resolution: MetricResolution | int = 60
+    ) -> None:
+        if metrics_disabled():
+            return
+        super().add_metric(name=name, unit=unit, value=value, resolution=resolution)
+
+
 logger = Logger(service="hermes-gateway", json_serializer=log_json)
-metrics = Metrics(namespace="HermesGateway", service="hermes-gateway")
+metrics = GatewayMetrics(namespace="HermesGateway", service="hermes-gateway")
 
 __all__ = ["MetricUnit", "hash_id", "logger", "metrics"]
 

@@ -40,13 +40,16 @@ def finish(state: TurnState, deps: TurnDeps) -> TurnState:
         if manager is not None:
             manager.on_session_end(transcript_messages(turn, deps))  # external providers see it too
         deps.catalogue.mark_memory_flushed(turn.session_id, deps.now())  # the new session's turn goes on
+    latency = max(0.0, deps.now() - turn.started_at)
     metrics.add_metric(name="TurnCompleted", unit=MetricUnit.Count, value=1)
-    metrics.add_metric(name="TurnLatency", unit=MetricUnit.Seconds, value=max(0.0, deps.now() - turn.started_at))
-    # The agent function's one line per message.
+    metrics.add_metric(name="TurnLatency", unit=MetricUnit.Seconds, value=latency)
+    # The agent function's one line per message; with no custom metrics (the minimal tier) its
+    # seconds and tokens are what Logs Insights charts instead of TurnLatency and ModelTokensOut.
     logger.info(
         "agent:end",
         extra={"turn_id": turn.turn_id, "kind": turn.kind.value, "status": status, "lease": released,
-               "iterations": state.loop.iterations},
+               "iterations": state.loop.iterations, "seconds": round(latency, 2),
+               "tokens_out": state.loop.usage.output_tokens},
     )  # fmt: skip
     emit(deps, "agent:end", turn, status=status, iterations=state.loop.iterations)
     return state.go(Step.FINISH)
