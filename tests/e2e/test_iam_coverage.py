@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -203,6 +204,46 @@ def test_every_call_a_function_makes_is_allowed_by_its_deployed_role(
             refused.append(f"{function}: {action} on {resource} (e.g. {example})")
     assert refused == [], "\n".join(refused)
     assert len(metered.needed) > 30  # the run made the calls it was meant to
+    report = os.environ.get(REPORT_ENV)
+    if report:  # for a closing note or a review: what each function used of what it is granted
+        Path(report).write_text(coverage_report(metered.needed, synthesized, deployed, ids), encoding="utf-8")
+
+
+REPORT_ENV = "HERMES_IAM_REPORT"  # a path: the run writes each function's exercised and unexercised grants there
+
+
+def coverage_report(
+    needed: dict[Need, str], synthesized: Any, deployed: dict[str, Any], ids: dict[str, tuple[str, ...]]
+) -> str:
+    """Per function: the actions its calls needed here, and each granted (action, resource) no call used."""
+    from tests.infra.test_infra_stack import ref, role_statements
+
+    named = {mark: name for name, marks in ids.items() for mark in marks}
+    lines = ["# IAM coverage of local mode's run (tests/e2e/test_iam_coverage.py)", ""]
+    for function in sorted(deployed):
+        used = sorted({(action, resource) for (f, action, resource) in needed if f == function})
+        lines.append(f"## {function}")
+        lines.append("exercised: " + (", ".join(f"{a} {r}" for a, r in used) or "none"))
+        idle = []
+        for statement in role_statements(synthesized, ref(deployed[function][1]["Role"])):
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            where = sorted({_resource_label(r, named) for r in resources})
+            for action in actions:
+                if not any(fnmatch.fnmatchcase(a, action) for a, _ in used):
+                    idle.append(f"{action} on {', '.join(where)}")
+        lines.append("granted, not exercised here: " + ("; ".join(sorted(set(idle))) or "none"))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _resource_label(resource: Any, named: dict[str, str]) -> str:
+    text = json.dumps(resource)
+    found = sorted({name for mark, name in named.items() if mark in text})
+    suffix = "/index/*" if "/index/" in text else ""
+    if found:
+        return "+".join(found) + suffix
+    return "*" if resource == "*" else text.replace('"', "")[:80]
 
 
 def test_the_check_refuses_a_call_the_role_lacks() -> None:
