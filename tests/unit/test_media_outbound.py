@@ -378,3 +378,54 @@ def test_twilio_sends_an_mms_whose_media_url_is_the_presigned_url(host: FakeMedi
     [sent] = api.requests
     assert sent.body["Body"] == "here it is"
     assert sent.body["MediaUrl"].startswith("https://media.example.com/default/s1/out/turn-1-1?")
+
+
+def test_mattermost_uploads_to_files_then_posts_with_its_file_id(host: FakeMediaHost, api: FakeApi) -> None:
+    from hermes_gateway.platforms.mattermost import MattermostSender
+
+    api.routes["/api/v4/files"] = ScriptedAnswer(201, {"file_infos": [{"id": "file1"}]})
+    api.routes["/api/v4/posts"] = ScriptedAnswer(201, {"id": "post1"})
+    sender = MattermostSender(api.base_url, token("mm", "test"))
+
+    deliver(
+        media_job("here it is", host.url("/report.pdf"), platform="mattermost", chat_id="chan1", thread_id="root1"),
+        media_deps(sender, MemoryMedia()),
+    )
+
+    fields = fields_of(api.to("/api/v4/files")[0])
+    assert (fields["channel_id"].text, fields["files"].filename, fields["files"].value) == ("chan1", "report.pdf", PDF)
+    assert api.to("/api/v4/posts")[0].body == {
+        "channel_id": "chan1",
+        "message": "here it is",
+        "file_ids": ["file1"],
+        "root_id": "root1",
+    }
+
+
+def test_matrix_uploads_the_file_then_sends_an_image_event_of_its_mxc_url(host: FakeMediaHost, api: FakeApi) -> None:
+    from hermes_gateway.platforms.matrix import MatrixSender
+
+    api.routes["/_matrix/media/v3/upload"] = ScriptedAnswer(200, {"content_uri": "mxc://example.org/abc"})
+    sender = MatrixSender(api.base_url, token("as", "test"), "@bot:example.org")
+
+    def is_event(request: Any) -> bool:  # each event's path ends in a fresh transaction id
+        return "/send/m.room.message/" in request.path
+
+    api.answer_next(200, {"event_id": "$1"}, times=2, only=is_event)
+    deliver(
+        media_job("here it is", host.url("/cat.png"), platform="matrix", chat_id="!room:example.org"),
+        media_deps(sender, MemoryMedia()),
+    )
+
+    [upload] = api.to("/_matrix/media/v3/upload")
+    assert upload.raw == PNG and upload.headers["content-type"] == "image/png" and "filename=cat.png" in upload.path
+    sent = [r.body for r in api.requests if "/send/m.room.message/" in r.path]
+    assert sent == [
+        {"msgtype": "m.text", "body": "here it is"},
+        {
+            "msgtype": "m.image",
+            "body": "cat.png",
+            "url": "mxc://example.org/abc",
+            "info": {"mimetype": "image/png", "size": len(PNG)},
+        },
+    ]
