@@ -390,14 +390,20 @@ class LocalGateway:
         return list(getattr(wiring.events(), "recent", []))
 
     def outbox(self, chat_id: str | None = None, platform: str | None = None) -> list[dict[str, Any]]:
-        """Every delivery that would have gone to a platform, newest last."""
+        """Every delivery that would have gone to a platform, newest last. A file's row names its
+        stored object with a pre-signed URL of the embedded S3 (`reference`: the page shows it)."""
         from hermes_gateway import wiring
+        from hermes_gateway.platforms.outbound_media import LINK_SECONDS
 
-        return [
-            row.to_dict()
-            for row in wiring.outbox().recent()
-            if (chat_id is None or row.chat_id == chat_id) and (platform is None or row.platform == platform)
-        ]
+        store = wiring.media_store()
+        rows = []
+        for row in wiring.outbox().recent():
+            if (chat_id is None or row.chat_id == chat_id) and (platform is None or row.platform == platform):
+                found = row.to_dict()
+                if row.media and store is not None:
+                    found["media"] = [{**m, "reference": store.url(m["key"], LINK_SECONDS)} for m in row.media]
+                rows.append(found)
+        return rows
 
     def stop(self) -> None:
         self._stop.set()

@@ -119,6 +119,7 @@ class FakeOutbox:
         chunks: int,
         now: float,
         buttons: list[dict[str, str]] | None = None,
+        media: list[dict[str, str]] | None = None,
     ) -> tuple[OutboxEntry, bool]:
         self.writes.append("record_claimed")
         if delivery_id in self.entries:
@@ -139,6 +140,7 @@ class FakeOutbox:
             created_at=now,
             updated_at=now,
             buttons=buttons,
+            media=media,
         )
         return self.entries[delivery_id], True
 

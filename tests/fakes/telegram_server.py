@@ -25,7 +25,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from tests.fakes.loopback import LoopbackFake, ScriptedAnswer
+from tests.fakes.loopback import LoopbackFake, Received, ScriptedAnswer
+from tests.fakes.upload_server import FormField, form_fields
 
 DEFAULT_TOKEN = "123456:TEST-fake-token-value"
 CANT_PARSE_ENTITIES = {
@@ -54,6 +55,7 @@ class RecordedRequest:
     api_method: str  # the Bot API method, e.g. "sendMessage"; "" when the path is not /bot<token>/<method>
     json: Any  # the parsed body; None when it was empty or not JSON
     headers: dict[str, str]  # lower-cased names
+    raw: bytes = b""  # the body as it arrived (a multipart upload's)
 
 
 @dataclass
@@ -78,15 +80,28 @@ class FakeTelegram(LoopbackFake[RecordedRequest]):
     def _scripted_by_default(self, request: RecordedRequest) -> bool:
         return not is_chat_action(request)
 
-    def _record(self, http_method: str, path: str, headers: dict[str, str], body: Any) -> RecordedRequest:
-        parts = path.split("/")
+    def uploads(self, api_method: str | None = None) -> list[tuple[str, dict[str, FormField]]]:
+        """The multipart sends of files (sendPhoto, sendDocument, ...): (method, their fields)."""
+        with self._lock:
+            return [
+                (r.api_method, form_fields(r.headers["content-type"], r.raw))
+                for r in self.requests
+                if r.api_method in MEDIA_METHODS and (api_method is None or r.api_method == api_method)
+            ]
+
+    def _receive(self, received: Received) -> RecordedRequest:
+        parts = received.path.split("/")
         api_method = parts[2] if len(parts) == 3 and parts[1].startswith("bot") else ""
-        return RecordedRequest(http_method, path, api_method, body, headers)
+        return RecordedRequest(
+            received.http_method, received.path, api_method, received.body, received.headers, received.raw
+        )
 
     def _default_answer(self, request: RecordedRequest) -> ScriptedAnswer:
         token = next((t for t in (self.token, *self.other_tokens) if request.path.startswith(f"/bot{t}/")), None)
         if token is None:
             return ScriptedAnswer(401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
+        if request.api_method in MEDIA_METHODS:
+            return self._media_message()
         if request.api_method != "sendMessage":
             return ScriptedAnswer(200, {"ok": True, "result": True})
         payload = request.json if isinstance(request.json, dict) else {}
@@ -103,6 +118,14 @@ class FakeTelegram(LoopbackFake[RecordedRequest]):
         self.sent_tokens.append(token)
         result = {"message_id": message_id, "date": int(time.time()), "chat": {"id": payload["chat_id"]}, "text": text}
         return ScriptedAnswer(200, {"ok": True, "result": result})
+
+    def _media_message(self) -> ScriptedAnswer:
+        message_id = self._next_message_id
+        self._next_message_id += 1
+        return ScriptedAnswer(200, {"ok": True, "result": {"message_id": message_id, "date": int(time.time())}})
+
+
+MEDIA_METHODS = ("sendPhoto", "sendVoice", "sendAudio", "sendVideo", "sendDocument")
 
 
 def is_chat_action(request: RecordedRequest) -> bool:

@@ -40,6 +40,8 @@ MAX_IDLE_SECONDS = 50.0
 HOSTS_KEPT = 20  # platforms, model servers and token endpoints one process talks to
 
 NoAnswerKind = Literal["timeout", "connect", "broken"]
+# A multipart form: each field a value, or a file as (file name, bytes, mime type)
+FormFields = dict[str, str | tuple[str, bytes, str]]
 
 
 @dataclass(frozen=True)
@@ -145,17 +147,20 @@ class TooLarge(Exception):
         self.limit = limit
 
 
-def download(url: str, *, headers: Mapping[str, str] | None = None, timeout: float, limit: int) -> Reply:
+def download(
+    url: str, *, headers: Mapping[str, str] | None = None, timeout: float, limit: int, redirects: bool = True
+) -> Reply:
     """GET a file on a pooled connection, reading at most `limit` bytes: a longer body (announced
     by Content-Length or found while reading) raises TooLarge. Redirects are followed only without
-    an Authorization header, as in `send`."""
+    an Authorization header, as in `send`, and never with `redirects=False` (the caller checks
+    where each one leads: an outbound media reference's public-address check)."""
     from http.client import HTTPException
 
     import urllib3
     from urllib3.exceptions import HTTPError
 
     sent = dict(headers or {})
-    follow = not any(k.lower() == "authorization" for k in sent)
+    follow = redirects and not any(k.lower() == "authorization" for k in sent)
     retries = _redirects(follow)
     try:
         response = _pool().request(
@@ -186,6 +191,14 @@ def download(url: str, *, headers: Mapping[str, str] | None = None, timeout: flo
         raise _no_answer(exc, timeout) from None
     finally:
         response.release_conn() if response.status < 300 else response.drain_conn()
+
+
+def multipart(fields: FormFields) -> tuple[bytes, str]:
+    """A `multipart/form-data` body and its Content-Type: urllib3's encoder, for every caller
+    that uploads a file (a platform's media upload, speech to text)."""
+    from urllib3 import encode_multipart_formdata
+
+    return encode_multipart_formdata(fields)
 
 
 def _redirects(follow: bool) -> Retry | bool:

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from hermes_gateway.services.cron import CronDeps
     from hermes_gateway.services.delivery import DeliveryDeps, Mirror
     from hermes_gateway.services.ingress import DeliveryReport, InboundAdapter
+    from hermes_gateway.services.outbound_media import Fetching
     from hermes_gateway.services.router import Access
     from hermes_gateway.services.turn import TurnDeps
 
@@ -536,7 +537,19 @@ def delivery_deps(profile: str | None = None) -> DeliveryDeps:
         outbox_text_chars=None if local_mode() and not _deployed_outbox_rows() else OUTBOX_PREVIEW_CHARS,
         jobs=job_store() if "jobs" in bindings().tables else None,
         reply_to_mode=lambda platform: _reply_to_mode(platform, profile),
+        media=_outbound_fetching(profile),
     )
+
+
+def _outbound_fetching(profile: str | None) -> Fetching | None:
+    """How a reply's MEDIA references are fetched: into the media bucket, `media.max_bytes` each;
+    local mode also fetches http(s) on loopback (a laptop's or a test's file server)."""
+    from hermes_gateway.services.outbound_media import Fetching
+
+    store = media_store()
+    if store is None:
+        return None
+    return Fetching(store, profile_settings(profile).media.max_bytes, local=local_mode())
 
 
 def _reply_to_mode(platform: str, profile: str | None) -> str:

@@ -39,6 +39,7 @@ def _entry(item: OutboxModelBase) -> OutboxEntry:
         created_at=float(item.created_at),
         updated_at=float(item.updated_at),
         buttons=json.loads(item.buttons) if item.buttons else None,
+        media=json.loads(item.media) if item.media else None,
     )
 
 
@@ -60,6 +61,7 @@ class DynamoOutbox:
         chunks: int,
         now: float,
         buttons: list[dict[str, str]] | None = None,
+        media: list[dict[str, str]] | None = None,
     ) -> tuple[OutboxEntry, bool]:
         """Write the chunk claimed for sending (`sending` at `now`) unless it exists: one write, which
         on a repeated job returns the stored row with its failed condition (no read). What is
@@ -80,6 +82,7 @@ class DynamoOutbox:
             updated_at=now,
             expires_at=int(now + RETENTION_SECONDS),
             buttons=json.dumps(buttons) if buttons else None,
+            media=json.dumps(media) if media else None,
         )
         # pynamodb's put drops the item a failed condition returns, so the call is botocore's
         # (through the model's own connection: same endpoint, same client).

@@ -234,6 +234,7 @@ class OutboxModelBase(Model):
     updated_at = NumberAttribute()
     expires_at = NumberAttribute(null=True)  # TTL
     buttons = UnicodeAttribute(null=True)  # JSON: [{"label", "reply"}], on a message's last chunk
+    media = UnicodeAttribute(null=True)  # JSON: [{"key", "name", "kind", "mime"}], on a media part
 
 
 @lru_cache(maxsize=8)

@@ -23,6 +23,8 @@ class OutboxEntry:
     updated_at: float
     # quick replies shown under the chunk ([{"label", "reply"}], the message's last chunk only)
     buttons: list[dict[str, str]] | None = None
+    # the file a media part sends ([{"key", "name", "kind", "mime"}]: its media bucket key, never bytes)
+    media: list[dict[str, str]] | None = None
 
     def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)

@@ -158,11 +158,13 @@ class HttpClient:
         json_body: Any = None,
         form: Mapping[str, str] | None = None,
         data: bytes | None = None,
+        files: http_pool.FormFields | None = None,
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> Answer:
         """Send one request; any HTTP status comes back as an Answer. Connection failures and
-        timeouts (the client's, or `timeout` for this request) raise TransientError."""
+        timeouts (the client's, or `timeout` for this request) raise TransientError. `files` is a
+        multipart form (a field's value, or a file as (name, bytes, mime type))."""
         import urllib.parse
 
         url = path_or_url if path_or_url.startswith(("https://", "http://")) else self.base + path_or_url
@@ -175,6 +177,8 @@ class HttpClient:
         elif form is not None:
             data = urllib.parse.urlencode(form).encode("utf-8")
             sent_headers.setdefault("Content-Type", "application/x-www-form-urlencoded")
+        elif files is not None:
+            data, sent_headers["Content-Type"] = http_pool.multipart(files)
         try:
             reply = http_pool.send(method, url, body=data, headers=sent_headers, timeout=timeout or self.timeout)
         except http_pool.NoAnswer as exc:

@@ -12,10 +12,12 @@ here with the bot token, through `POST /channels/{id}/messages`.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+from hermes_gateway import http_pool
 from hermes_gateway.domain.media import Attachment, attachment, kind_of_mime
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import (
@@ -41,6 +43,7 @@ from hermes_gateway.platforms.base import (
     optional_str,
     retry_after_seconds,
 )
+from hermes_gateway.platforms.outbound_media import MediaFile
 from hermes_gateway.services.ingress import (
     Accepted,
     Handshake,
@@ -365,11 +368,7 @@ class DiscordSender:
         return is_int(flags) and bool(flags & LOADING)
 
     def _send_to_channel(self, target: Target, text: str) -> str:
-        if not self._bot_token:
-            raise PermanentError("discord: sending to a channel needs DISCORD_BOT_TOKEN")
-        channel = target.thread_id or target.chat_id
-        if not _is_snowflake(channel):
-            raise PermanentError("discord: the target is not a channel id")
+        channel = self._channel(target)
         headers = {"Authorization": f"Bot {self._bot_token}", "User-Agent": USER_AGENT}
         body = message_body(text, target.buttons)
         if _is_snowflake(target.reply_to):
@@ -377,6 +376,33 @@ class DiscordSender:
             body["message_reference"] = {"message_id": target.reply_to, "fail_if_not_exists": False}
         answer = self._http.request("POST", f"/channels/{channel}/messages", json_body=body, headers=headers)
         return self._message_id(answer, None)
+
+    caption_limit = 2000  # the message's content
+
+    def send_media(self, target: Target, media: MediaFile, caption: str) -> str:
+        """A message with the file as `files[0]` (multipart, the message itself in `payload_json`),
+        posted to the channel with the bot token (an interaction's answer is text only)."""
+        channel = self._channel(target)
+        body: dict[str, Any] = {"attachments": [{"id": 0, "filename": media.name}]}
+        if caption:
+            body["content"] = caption
+        if _is_snowflake(target.reply_to):
+            body["message_reference"] = {"message_id": target.reply_to, "fail_if_not_exists": False}
+        form: http_pool.FormFields = {
+            "payload_json": json.dumps(body),
+            "files[0]": (media.name, media.data, media.mime),
+        }
+        headers = {"Authorization": f"Bot {self._bot_token}", "User-Agent": USER_AGENT}
+        answer = self._http.request("POST", f"/channels/{channel}/messages", files=form, headers=headers, timeout=60.0)
+        return self._message_id(answer, None)
+
+    def _channel(self, target: Target) -> str:
+        if not self._bot_token:
+            raise PermanentError("discord: sending to a channel needs DISCORD_BOT_TOKEN")
+        channel = target.thread_id or target.chat_id
+        if not _is_snowflake(channel):
+            raise PermanentError("discord: the target is not a channel id")
+        return channel
 
     def _call(self, method: str, path: str, token: str, body: Any = None) -> Answer:
         """One request to the interaction webhook; the token in its path never reaches an error."""

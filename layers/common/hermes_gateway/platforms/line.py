@@ -27,6 +27,7 @@ from hermes_gateway.platforms.base import (
     Target,
     optional_str,
 )
+from hermes_gateway.platforms.outbound_media import MediaFile, link_line
 from hermes_gateway.services.ingress import (
     Accepted,
     Handshake,
@@ -230,7 +231,22 @@ class LineSender:
         return f"LineSender({self._http.base!r})"
 
     def send(self, target: Target, text: str) -> str:
-        messages = [{"type": "text", "text": text}]
+        return self._send_messages(target, [{"type": "text", "text": text}])
+
+    caption_limit = 0  # an image message has no caption: the text goes before it
+
+    def send_media(self, target: Target, media: MediaFile, caption: str) -> str:
+        """An image message of the stored file's pre-signed (https) URL, which LINE fetches; a
+        video or audio message needs a preview image or a duration the gateway does not have, so
+        other files go as a link."""
+        url = media.link()
+        if media.kind != "image":
+            return self._send_messages(target, [{"type": "text", "text": link_line(media)}])
+        if not url.startswith("https://"):
+            raise PermanentError("line: an image message needs an https URL of the file")
+        return self._send_messages(target, [{"type": "image", "originalContentUrl": url, "previewImageUrl": url}])
+
+    def _send_messages(self, target: Target, messages: list[dict[str, Any]]) -> str:
         token = target.context.get("reply_token")
         if token and self._can_reply(token, target.context.get("received_at")):
             self._remember(token)

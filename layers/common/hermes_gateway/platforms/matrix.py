@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from hermes_gateway.domain.media import Attachment, attachment
 from hermes_gateway.domain.source import InboundMessage, SessionSource
-from hermes_gateway.errors import BadRequest, OutcomeUnknown, RateLimited, TargetGone, Unauthorized
+from hermes_gateway.errors import BadRequest, OutcomeUnknown, PermanentError, RateLimited, TargetGone, Unauthorized
 from hermes_gateway.platforms.base import (
     AdapterContext,
     Answer,
@@ -28,6 +28,7 @@ from hermes_gateway.platforms.base import (
     optional_str,
     retry_after_seconds,
 )
+from hermes_gateway.platforms.outbound_media import MediaFile
 from hermes_gateway.services.ingress import (
     Accepted,
     Handshake,
@@ -326,9 +327,37 @@ class MatrixSender:
         return f"MatrixSender({self._http.base!r})"
 
     def send(self, target: Target, text: str) -> str:
+        return self._send_content(target, {"msgtype": "m.text", "body": text})
+
+    caption_limit = 0  # the text goes as its own message before the file
+
+    def send_media(self, target: Target, media: MediaFile, caption: str) -> str:
+        """`POST /_matrix/media/v3/upload`, then an `m.image` / `m.audio` / `m.video` / `m.file`
+        event naming the `mxc://` URL it answered."""
         import urllib.parse
 
-        content: dict[str, Any] = {"msgtype": "m.text", "body": text}
+        query = {"filename": media.name, **({"user_id": self._bot} if self._bot else {})}
+        answer = self._http.request(
+            "POST",
+            "/_matrix/media/v3/upload?" + urllib.parse.urlencode(query),
+            data=media.data,
+            headers={"Authorization": f"Bearer {self._token}", "Content-Type": media.mime},
+            timeout=60.0,
+        )
+        if answer.status != 200:
+            raise self._failure(answer)
+        uri = answer.json_object().get("content_uri")
+        if not isinstance(uri, str) or not uri.startswith("mxc://"):
+            raise PermanentError("matrix: the upload answered no mxc:// content_uri")
+        msgtype = {"image": "m.image", "audio": "m.audio", "voice": "m.audio", "video": "m.video"}.get(
+            media.kind, "m.file"
+        )
+        info = {"mimetype": media.mime, "size": len(media.data)}
+        return self._send_content(target, {"msgtype": msgtype, "body": media.name, "url": uri, "info": info})
+
+    def _send_content(self, target: Target, content: dict[str, Any]) -> str:
+        import urllib.parse
+
         if target.thread_id:
             latest = target.context.get("in_reply_to") or target.thread_id
             content["m.relates_to"] = {

@@ -31,10 +31,12 @@ import logging
 import re
 from typing import TYPE_CHECKING, Any
 
+from hermes_gateway import http_pool
 from hermes_gateway.domain.media import Attachment, attachment
 from hermes_gateway.domain.source import InboundMessage, SessionSource
-from hermes_gateway.errors import BadRequest, OutcomeUnknown, RateLimited, TargetGone, Unauthorized
+from hermes_gateway.errors import BadRequest, OutcomeUnknown, PermanentError, RateLimited, TargetGone, Unauthorized
 from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target, header, retry_after_seconds
+from hermes_gateway.platforms.outbound_media import MediaFile
 from hermes_gateway.services.ingress import (
     Accepted,
     HttpRequest,
@@ -214,7 +216,23 @@ class MattermostSender:
 
     def send(self, target: Target, text: str) -> str:
         """Create one post (in the target's thread when it has one); return the post id."""
-        payload = {"channel_id": target.chat_id, "message": text}
+        return self._post(target, {"channel_id": target.chat_id, "message": text})
+
+    caption_limit = 4000  # the post's message
+
+    def send_media(self, target: Target, media: MediaFile, caption: str) -> str:
+        """`POST /api/v4/files` (multipart `channel_id` and `files`), then a post naming its file id."""
+        form: http_pool.FormFields = {"channel_id": target.chat_id, "files": (media.name, media.data, media.mime)}
+        answer = self._http.request("POST", "/api/v4/files", files=form, headers=self._headers, timeout=60.0)
+        if answer.status not in (200, 201):
+            raise self._failure(answer)
+        infos = answer.json_object().get("file_infos")
+        file_id = infos[0].get("id") if isinstance(infos, list) and infos and isinstance(infos[0], dict) else None
+        if not isinstance(file_id, str) or not file_id:
+            raise PermanentError("mattermost: the upload named no file id")
+        return self._post(target, {"channel_id": target.chat_id, "message": caption, "file_ids": [file_id]})
+
+    def _post(self, target: Target, payload: dict[str, Any]) -> str:
         if target.thread_id:
             payload["root_id"] = target.thread_id
         answer = self._http.request("POST", "/api/v4/posts", json_body=payload, headers=self._headers)

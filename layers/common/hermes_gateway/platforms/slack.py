@@ -55,6 +55,7 @@ from hermes_gateway.platforms.base import (
     required_str,
     retry_after_seconds,
 )
+from hermes_gateway.platforms.outbound_media import MediaFile
 from hermes_gateway.services.ingress import (
     Handshake,
     HttpRequest,
@@ -361,6 +362,50 @@ class SlackSender:
                 return ts
             raise OutcomeUnknown("slack answered ok without a ts; the message may have been sent")
         raise self._refusal(answer, body)
+
+    caption_limit = 3000  # the upload's initial comment
+
+    def send_media(self, target: Target, media: MediaFile, caption: str) -> str:
+        """Slack's external upload: `files.getUploadURLExternal`, the bytes to the URL it names,
+        then `files.completeUploadExternal` shares the file in the channel (and thread), with the
+        caption as its comment. Returns the file's id (the message's `ts` is not in the answer)."""
+        auth = {"Authorization": self._headers["Authorization"]}
+        ticket = self._answered(
+            self._http.request(
+                "POST",
+                "/files.getUploadURLExternal",
+                form={"filename": media.name, "length": str(len(media.data))},
+                headers=auth,
+            )
+        )
+        upload_url, file_id = ticket.get("upload_url"), ticket.get("file_id")
+        if not isinstance(upload_url, str) or not isinstance(file_id, str) or not file_id:
+            raise PermanentError("slack: files.getUploadURLExternal named no upload URL or file id")
+        uploaded = self._http.request(
+            "POST", upload_url, data=media.data, headers={"Content-Type": media.mime}, timeout=60.0
+        )
+        if uploaded.status != 200:
+            raise self._http.failure(uploaded, gone=())
+        payload: dict[str, Any] = {"files": [{"id": file_id, "title": media.name}], "channel_id": target.chat_id}
+        if target.thread_id:
+            payload["thread_ts"] = target.thread_id
+        if caption:
+            payload["initial_comment"] = caption
+        self._answered(
+            self._http.request("POST", "/files.completeUploadExternal", json_body=payload, headers=self._headers)
+        )
+        return file_id
+
+    def _answered(self, answer: Answer) -> dict[str, Any]:
+        """A Web API answer that is ok:true; else its error (429, 5xx, ok:false codes)."""
+        if answer.status == 429:
+            raise self._rate_limited(answer, "HTTP 429")
+        if answer.status != 200:
+            raise self._http.failure(answer, gone=())
+        body = answer.json_object()
+        if body.get("ok") is not True:
+            raise self._refusal(answer, body)
+        return body
 
     def typing(self, target: Target) -> bool:
         """`assistant.threads.setStatus`: Slack shows a status only in a thread of an app's

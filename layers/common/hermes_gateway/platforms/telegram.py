@@ -7,12 +7,13 @@ the ingress imports this module on its cold-start path and never sends.
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from hermes_gateway import errors
+from hermes_gateway import errors, http_pool
 from hermes_gateway.domain.media import Attachment, attachment
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import BadRequest, OutcomeUnknown, PermanentError, RateLimited, TransientError, Unauthorized
@@ -28,6 +29,7 @@ from hermes_gateway.platforms.base import (
     object_field,
     retry_after_seconds,
 )
+from hermes_gateway.platforms.outbound_media import MediaFile
 
 if TYPE_CHECKING:
     from hermes_gateway.platforms.media import Fetched
@@ -281,6 +283,9 @@ class TargetGone(TelegramRejected, errors.TargetGone):
         self.migrate_to = self.migrate_to_chat_id = migrate_to_chat_id
 
 
+CAPTION_LIMIT = 1024  # a media message's caption
+
+
 class TelegramSender:
     """Sends messages with the Bot API. The token is part of every URL, so no URL ever leaves here."""
 
@@ -345,8 +350,27 @@ class TelegramSender:
         del payload["parse_mode"]
         return self._send_message(payload)
 
+    caption_limit = CAPTION_LIMIT
+
+    def send_media(self, target: Target, media: MediaFile, caption: str) -> str:
+        """A file by its kind's method (`sendPhoto`, `sendVoice`, `sendAudio`, `sendVideo`, else
+        `sendDocument`), uploaded as multipart, with the caption (at most CAPTION_LIMIT)."""
+        method, field = _MEDIA_METHODS.get(media.kind, ("sendDocument", "document"))
+        form: http_pool.FormFields = {"chat_id": target.chat_id}
+        if caption:
+            form["caption"] = caption[:CAPTION_LIMIT]
+        if target.thread_id is not None:
+            form["message_thread_id"] = target.thread_id
+        if target.reply_to is not None and target.reply_to.isdigit():
+            reply = {"message_id": int(target.reply_to), "allow_sending_without_reply": True}
+            form["reply_parameters"] = json.dumps(reply)
+        form[field] = (media.name, media.data, media.mime)
+        return self._sent_id(self._http.request("POST", f"/bot{self._token}/{method}", files=form, timeout=60.0))
+
     def _send_message(self, payload: dict[str, Any]) -> str:
-        answer = self._http.request("POST", f"/bot{self._token}/sendMessage", json_body=payload)
+        return self._sent_id(self._http.request("POST", f"/bot{self._token}/sendMessage", json_body=payload))
+
+    def _sent_id(self, answer: Answer) -> str:
         body = answer.body if isinstance(answer.body, dict) else None
         if answer.status == 200 and (body is None or body.get("ok") is True):
             result = body.get("result") if body is not None else None
@@ -374,6 +398,15 @@ class TelegramSender:
         if code == 403 or is_int(migrate_to) or any(m in description.lower() for m in _GONE_MARKERS):
             return TargetGone(code, description, str(migrate_to) if is_int(migrate_to) else None)
         return TelegramRejected(code, description)
+
+
+# media kind -> the Bot API method and its file field
+_MEDIA_METHODS = {
+    "image": ("sendPhoto", "photo"),
+    "voice": ("sendVoice", "voice"),
+    "audio": ("sendAudio", "audio"),
+    "video": ("sendVideo", "video"),
+}
 
 
 def inline_keyboard(buttons: tuple[Button, ...]) -> dict[str, Any] | None:

@@ -25,6 +25,7 @@ from hermes_gateway.errors import (
     Unauthorized,
 )
 from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target, header, retry_after_seconds
+from hermes_gateway.platforms.outbound_media import MediaFile
 from hermes_gateway.services.ingress import Accepted, HttpRequest, HttpResponse, Ignored, Parsed
 
 if TYPE_CHECKING:
@@ -234,10 +235,23 @@ class TwilioSender:
 
     def send(self, target: Target, text: str) -> str:
         """Send one SMS body (≤ 1600 characters); returns the message SID (SM…)."""
+        return self._create(target, {"Body": text})
+
+    caption_limit = 1600  # the MMS body
+
+    def send_media(self, target: Target, media: MediaFile, caption: str) -> str:
+        """An MMS (or a WhatsApp message through Twilio): `MediaUrl` is the stored file's
+        pre-signed URL, which Twilio fetches; the caption is its body."""
+        fields = {"MediaUrl": media.link()}
+        if caption:
+            fields["Body"] = caption
+        return self._create(target, fields)
+
+    def _create(self, target: Target, fields: dict[str, str]) -> str:
         sender = target.context.get("from_number") or self._from
         if not sender:
             raise PermanentError("twilio: no number to send from (TWILIO_FROM_NUMBER)")
-        answer = self._account.call("POST", "/Messages.json", {"To": target.chat_id, "From": sender, "Body": text})
+        answer = self._account.call("POST", "/Messages.json", {"To": target.chat_id, "From": sender, **fields})
         if 200 <= answer.status < 300:
             sid = answer.json_object().get("sid")
             if isinstance(sid, str) and sid:

@@ -11,6 +11,7 @@ import hmac
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from hermes_gateway import http_pool
 from hermes_gateway.domain.media import Attachment, attachment
 from hermes_gateway.domain.session_key import canonical_whatsapp_id
 from hermes_gateway.domain.source import InboundMessage, SessionSource
@@ -32,6 +33,7 @@ from hermes_gateway.platforms.base import (
     header,
     retry_after_seconds,
 )
+from hermes_gateway.platforms.outbound_media import MediaFile
 from hermes_gateway.services.ingress import (
     Accepted,
     DeliveryReport,
@@ -272,16 +274,13 @@ class WhatsAppSender:
 
     def send(self, target: Target, text: str) -> str:
         """Send one text (≤ 4096 characters); returns the `wamid` Meta assigned."""
-        number_id = self._number_id(target)
+        content = {"type": "text", "text": {"body": text, "preview_url": False}}
+        return self._message(target, self._number_id(target), content)
+
+    def _message(self, target: Target, number_id: str, content: dict[str, Any]) -> str:
         recipient_type = target.context.get("recipient_type") or _recipient_type(target.chat_id)
         to = canonical_whatsapp_id(target.chat_id) if recipient_type == "individual" else target.chat_id
-        payload = {
-            "messaging_product": "whatsapp",
-            "recipient_type": recipient_type,
-            "to": to,
-            "type": "text",
-            "text": {"body": text, "preview_url": False},
-        }
+        payload = {"messaging_product": "whatsapp", "recipient_type": recipient_type, "to": to, **content}
         if target.reply_to:
             payload["context"] = {"message_id": target.reply_to}  # shown quoting the user's message
         if target.delivery_id and len(target.delivery_id) <= CALLBACK_DATA_LIMIT:
@@ -297,6 +296,30 @@ class WhatsAppSender:
                 return str(first["id"])
             raise OutcomeUnknown("whatsapp answered success without a message id; the message may have been sent")
         raise self._failure(answer)
+
+    caption_limit = 1024  # an image's, video's or document's caption
+
+    def send_media(self, target: Target, media: MediaFile, caption: str) -> str:
+        """Upload to `/{phone-number-id}/media`, then a message of the file's type naming the
+        media id (an audio or voice message has no caption: delivery sends the text before it)."""
+        number_id = self._number_id(target)
+        auth = {"Authorization": f"Bearer {self._token}"}
+        form: http_pool.FormFields = {
+            "messaging_product": "whatsapp",
+            "type": media.mime,
+            "file": (media.name, media.data, media.mime),
+        }
+        uploaded = self._http.request("POST", f"/{number_id}/media", files=form, headers=auth, timeout=60.0)
+        media_id = uploaded.json_object().get("id") if 200 <= uploaded.status < 300 else None
+        if not isinstance(media_id, str) or not media_id:
+            raise self._failure(uploaded) if uploaded.status >= 300 else PermanentError("whatsapp: no media id")
+        kind = {"image": "image", "video": "video", "audio": "audio", "voice": "audio"}.get(media.kind, "document")
+        body: dict[str, Any] = {"id": media_id}
+        if kind == "document":
+            body["filename"] = media.name
+        if caption and kind != "audio":
+            body["caption"] = caption
+        return self._message(target, number_id, {"type": kind, kind: body})
 
     def typing(self, target: Target) -> bool:
         """The typing indicator, which Meta shows only with a read receipt for the user's message

@@ -38,12 +38,10 @@ class OpenAITranscriber:
         return f"OpenAITranscriber({self._url!r}, model={self._model!r})"
 
     def transcribe(self, data: bytes, mime: str, name: str) -> str:
-        from urllib3 import encode_multipart_formdata
-
         base = mime.split(";", 1)[0].strip().lower()
         filename = name or f"voice.{_EXTENSIONS.get(base, 'ogg')}"
         # Telegram calls its voice notes audio/ogg; servers know the type from the file name too.
-        body, content_type = encode_multipart_formdata(
+        body, content_type = http_pool.multipart(
             {"file": (filename, data, base or "application/octet-stream"), "model": self._model}
         )
         headers = {"Content-Type": content_type, "Accept": "application/json"}

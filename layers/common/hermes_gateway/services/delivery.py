@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from hermes_gateway.domain.events import LifecycleEvents
+from hermes_gateway.domain.media import OutboundMedia
 from hermes_gateway.domain.outbox import OutboxEntry
 from hermes_gateway.domain.ports import Leases, Routes, Transcript
 from hermes_gateway.domain.session_key import build_session_key
@@ -39,6 +40,8 @@ from hermes_gateway.errors import BadRequest, OutcomeUnknown, PermanentError, Ra
 from hermes_gateway.observability import MetricUnit, hash_id, logger, metrics
 from hermes_gateway.platforms.base import Button, Sender, Target
 from hermes_gateway.platforms.catalog import text_limit
+from hermes_gateway.platforms.outbound_media import MediaFile, link_line, media_sender_of
+from hermes_gateway.services.outbound_media import MAX_MEDIA, Fetching, MediaRefused, outbound_key, stage
 
 KINDS = ("reply", "push")  # a reply answers the chat's own message; a push is sent unasked
 MIRROR_PREFIX = "[Delivered to this chat by the agent]"
@@ -73,6 +76,7 @@ class Outbox(Protocol):
         chunks: int,
         now: float,
         buttons: list[dict[str, str]] | None = None,
+        media: list[dict[str, str]] | None = None,
     ) -> tuple[OutboxEntry, bool]:
         """Write the chunk as claimed for sending (`sending` at `now`) unless it exists, in one
         write; what is stored, and True when this call wrote (and so claimed) it."""
@@ -117,11 +121,16 @@ class GoneTargets(Protocol):
 
 
 class RecordOnly:
-    """A sender for targets that are only recorded (`local`, and the web chat page's outbox)."""
+    """A sender for targets that are only recorded (`local`, and the web chat page's outbox):
+    a file's outbox row names its stored object, which the web chat page shows."""
 
     status = "recorded"
+    caption_limit = 8000
 
     def send(self, target: Target, text: str) -> str:
+        return ""
+
+    def send_media(self, target: Target, media: MediaFile, caption: str) -> str:
         return ""
 
 
@@ -147,6 +156,8 @@ class DeliveryDeps:
     outbox_text_chars: int | None = OUTBOX_PREVIEW_CHARS
     # platform -> its reply_to_mode: which chunks of a reply are sent as replies to the user's message
     reply_to_mode: Callable[[str], str] = lambda platform: "off"
+    # How a reply's MEDIA references are fetched into the media bucket (None: no bucket bound)
+    media: Fetching | None = None
 
 
 def masked(text: str, secrets: tuple[str, ...]) -> str:
@@ -183,15 +194,17 @@ class DeliveryJob:
     buttons: tuple[Button, ...] = ()  # quick replies under the message's last chunk (an approval's)
     profile: str | None = None  # the named profile whose bot sends it (None: the deployment's own)
     reply_to: str | None = None  # the platform's id of the user's message a reply answers
+    media: tuple[OutboundMedia, ...] = ()  # files attached to the message (references, never bytes)
 
     @classmethod
     def from_dict(cls, data: Any) -> DeliveryJob:
         if not isinstance(data, dict) or not isinstance(data.get("target"), dict):
             raise BadRequest("malformed delivery job: expected an object with a target object")
         target = data["target"]
+        media = _media_of(data.get("media"))
         required = (
             ("delivery_id", data.get("delivery_id")),
-            ("text", data.get("text")),
+            ("text", data.get("text") if not media or data.get("text") else "-"),  # a file may go alone
             ("target.platform", target.get("platform")),
         )
         for name, value in required:
@@ -206,7 +219,7 @@ class DeliveryJob:
             platform=target["platform"],
             chat_id=_optional_id(target.get("chat_id")),
             thread_id=_optional_id(target.get("thread_id")),
-            text=data["text"],
+            text=str(data.get("text") or ""),
             context={str(k): str(v) for k, v in (target.get("context") or {}).items()},
             redact=tuple(str(v) for v in data.get("redact") or () if v),
             kind=kind,
@@ -218,7 +231,16 @@ class DeliveryJob:
             profile=_optional_id(target.get("profile")),
             # a push is sent unasked: it answers no message
             reply_to=_optional_id(data.get("reply_to_message_id")) if kind == "reply" else None,
+            media=media,
         )
+
+
+def _media_of(raw: Any) -> tuple[OutboundMedia, ...]:
+    """A job's `media`: [{"reference", "kind"?, "name"?}]; an entry without a reference is left out."""
+    if not isinstance(raw, list):
+        return ()
+    found = (OutboundMedia.from_dict(item) for item in raw if isinstance(item, dict))
+    return tuple(m for m in found if m.reference)
 
 
 def _optional_id(value: Any) -> str | None:
@@ -292,30 +314,124 @@ def _deliver(job: DeliveryJob, deps: DeliveryDeps) -> DeliveryResult:
     target = Target(job.platform, job.chat_id, job.thread_id, job.context)
     # Through a relay, the chat's own platform's limit applies when the gateway knows it.
     limit = text_limit(job.platform, default=text_limit(via)) if via else text_limit(job.platform)
-    chunks = split_message(job.text, limit)
+    parts = _parts(job, deps, sender, limit)
     entries: list[OutboxEntry] = []
-    sent = 0
-    for index, chunk in enumerate(chunks, start=1):
-        last = index == len(chunks)
-        delivery_id = f"{job.delivery_id}#{index}"
-        entry, claimed_at = _record_chunk(job, deps, delivery_id, chunk, index, len(chunks), detail)
+    outcome = _send_parts(job, deps, sender, target, parts, entries, detail)
+    if isinstance(outcome, str):
+        return _stop(deps, detail, entries, outcome)
+    sent, refused = outcome
+    if refused:  # a file the platform refused: the chat is told, with the caption it was to carry
+        note = _Part(f"{job.delivery_id}#n", _joined(*refused))
+        outcome = _send_parts(job, deps, sender, target, [note], entries, detail, first=len(parts) + 1)
+        if isinstance(outcome, str):
+            return _stop(deps, detail, entries, outcome)
+        sent += outcome[0]
+    return _delivered(job, deps, detail, sender, entries, sent)
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One message of a delivery, with its own outbox row: a chunk of the text, or a file (with
+    the text as its caption when it fits)."""
+
+    delivery_id: str
+    text: str
+    media: MediaFile | None = None
+    buttons: tuple[Button, ...] = ()
+
+
+def _parts(job: DeliveryJob, deps: DeliveryDeps, sender: Sender, limit: int) -> list[_Part]:
+    """The text's chunks, then the files: natively where the sender can, else as links in the text;
+    the text is the first file's caption when it fits and carries no buttons."""
+    text, files = job.text, list[MediaFile]()
+    native = media_sender_of(sender)
+    if job.media:
+        files, notes = _staged(job, deps)
+        text = _joined(text, *notes)
+        if native is None:
+            text, files = _joined(text, *(link_line(f) for f in files)), []
+    caption = ""
+    if files and native is not None and not job.buttons and len(text) <= native.caption_limit:
+        caption, text = text, ""
+    chunks = split_message(text, limit) if text.strip() else []
+    parts = [
+        # the buttons go under the last chunk, after everything they refer to
+        _Part(f"{job.delivery_id}#{i}", chunk, buttons=job.buttons if i == len(chunks) else ())
+        for i, chunk in enumerate(chunks, start=1)
+    ]
+    parts += [_Part(f"{job.delivery_id}#m{n}", caption if n == 1 else "", f) for n, f in enumerate(files, start=1)]
+    return parts
+
+
+def _staged(job: DeliveryJob, deps: DeliveryDeps) -> tuple[list[MediaFile], list[str]]:
+    """The job's files, fetched into the media bucket once (a retry finds them there), and a note
+    for each that cannot be attached. A throttled bucket raises TransientError (the job retries)."""
+    if deps.media is None:
+        return [], [f"(I could not attach {len(job.media)} file(s): no media bucket is set up.)"]
+    files: list[MediaFile] = []
+    notes: list[str] = []
+    for n, media in enumerate(job.media[:MAX_MEDIA], start=1):
+        key = outbound_key(deps.profile, job.session, job.delivery_id, n)
+        try:
+            files.append(stage(media, key, deps.profile, deps.media))
+        except MediaRefused as exc:
+            logger.info("media not attached", extra={"delivery_id": job.delivery_id, "reason": str(exc)[:120]})
+            notes.append(f"(I could not attach {media.name or _shown(media.reference)}: {exc}.)")
+    if len(job.media) > MAX_MEDIA:
+        notes.append(f"({len(job.media) - MAX_MEDIA} more files were not attached: {MAX_MEDIA} at most.)")
+    return files, notes
+
+
+def _shown(reference: str) -> str:
+    """How a note names a reference: its last path segment (never a query string: tokens live there)."""
+    name = reference.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    return name[:80] or "a file"
+
+
+def _joined(*texts: str) -> str:
+    return "\n\n".join(t for t in texts if t.strip())
+
+
+def _send_parts(
+    job: DeliveryJob,
+    deps: DeliveryDeps,
+    sender: Sender,
+    target: Target,
+    parts: list[_Part],
+    entries: list[OutboxEntry],
+    detail: dict[str, Any],
+    first: int = 1,
+) -> str | tuple[int, list[str]]:
+    """Send every part not yet sent: how many were sent now and the notes of files the platform
+    refused; or "unknown" / "gone" when the rest of the message is not sent."""
+    sent, refused = 0, []
+    count = first - 1 + len(parts)
+    for index, part in enumerate(parts, start=first):
+        entry, claimed_at = _record_chunk(job, deps, part, index, count, detail)
         entries.append(entry)
         if claimed_at == _ALREADY_SENT:
-            continue  # a repeated job: this chunk already went out
+            if entry.status == "refused":
+                refused.append(_refusal_note(part))
+            continue  # a repeated job: this part already went out (or was refused for good)
         if claimed_at is None:
-            return _stop(deps, detail, entries, entry.status if entry.status == "gone" else "unknown")
-        # the buttons go under the last chunk, after everything they refer to
-        chunk_target = replace(
-            target,
-            delivery_id=delivery_id,
-            buttons=job.buttons if last else (),
-            reply_to=_replying_to(job, index, deps),
+            return entry.status if entry.status == "gone" else "unknown"
+        part_target = replace(
+            target, delivery_id=part.delivery_id, buttons=part.buttons, reply_to=_replying_to(job, index, deps)
         )
-        status = _send_chunk(sender, chunk_target, chunk, delivery_id, claimed_at, deps, detail)
+        status = _send_chunk(sender, part_target, part, claimed_at, deps, detail)
         if status in ("unknown", "gone"):
-            return _stop(deps, detail, entries, status)
-        sent += 1
-    return _delivered(job, deps, detail, sender, entries, sent)
+            return status
+        if status == "refused":
+            refused.append(_refusal_note(part))
+        else:
+            sent += 1
+    return sent, refused
+
+
+def _refusal_note(part: _Part) -> str:
+    """What the chat is told of a file its platform refused: the caption it carried, and why not."""
+    name = part.media.name if part.media is not None else "a file"
+    return _joined(part.text, f"(I could not attach {name}: the platform refused it.)")
 
 
 _ALREADY_SENT = -1.0  # _record_chunk: nothing to send
@@ -331,12 +447,13 @@ def _replying_to(job: DeliveryJob, chunk: int, deps: DeliveryDeps) -> str | None
 
 
 def _record_chunk(
-    job: DeliveryJob, deps: DeliveryDeps, delivery_id: str, chunk: str, index: int, count: int, detail: dict[str, Any]
+    job: DeliveryJob, deps: DeliveryDeps, part: _Part, index: int, count: int, detail: dict[str, Any]
 ) -> tuple[OutboxEntry, float | None]:
-    """The chunk's outbox row, recorded and claimed in one write (or found from an earlier try),
-    and the claim's time: `_ALREADY_SENT` when it went out before, None when its fate is unknown
-    or its target gone (the rest of the message is not sent)."""
+    """The part's outbox row, recorded and claimed in one write (or found from an earlier try),
+    and the claim's time: `_ALREADY_SENT` when it went out before (or its file was refused for
+    good), None when its fate is unknown or its target gone (the rest of the message is not sent)."""
     now = deps.now()
+    delivery_id, chunk, media = part.delivery_id, part.text, part.media
     entry, claimed = deps.outbox.record_claimed(
         delivery_id,
         platform=job.platform,
@@ -347,11 +464,12 @@ def _record_chunk(
         chunk=index,
         chunks=count,
         now=now,
-        buttons=[{"label": b.label, "reply": b.reply} for b in job.buttons] if index == count else None,
+        buttons=[{"label": b.label, "reply": b.reply} for b in part.buttons] or None,
+        media=[{"key": media.key, "name": media.name, "kind": media.kind, "mime": media.mime}] if media else None,
     )
     if claimed:
         return entry, now
-    if entry.status in ("sent", "recorded"):
+    if entry.status in ("sent", "recorded", "refused"):
         return entry, _ALREADY_SENT
     if entry.status in ("unknown", "gone"):
         return entry, None
@@ -409,16 +527,13 @@ def _claim(deps: DeliveryDeps, delivery_id: str, detail: dict[str, Any]) -> floa
 
 
 def _send_chunk(
-    sender: Sender,
-    target: Target,
-    chunk: str,
-    delivery_id: str,
-    claimed_at: float,
-    deps: DeliveryDeps,
-    detail: dict[str, Any],
+    sender: Sender, target: Target, part: _Part, claimed_at: float, deps: DeliveryDeps, detail: dict[str, Any]
 ) -> str:
+    """Send one part: "sent", "unknown", "gone", or "refused" (a file the platform refused for
+    good: the chat is told instead). Raises TransientError (retry) or Undeliverable."""
+    delivery_id = part.delivery_id
     try:
-        message_id = sender.send(target, chunk)
+        message_id = _send_part(sender, target, part)
     except OutcomeUnknown as exc:
         message_id = ""
         logger.warning("delivery outcome unknown", extra={**detail, "error": str(exc)[:200]})
@@ -435,8 +550,12 @@ def _send_chunk(
         metrics.add_metric(name="DeliveryRetried", unit=MetricUnit.Count, value=1)
         raise
     except Exception as exc:
-        _mark_unsent(deps, delivery_id, claimed_at, "failed", exc)
+        refused = part.media is not None and isinstance(exc, PermanentError)
+        _mark_unsent(deps, delivery_id, claimed_at, "refused" if refused else "failed", exc)
         logger.warning("delivery refused", extra={**detail, "error": type(exc).__name__})
+        if refused:
+            metrics.add_metric(name="DeliveryMediaRefused", unit=MetricUnit.Count, value=1)
+            return "refused"
         raise Undeliverable(f"{type(exc).__name__}: {exc}") from exc
     if not message_id and getattr(sender, "status", "sent") == "sent":
         deps.outbox.mark(delivery_id, "unknown", deps.now(), error="the platform gave no message id")
@@ -445,6 +564,13 @@ def _send_chunk(
     _mark_sent(deps, delivery_id, getattr(sender, "status", "sent"), message_id or None)
     metrics.add_metric(name="DeliverySent", unit=MetricUnit.Count, value=1)
     return "sent"
+
+
+def _send_part(sender: Sender, target: Target, part: _Part) -> str:
+    native = media_sender_of(sender) if part.media is not None else None
+    if native is not None and part.media is not None:
+        return native.send_media(target, part.media, part.text)
+    return sender.send(target, part.text)
 
 
 def _mark_sent(deps: DeliveryDeps, delivery_id: str, status: str, message_id: str | None) -> None:

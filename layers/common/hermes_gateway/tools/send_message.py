@@ -11,12 +11,15 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from hermes_gateway.domain.media import OutboundMedia
 from hermes_gateway.domain.targets import UnresolvableTarget, resolve_target
 from hermes_gateway.observability import hash_id
 from hermes_gateway.providers.base import ToolSpec
 from hermes_gateway.tools.base import SpecTool, ToolContext, ToolError, result_text
 
 MAX_TEXT_CHARS = 20_000  # delivery splits long text per platform; this bounds one call
+MAX_MEDIA = 10  # files one message attaches (delivery's own bound)
+MAX_REFERENCE_CHARS = 2048
 
 SEND_MESSAGE_SPEC = ToolSpec(
     name="send_message",
@@ -24,13 +27,19 @@ SEND_MESSAGE_SPEC = ToolSpec(
         "Send a message to a chat other than (or besides) this one. target is one of: 'origin' (this chat), "
         "a platform name for its home channel ('telegram'), 'platform:chat_id' or 'platform:chat_id:thread_id', "
         "'#channel-name' or 'platform:#channel-name', 'telegram:@username', or 'local' (stored, not sent). "
-        "Your reply in this chat is sent anyway; use this only to reach somewhere else."
+        "Your reply in this chat is sent anyway; use this only to reach somewhere else. "
+        "media: files to attach, each an https URL or a stored media key."
     ),
     parameters={
         "type": "object",
         "properties": {
             "target": {"type": "string", "minLength": 1, "maxLength": 300},
             "text": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS},
+            "media": {
+                "type": "array",
+                "items": {"type": "string", "minLength": 1, "maxLength": MAX_REFERENCE_CHARS},
+                "maxItems": MAX_MEDIA,
+            },
         },
         "required": ["target", "text"],
         "additionalProperties": False,
@@ -47,6 +56,7 @@ def send_message(arguments: dict[str, Any], ctx: ToolContext) -> str:
     text = str(arguments["text"])
     if not text.strip():
         raise ToolError("text is empty")
+    media = _media(arguments.get("media"))
     queue = ctx.require("delivery")
     try:
         target = resolve_target(
@@ -68,12 +78,32 @@ def send_message(arguments: dict[str, Any], ctx: ToolContext) -> str:
             "text": text,
             "correlation_id": ctx.correlation_id,
             "session": hash_id(ctx.session_key),
+            **({"media": [m.to_dict() for m in media]} if media else {}),
         }
     )
     where = (
         "stored locally (not sent)" if target.platform == "local" else f"queued for {target.label or target.platform}"
     )
     return result_text({"status": where, "delivery_id": delivery_id})
+
+
+def _media(raw: Any) -> tuple[OutboundMedia, ...]:
+    """The `media` argument: references, fetched and attached at delivery (a bad one gets a note)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or len(raw) > MAX_MEDIA:
+        raise ToolError(f"media must be a list of at most {MAX_MEDIA} references")
+    found = []
+    for item in raw:
+        if (
+            not isinstance(item, str)
+            or not item.strip()
+            or len(item) > MAX_REFERENCE_CHARS
+            or any(c.isspace() for c in item.strip())
+        ):
+            raise ToolError("each media entry must be one URL or stored media key")
+        found.append(OutboundMedia(item.strip()))
+    return tuple(found)
 
 
 SEND_MESSAGE = SpecTool(SEND_MESSAGE_SPEC, send_message)

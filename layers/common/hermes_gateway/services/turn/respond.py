@@ -20,7 +20,7 @@ from hermes_gateway.observability import MetricUnit, logger, metrics
 from hermes_gateway.providers.base import ChatMessage, ModelReply, Provider, ToolSpec
 from hermes_gateway.services.turn.context import emit, history, memory_manager, turn_system
 from hermes_gateway.services.turn.deps import TurnDeps
-from hermes_gateway.services.turn.jobs import reply_job
+from hermes_gateway.services.turn.jobs import answer_fields, reply_job
 from hermes_gateway.services.turn.presence import typing_shown
 
 SILENT_REPLIES = ("[SILENT]", "NO_REPLY")
@@ -172,7 +172,7 @@ def _cron_jobs(state: TurnState, deps: TurnDeps) -> list[dict[str, Any]]:
                 "delivery_id": f"{turn.turn_id}-t{i}",
                 "turn_id": turn.turn_id,
                 "target": target.to_dict(deps.settings.served_profile),  # sent by the job's profile's bot
-                "text": reply.text,
+                **answer_fields(reply.text),
                 "kind": "push",
                 "mirror": True,
                 "cron": {"job_id": run.job_id, "run_id": run.run_id},
