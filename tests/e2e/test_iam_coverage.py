@@ -243,6 +243,9 @@ def _resource_label(resource: Any, named: dict[str, str]) -> str:
     suffix = "/index/*" if "/index/" in text else ""
     if found:
         return "+".join(found) + suffix
+    for mark, label in (("Logs", "its log group"), ("Media", "media bucket objects"), (":ssm:", "SSM parameters")):
+        if mark in text:
+            return label
     return "*" if resource == "*" else text.replace('"', "")[:80]
 
 
