@@ -196,6 +196,7 @@ class ToolLoop:
     pending: tuple[ToolCall, ...] = ()  # calls asked for and not yet answered in `messages`
     results: Mapping[str, ToolResult] = field(default_factory=dict)  # call id -> its result so far
     decisions: Mapping[str, str] = field(default_factory=dict)  # call id -> approved | denied | timeout
+    ratio: float = 1.0  # reported over estimated tokens of the last request (domain/context.calibrated)
 
     @property
     def fresh(self) -> bool:
@@ -213,6 +214,7 @@ class ToolLoop:
             "pending": [c.to_dict() for c in self.pending],
             "results": {k: {"content": r.content, "is_error": r.is_error} for k, r in self.results.items()},
             "decisions": dict(self.decisions),
+            "ratio": self.ratio,
         }
 
     @classmethod
@@ -230,6 +232,7 @@ class ToolLoop:
                 for k, v in (data.get("results") or {}).items()
             },
             decisions={str(k): str(v) for k, v in (data.get("decisions") or {}).items()},
+            ratio=float(data.get("ratio") or 1.0),
         )
 
 
