@@ -21,7 +21,7 @@ from hermes_gateway.domain.reset_policy import rules_from_settings
 from hermes_gateway.domain.session_key import key_namespace
 from hermes_gateway.errors import Conflict, PermanentError
 from hermes_gateway.providers.base import ChatMessage, ImagePart, ModelReply, ToolSpec
-from hermes_gateway.services.turn.compaction import SUMMARY_PROMPT, summarize
+from hermes_gateway.services.turn.compaction import COMPRESSED_REPLY, NOTHING_REPLY, SUMMARY_PROMPT, summarize
 from hermes_gateway.services.turn.context import SUMMARY_HEAD, fit
 from hermes_gateway.settings.sections import ProviderSettings
 from tests.fakes.dynamo import session_tables_client
@@ -317,3 +317,35 @@ def test_no_extra_store_call_below_the_threshold_and_what_a_compression_costs() 
     extra = {op: compressed.count(op) - plain.count(op) for op in ("GetItem", "Query", "BatchWriteItem")}
     assert extra == {"GetItem": 5, "Query": 2, "BatchWriteItem": 1}  # docs/cost.md says so
     assert (compressed.count("TransactWriteItems"), plain.count("TransactWriteItems")) == (1, 0)
+
+
+def test_compress_on_demand_summarizes_below_the_threshold_and_says_so() -> None:
+    engine, first = _chatted({"GATEWAY_CONTEXT_WINDOW": "8000"}, count=5)
+    assert engine.route().session_id == first
+    engine.send("/compress", "e-compress")
+    engine.pump()
+    assert engine.replies.bodies[-1]["text"] == "Compressing this session..."
+    assert engine.texts()[-1] == COMPRESSED_REPLY
+    assert engine.route().session_id != first
+    rows = engine.transcript()
+    assert rows[0][0] == "system" and "Miso" in rows[0][1]
+    engine.send("what do you know about me?", "e-ask")
+    engine.pump()
+    assert "FACT: my cat is called Miso" in engine.texts()[-1]
+
+
+def test_compress_on_demand_without_a_session_starts_no_turn() -> None:
+    engine = Engine()
+    engine.send("/compress", "e-compress")
+    assert engine.pump() == []
+    assert engine.replies.bodies[-1]["text"] == "Nothing to compress yet."
+
+
+def test_compress_on_demand_in_a_new_session_has_nothing_to_summarize() -> None:
+    engine, _ = _chatted({}, first="hello", count=1)
+    engine.send("/new", "e-new")
+    fresh = engine.route().session_id
+    engine.send("/compress", "e-compress")
+    engine.pump()
+    assert engine.texts()[-1] == NOTHING_REPLY
+    assert engine.route().session_id == fresh

@@ -42,6 +42,9 @@ KNOWN_WINDOWS: tuple[tuple[str, int], ...] = (
     ("nova", 128_000),
 )
 CUT_NOTE = "[message cut: {over} characters over the model's window]"
+# What the /compress command routes as its turn's user message (services/commands.py). A user who
+# types it gets the command, so only the command makes such a turn (services/turn/compaction.py).
+COMPRESS_COMMAND = "/compress"
 
 
 def default_window(model: str) -> int:
@@ -103,6 +106,7 @@ def cut(message: ChatMessage, tokens: int) -> ChatMessage:
 
 
 __all__ = [
+    "COMPRESS_COMMAND",
     "CUT_NOTE",
     "FALLBACK_WINDOW",
     "KNOWN_WINDOWS",

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from hermes_gateway.domain.context import cut, limits, message_tokens, request_tokens, text_tokens
+from hermes_gateway.domain.context import COMPRESS_COMMAND, cut, limits, message_tokens, request_tokens, text_tokens
 from hermes_gateway.domain.sessions import SessionNotFound, TranscriptRow
-from hermes_gateway.domain.turn_state import ToolLoop, Turn, TurnKind, TurnState
+from hermes_gateway.domain.turn_state import Reply, ToolLoop, Turn, TurnKind, TurnState
 from hermes_gateway.errors import Conflict, TransientError
 from hermes_gateway.observability import logger
 from hermes_gateway.providers.base import ChatMessage, Provider, ToolSpec, Usage
@@ -32,6 +32,8 @@ SUMMARY_PROMPT = (
     "shared (names, numbers, dates, preferences), the decisions made and the work still open. "
     "Write only the summary."
 )
+COMPRESSED_REPLY = "Compressed: the earlier conversation is summarized, and this session goes on from the summary."
+NOTHING_REPLY = "Nothing to compress yet: the conversation is short enough as it is."
 RECENT_SHARE = 0.25  # of the window: the newest rows a compression keeps as they are
 MAX_ROUNDS = 3  # summaries of summaries, at most
 
@@ -62,6 +64,17 @@ def prepare(state: TurnState, deps: TurnDeps, provider: Provider) -> tuple[TurnS
     return (moved, numbered(moved.turn, deps)) if moved is not None else (state, read)
 
 
+def requested(turn: Turn) -> bool:
+    """The turn of a /compress command: it compresses whatever the threshold, and answers itself."""
+    return turn.kind is TurnKind.CHAT and turn.user_text.strip() == COMPRESS_COMMAND
+
+
+def command_reply(before: TurnState, after: TurnState) -> Reply:
+    """What a /compress turn answers: whether the session moved to a compressed child."""
+    moved_on = after.turn.session_id != before.turn.session_id
+    return Reply(COMPRESSED_REPLY if moved_on else NOTHING_REPLY, None, after.loop.usage)
+
+
 def last_text(read: Read) -> str:
     messages = seen(read)
     return messages[-1].content if messages else ""
@@ -69,9 +82,11 @@ def last_text(read: Read) -> str:
 
 def _due(state: TurnState, deps: TurnDeps, read: Read) -> bool:
     turn, settings = state.turn, deps.settings
-    if not settings.compression.enabled or turn.kind is not TurnKind.CHAT or not state.loop.fresh:
+    if turn.kind is not TurnKind.CHAT or not state.loop.fresh or deps.edits is None:
         return False
-    if deps.edits is None:
+    if requested(turn):
+        return True
+    if not settings.compression.enabled:
         return False
     size = sum(message_tokens(m) for m in seen(read)) * state.loop.ratio
     return size > settings.compression.threshold * window_of(turn, deps)[0]
@@ -86,7 +101,8 @@ def compress_turn(state: TurnState, deps: TurnDeps, provider: Provider, read: Re
     if again is not None:
         return replace(state, turn=again)
     window, reserve = window_of(turn, deps)
-    start = _recent_start(read, turn, int(window * RECENT_SHARE / loop.ratio))
+    # /compress keeps only its own message; a compression due by size keeps the recent rows too.
+    start = _recent_start(read, turn, 0 if requested(turn) else int(window * RECENT_SHARE / loop.ratio))
     older = seen(read[:start])
     if not older:
         return None
@@ -192,4 +208,15 @@ def _request(part: Sequence[ChatMessage]) -> list[ChatMessage]:
     return [*messages, ChatMessage("user", SUMMARY_PROMPT)]
 
 
-__all__ = ["SUMMARY_PROMPT", "compress_turn", "last_text", "moved", "prepare", "room", "summarize", "window_of"]
+__all__ = [
+    "SUMMARY_PROMPT",
+    "command_reply",
+    "compress_turn",
+    "last_text",
+    "moved",
+    "prepare",
+    "requested",
+    "room",
+    "summarize",
+    "window_of",
+]

@@ -38,7 +38,10 @@ def respond(state: TurnState, deps: TurnDeps) -> TurnState:
     loop = state.loop if state.loop.exec_started else replace(state.loop, exec_started=now)
     provider = _provider(state.turn, deps)
     # The history read once; a long one is compressed first (the turn may move to the child session).
-    state, read = compaction.prepare(replace(state, loop=loop), deps, provider)
+    before = replace(state, loop=loop)
+    state, read = compaction.prepare(before, deps, provider)
+    if compaction.requested(state.turn):  # /compress: its turn answers without asking the model
+        return settle(replace(state, reply=compaction.command_reply(before, state)), deps)
     turn, loop = state.turn, state.loop
     tools = _tool_specs(turn, loop, deps, now)
     system = (state.system or "") + _remembered(state, deps, compaction.last_text(read))
