@@ -349,3 +349,27 @@ def test_compress_on_demand_in_a_new_session_has_nothing_to_summarize() -> None:
     engine.pump()
     assert engine.texts()[-1] == NOTHING_REPLY
     assert engine.route().session_id == fresh
+
+
+class DoublingModel(SmallModel):
+    """Reports twice the prompt tokens the gateway estimates (a tokenizer that counts more)."""
+
+    def complete(self, system: str, messages: list[ChatMessage], tools: list[ToolSpec] | None = None) -> ModelReply:
+        reply = super().complete(system, messages, tools)
+        return ModelReply(reply.text, reply.model, 2 * request_tokens(system, messages, tools), 5)
+
+
+def test_the_estimate_is_calibrated_by_the_sessions_last_reported_prompt() -> None:
+    env = {"GATEWAY_CONTEXT_WINDOW": "4000", "GATEWAY_COMPRESSION_ENABLED": "false"}
+    engine = Engine(env, model=DoublingModel(window=4_000))
+    engine.send("hello", "e0")
+    engine.pump()
+    assert engine.route().tally.prompt_ratio == 2.0  # kept on the route for the next turn
+    for i in range(1, 12):
+        engine.send(f"message {i}\n{FILLER}", f"e{i}")
+        engine.pump()
+    model = engine.model
+    assert isinstance(model, DoublingModel)
+    # Every request after the first was chosen as if its tokens counted double: half the room.
+    assert max(model.sizes[1:]) <= (4_000 - 1_000) / 2
+    assert max(model.sizes[1:]) > (4_000 - 1_000) / 2 - 200  # and the room was used

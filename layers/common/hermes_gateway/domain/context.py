@@ -2,8 +2,9 @@
 size is estimated without a tokenizer, and how a message too large for the window is cut.
 
 The estimate is about four characters per token plus a few tokens per message, an image a fixed
-cost. It is calibrated by what the provider reported for the turn's last request (`calibrated`):
-the ratio of reported to estimated tokens, kept between 0.5 and 3.
+cost. It is calibrated by what the provider reported for the last request (`calibrated`): the
+ratio of reported to estimated tokens, kept between 0.5 and 3, carried by the turn's state and
+kept on the session's route by the turn's finishing write (`SessionTally.prompt_ratio`).
 """
 
 from __future__ import annotations

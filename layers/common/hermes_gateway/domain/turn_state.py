@@ -122,6 +122,8 @@ class Turn:
     notes: TurnNotes = field(default_factory=TurnNotes)
     cron: CronRun | None = None
     flush_reason: str | None = None
+    # reported over estimated prompt tokens, as the session's last turn found it (None: not known)
+    prompt_ratio: float | None = None
 
     @property
     def leased(self) -> bool:
@@ -149,6 +151,7 @@ class Turn:
             "notes": self.notes.to_json() or None,
             "job": self.cron.to_json() if self.cron else None,
             "flush_reason": self.flush_reason,
+            "prompt_ratio": self.prompt_ratio,
         }
         out.update({k: v for k, v in optional.items() if v is not None})
         return out
@@ -174,6 +177,7 @@ class Turn:
             notes=TurnNotes.from_json(data.get("notes") or {}),
             cron=CronRun.from_json(data["job"]) if data.get("job") else None,
             flush_reason=_text(data.get("flush_reason")),
+            prompt_ratio=float(data["prompt_ratio"]) if data.get("prompt_ratio") else None,
         )
 
 

@@ -53,8 +53,11 @@ def room(turn: Turn, deps: TurnDeps, loop: ToolLoop, system: str, tools: Sequenc
 
 
 def prepare(state: TurnState, deps: TurnDeps, provider: Provider) -> tuple[TurnState, Read]:
-    """The turn's read of its history, after a compression when one is due."""
+    """The turn's read of its history, after a compression when one is due. A turn's first
+    request is calibrated by what the session's last turn found."""
     turn = state.turn
+    if state.loop.iterations == 0 and turn.prompt_ratio:
+        state = replace(state, loop=replace(state.loop, ratio=turn.prompt_ratio))
     if turn.kind is TurnKind.CRON:
         return state, []
     read = numbered(turn, deps)
