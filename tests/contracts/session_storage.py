@@ -580,6 +580,28 @@ def check_compress_continues_in_a_child(make: Make) -> None:
     assert again.session_id == child.session_id and not again.created
 
 
+def check_a_turn_holding_the_lease_compresses_and_answers_in_the_child(make: Make) -> None:
+    stores = make(SessionRules())
+    parent = stores.routes.open(DM, KEY, T0)
+    chat(stores, "q1", "a1", "q2", "a2")
+    token, user_seq, _ = begin(stores, "e-long", T0 + 10)
+    stores.transcript.put(parent.session_id, TranscriptRow(user_seq, "user", "q3", T0 + 10))
+    with pytest.raises(Conflict):  # not the lease's holder
+        stores.edits.compress(parent.session_id, "S", fence=None, now=T0 + 11, keep_last=1, lease_token="other")
+    child = stores.edits.compress(parent.session_id, "S", fence=None, now=T0 + 11, keep_last=3, lease_token=token)
+    entry = route(stores)
+    assert entry.session_id == child.session_id and entry.lease_token == token  # the turn keeps its lease
+    assert (entry.next_seq, entry.reply_seq) == (5, 5)  # summary, q2, a2, q3; the answer after them
+    row = TranscriptRow(5, "assistant", "a3", T0 + 12, turn_id="t-long")
+    assert stores.transcript.put_reply(child.session_id, row) == "written"
+    ratio = SessionTally(message_count=1, last_prompt_tokens=900, prompt_ratio=1.25)
+    assert finish(stores, token, T0 + 13, tally=ratio) == "released"
+    assert route(stores).tally.prompt_ratio == pytest.approx(1.25)  # the next turn's calibration
+    found = [(r.role, r.content) for r in stores.transcript.rows(child.session_id)]
+    assert found == [("system", "S"), ("user", "q2"), ("assistant", "a2"), ("user", "q3"), ("assistant", "a3")]
+    assert [r.content for r in stores.transcript.rows(parent.session_id)] == ["q1", "a1", "q2", "a2", "q3"]
+
+
 def check_delete_removes_the_session_and_its_route(make: Make) -> None:
     stores = make(SessionRules())
     entry = stores.routes.open(DM, KEY, T0)

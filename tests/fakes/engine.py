@@ -94,6 +94,7 @@ class Engine:
             control=self.stores.control,
             transcript=self.stores.transcript,
             catalogue=self.stores.catalogue,
+            edits=self.stores.edits,
             provider=lambda: self.model,
             deliveries=self.deliveries,
             starter=self.starter,

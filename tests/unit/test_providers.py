@@ -322,3 +322,25 @@ def test_make_provider_bedrock(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_make_provider_refuses_an_unknown_name() -> None:
     with pytest.raises(ConfigError, match="unknown provider"):
         make_provider(_settings("gpt5000"), Secrets(env={}))
+
+
+def test_the_answer_reserve_is_sent_as_max_tokens(fake_openai: FakeOpenAI) -> None:
+    settings = ProviderSettings(name="openai", model="m-1", openai_base_url=fake_openai.base_url, context_window=2_000)
+    make_provider(settings, Secrets(env={})).complete("", HISTORY)
+    assert fake_openai.requests[0].json["max_tokens"] == 500  # a quarter of the window
+    OpenAICompatProvider(fake_openai.base_url, None, "m-1", 30).complete("", HISTORY)
+    assert "max_tokens" not in fake_openai.requests[1].json  # built without one: none sent
+
+
+def test_bedrock_sends_the_answer_reserve_as_max_tokens(bedrock_client: Any, stubber: Stubber) -> None:
+    expected = {
+        "modelId": MODEL,
+        "messages": [
+            {"role": "user", "content": [{"text": "hello"}]},
+            {"role": "assistant", "content": [{"text": "hi there"}]},
+            {"role": "user", "content": [{"text": "what is 2+2?"}]},
+        ],
+        "inferenceConfig": {"maxTokens": 300},
+    }
+    stubber.add_response("converse", _converse_response({"text": "4"}), expected)
+    BedrockProvider(MODEL, client=bedrock_client, max_tokens=300).complete("", HISTORY)

@@ -250,6 +250,7 @@ def turn_deps(profile: str | None = None) -> TurnDeps:
         control=stores.control,
         transcript=stores.transcript,
         catalogue=stores.catalogue,
+        edits=stores.edits,
         provider=cache(lambda: provider_for(None)),
         deliveries=deliveries(),
         replies=turn_deliveries(),

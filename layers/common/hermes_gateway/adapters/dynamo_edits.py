@@ -321,14 +321,26 @@ class DynamoSessionEdits:
         self._commit(tx, errors)
         return self._entry(key, created=True)
 
-    def compress(self, session_id: str, summary: str, *, fence: Fence, now: float, keep_last: int = 0) -> SessionEntry:
+    def compress(
+        self,
+        session_id: str,
+        summary: str,
+        *,
+        fence: Fence | None,
+        now: float,
+        keep_last: int = 0,
+        lease_token: str | None = None,
+    ) -> SessionEntry:
         if not summary.strip():
             raise InvalidSessionRequest("a compression summary may not be empty")
         parent = self._session(session_id)
         if parent.get("ended_at") is not None:
             raise Conflict("the session has already ended")
         key = parent["session_key"]
-        route = self._fenced_route(key, fence, generation=True)
+        if fence is None:
+            route, fence = self._leased_route(key, lease_token)
+        else:
+            route = self._fenced_route(key, fence, generation=True)
         kept = self._rows(parent, route)[-keep_last:] if keep_last > 0 else []
         rows = [TranscriptRow(1, "system", summary, now), *kept]
         child = self.t.new_session(
@@ -337,9 +349,12 @@ class DynamoSessionEdits:
         )  # fmt: skip
         self._copy(child["session_id"], rows, now)
         moves_route = route.get("session_id") == session_id
-        update = (
-            self._point(route, child["session_id"], len(rows), now) if moves_route else Update().set("updated_at", now)
-        )
+        update = Update().set("updated_at", now)
+        if moves_route and lease_token is not None:
+            # The turn that compresses goes on in the child: its answer takes the next seq there.
+            update = self._point(route, child["session_id"], len(rows) + 1, now).set("lease_reply_seq", len(rows) + 1)
+        elif moves_route:
+            update = self._point(route, child["session_id"], len(rows), now)
         tx = self._route_change(key, fence, generation=True, update=update)
         tx.put(self.t.sessions, child, condition(None, "attribute_not_exists({session_id})"))
         ended = Update().set_many({"ended_at": now, "end_reason": "compressed", "continued_in": child["session_id"]})
@@ -354,6 +369,16 @@ class DynamoSessionEdits:
         )
         self._commit(tx, [_stale(), None, Conflict("the session has already ended")])
         return self._entry(key, created=moves_route)
+
+    def _leased_route(self, session_key: str, lease_token: str | None) -> tuple[Item, Fence]:
+        """The route and its fence for the turn holding the session's lease: the route as it
+        reads now (the write checks it again), refused when another turn, or none, holds it."""
+        route = self.t.route(session_key)
+        if route is None:
+            raise SessionNotFound("the session has no routing entry")
+        if lease_token is None or route.get("lease_token") != lease_token:
+            raise Conflict("the session's lease is not held by this turn")
+        return route, Fence(int(route.get("revision") or 1), int(route.get("execution_generation") or 0))
 
     def _archived(self, route: Item, session: Item) -> dict[str, Any]:
         """The record's totals and undo ranges once the route's are added (for a write that

@@ -41,6 +41,8 @@ def add_tally(update: Update, tally: SessionTally) -> Update:
             update.increment(attr, value)
     if tally.last_prompt_tokens is not None:
         update.set(ri.TALLY_PROMPT, tally.last_prompt_tokens)
+    if tally.prompt_ratio is not None:
+        update.set(ri.TALLY_RATIO, round(tally.prompt_ratio, 3))
     return update
 
 

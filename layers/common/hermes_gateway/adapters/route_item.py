@@ -47,6 +47,7 @@ TALLY_ATTRS = {
     "turns_inc": "included_turns",
 }
 TALLY_PROMPT = "tok_prompt"
+TALLY_RATIO = "tok_ratio"  # kept through resets and compressions: it is the model's, not the session's
 # What a reset clears along with the session's identity.
 RESET_CLEARED = (
     "resume_reason",
@@ -80,6 +81,7 @@ def tally(item: Mapping[str, Any]) -> SessionTally:
     values: dict[str, Any] = {field: item.get(attr) or 0 for attr, field in TALLY_ATTRS.items()}
     values["cost_usd"] = float(values["cost_usd"])
     values["last_prompt_tokens"] = _int(item.get(TALLY_PROMPT))
+    values["prompt_ratio"] = _num(item.get(TALLY_RATIO))
     return SessionTally(**values)
 
 

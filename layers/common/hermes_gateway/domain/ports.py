@@ -269,8 +269,20 @@ class SessionEdits(Protocol):
     def branch(self, session_id: str, *, fence: Fence, now: float, title: str | None = None) -> SessionEntry: ...
 
     def compress(
-        self, session_id: str, summary: str, *, fence: Fence, now: float, keep_last: int = 0
-    ) -> SessionEntry: ...
+        self,
+        session_id: str,
+        summary: str,
+        *,
+        fence: Fence | None,
+        now: float,
+        keep_last: int = 0,
+        lease_token: str | None = None,
+    ) -> SessionEntry:
+        """The route goes on in a child session that starts from `summary` and the last
+        `keep_last` rows; the parent ends (`compressed`) with its whole transcript. A turn that
+        holds the lease compresses with `lease_token` (and fence None): the lease stays, and the
+        turn's answer takes the seq after the child's rows."""
+        ...
 
     def set_model_override(
         self, session_key: str, override: ModelOverride | None, *, fence: Fence, now: float

@@ -147,6 +147,8 @@ class SessionTally:
     estimated_turns: int = 0
     unknown_turns: int = 0
     included_turns: int = 0
+    # reported over estimated prompt tokens of the last request (domain/context.py; None: unchanged)
+    prompt_ratio: float | None = None
 
     def __add__(self, other: SessionTally) -> SessionTally:
         return SessionTally(
@@ -160,6 +162,7 @@ class SessionTally:
             self.estimated_turns + other.estimated_turns,
             self.unknown_turns + other.unknown_turns,
             self.included_turns + other.included_turns,
+            other.prompt_ratio if other.prompt_ratio is not None else self.prompt_ratio,
         )
 
     @property

@@ -122,6 +122,8 @@ class Turn:
     notes: TurnNotes = field(default_factory=TurnNotes)
     cron: CronRun | None = None
     flush_reason: str | None = None
+    # reported over estimated prompt tokens, as the session's last turn found it (None: not known)
+    prompt_ratio: float | None = None
 
     @property
     def leased(self) -> bool:
@@ -149,6 +151,7 @@ class Turn:
             "notes": self.notes.to_json() or None,
             "job": self.cron.to_json() if self.cron else None,
             "flush_reason": self.flush_reason,
+            "prompt_ratio": self.prompt_ratio,
         }
         out.update({k: v for k, v in optional.items() if v is not None})
         return out
@@ -174,6 +177,7 @@ class Turn:
             notes=TurnNotes.from_json(data.get("notes") or {}),
             cron=CronRun.from_json(data["job"]) if data.get("job") else None,
             flush_reason=_text(data.get("flush_reason")),
+            prompt_ratio=float(data["prompt_ratio"]) if data.get("prompt_ratio") else None,
         )
 
 
@@ -196,6 +200,7 @@ class ToolLoop:
     pending: tuple[ToolCall, ...] = ()  # calls asked for and not yet answered in `messages`
     results: Mapping[str, ToolResult] = field(default_factory=dict)  # call id -> its result so far
     decisions: Mapping[str, str] = field(default_factory=dict)  # call id -> approved | denied | timeout
+    ratio: float = 1.0  # reported over estimated tokens of the last request (domain/context.calibrated)
 
     @property
     def fresh(self) -> bool:
@@ -213,6 +218,7 @@ class ToolLoop:
             "pending": [c.to_dict() for c in self.pending],
             "results": {k: {"content": r.content, "is_error": r.is_error} for k, r in self.results.items()},
             "decisions": dict(self.decisions),
+            "ratio": self.ratio,
         }
 
     @classmethod
@@ -230,6 +236,7 @@ class ToolLoop:
                 for k, v in (data.get("results") or {}).items()
             },
             decisions={str(k): str(v) for k, v in (data.get("decisions") or {}).items()},
+            ratio=float(data.get("ratio") or 1.0),
         )
 
 

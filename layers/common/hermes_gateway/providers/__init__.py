@@ -27,7 +27,16 @@ def make_provider(settings: ProviderSettings, secrets: Secrets) -> Provider:
     if settings.name == "openai":
         # No key is fine: local servers such as Ollama accept anonymous requests.
         api_key = secrets.get("OPENAI_API_KEY")
-        return OpenAICompatProvider(settings.openai_base_url, api_key, settings.model, settings.timeout_seconds, retry)
+        return OpenAICompatProvider(
+            settings.openai_base_url,
+            api_key,
+            settings.model,
+            settings.timeout_seconds,
+            retry,
+            max_tokens=settings.output_reserve,
+        )
     if settings.name == "bedrock":
-        return BedrockProvider(settings.model, timeout=settings.timeout_seconds, retry=retry)
+        return BedrockProvider(
+            settings.model, timeout=settings.timeout_seconds, retry=retry, max_tokens=settings.output_reserve
+        )
     raise ConfigError(f"unknown provider {settings.name!r}")

@@ -34,8 +34,10 @@ class BedrockProvider:
         client: Any = None,
         timeout: float | None = None,
         retry: RetryPolicy | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         self._model = model
+        self._max_tokens = max_tokens  # the answer's share of the context window (provider.max_output_tokens)
         self._retry = retry or RetryPolicy()
         if client is None:
             import boto3
@@ -49,6 +51,8 @@ class BedrockProvider:
         request: dict[str, Any] = {"modelId": self._model, "messages": _converse_messages(messages)}
         if system:
             request["system"] = [{"text": system}]
+        if self._max_tokens:
+            request["inferenceConfig"] = {"maxTokens": self._max_tokens}
         if tools:
             request["toolConfig"] = {
                 "tools": [

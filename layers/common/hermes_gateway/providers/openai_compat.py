@@ -32,13 +32,20 @@ class OpenAICompatProvider:
     name = "openai"
 
     def __init__(
-        self, base_url: str, api_key: str | None, model: str, timeout: float, retry: RetryPolicy | None = None
+        self,
+        base_url: str,
+        api_key: str | None,
+        model: str,
+        timeout: float,
+        retry: RetryPolicy | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         if not base_url.startswith(("https://", "http://")):
             raise ConfigError("the OpenAI base URL must be an http(s) URL")
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._api_key = api_key or None
         self._model = model
+        self._max_tokens = max_tokens  # the answer's share of the context window (provider.max_output_tokens)
         self._timeout = timeout
         self._retry = retry or RetryPolicy(budget_seconds=max(timeout, RetryPolicy().budget_seconds))
 
@@ -49,6 +56,8 @@ class OpenAICompatProvider:
         wire = [{"role": "system", "content": system}] if system else []
         wire += [_wire_message(m) for m in repair_history(messages)]
         body: dict[str, Any] = {"model": self._model, "messages": wire}
+        if self._max_tokens:
+            body["max_tokens"] = self._max_tokens
         if tools:
             body["tools"] = [
                 {

@@ -2,7 +2,7 @@
 
 Tiers (§4): admins run every command. Everyone runs `/help`, `/whoami`, `/status`, `/sessions`
 and the commands that change only their own conversation (`/new`, `/reset`, `/undo`, `/retry`,
-`/title`, `/resume`), except in a shared session (a group whose members share one session), where
+`/compress`, `/title`, `/resume`), except in a shared session (a group whose members share one session), where
 those need an admin: one member must not rewrite everyone's history. `access.user_commands` opens
 any other command to every user. Plain chat is unaffected, and an unknown command goes to the
 agent as text.
@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from hermes_gateway.domain.access import is_admin
+from hermes_gateway.domain.context import COMPRESS_COMMAND
 from hermes_gateway.domain.events import LifecycleEvents
 from hermes_gateway.domain.model_policy import ModelPolicy
 from hermes_gateway.domain.ports import SessionStores, TurnStarter
@@ -347,6 +348,16 @@ def _retry(call: CommandCall) -> str | CommandResult:
     return CommandResult("Retrying your last message.", resubmit_text=result.user_text)
 
 
+def _compress(call: CommandCall) -> str | CommandResult:
+    """BEHAVIOUR §10: a turn of its own compresses the session (the model writes the summary)."""
+    route = call.route
+    if route is None:
+        return "Nothing to compress yet."
+    if route.lease_held(call.now):
+        return BUSY_REPLY
+    return CommandResult("Compressing this session...", resubmit_text=COMPRESS_COMMAND)
+
+
 def _status(call: CommandCall) -> str:
     store, _ = _store(call)
     route = call.route
@@ -492,6 +503,13 @@ COMMANDS: Mapping[str, CommandSpec] = {
         CommandSpec("reset", "start this chat over with a new session", _reset, everyone=True, own_session=True),
         CommandSpec("undo", "take back the last turn (/undo [n] for n turns)", _undo, everyone=True, own_session=True),
         CommandSpec("retry", "answer your last message again", _retry, everyone=True, own_session=True),
+        CommandSpec(
+            "compress",
+            "summarize the older part of this session and go on from the summary",
+            _compress,
+            everyone=True,
+            own_session=True,
+        ),
         CommandSpec(
             "title", "show or set this session's title (/title [name])", _title, everyone=True, own_session=True
         ),

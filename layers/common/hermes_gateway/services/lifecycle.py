@@ -68,6 +68,7 @@ class Successor:
     answer_together: bool  # turns.busy_followup == "one": one turn answers the whole queue
     model_override: ModelOverride | None = None
     hidden: tuple[tuple[int, int], ...] = ()
+    prompt_ratio: float | None = None
 
     def plan(self, queue: list[QueuedInput], first_seq: int) -> NextTurn:
         taken = queue if self.answer_together else queue[:1]
@@ -89,6 +90,7 @@ class Successor:
             user_text="\n\n".join(item.text for item in taken),
             hidden=self.hidden,
             model_override=self.model_override,
+            prompt_ratio=self.prompt_ratio,
         )
         return NextTurn(len(taken), turn)
 
@@ -170,6 +172,7 @@ def chat_turn(
     hidden: tuple[tuple[int, int], ...] = (),
     model_override: ModelOverride | None = None,
     notes: TurnNotes | None = None,
+    prompt_ratio: float | None = None,
 ) -> Turn:
     turn_id = turn_id_for(session_id, event_id)
     return Turn(
@@ -188,6 +191,7 @@ def chat_turn(
         hidden=hidden,
         model_override=model_override,
         notes=notes or TurnNotes(),
+        prompt_ratio=prompt_ratio,
     )
 
 

@@ -284,6 +284,7 @@ def _begin(routing: Routing, entry: SessionEntry, text: str) -> RouteOutcome | N
         hidden=begun.entry.hidden,
         model_override=entry.model_override,
         notes=_notes(entry, message.source.platform, resumed_by_takeover=begun.took_over),
+        prompt_ratio=entry.tally.prompt_ratio,
     )
     if not lifecycle.start(routing.starter, turn):
         return _ran_before(routing, entry, turn_id, token)
@@ -367,7 +368,7 @@ def _redelivered(routing: Routing, entry: SessionEntry) -> RouteOutcome:
         session_key=routing.session_key, session_id=entry.session_id, event_id=message.event_id,
         source=message.source, reply_to=reply_target(message), user_seq=user_seq, reply_seq=entry.reply_seq,
         text=message.text, now=routing.now, hidden=entry.hidden, model_override=entry.model_override,
-        notes=_notes(entry, message.source.platform),
+        notes=_notes(entry, message.source.platform), prompt_ratio=entry.tally.prompt_ratio,
     )  # fmt: skip
     started = lifecycle.start(routing.starter, turn)
     logger.info("redelivered message: its turn started again" if started else "turn already started")

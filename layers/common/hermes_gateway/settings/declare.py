@@ -113,13 +113,22 @@ def flag(raw: Any) -> bool:
     raise ValueError(f"expected true or false, got {raw!r}")
 
 
-def whole(raw: Any) -> int:
+def _number(raw: Any, kind: Callable[[str], Any], noun: str) -> Any:
     if isinstance(raw, bool):
-        raise ValueError(f"expected a whole number, got {raw!r}")
+        raise ValueError(f"expected {noun}, got {raw!r}")
     try:
-        return int(str(raw).strip())
+        return kind(str(raw).strip())
     except ValueError:
-        raise ValueError(f"expected a whole number, got {raw!r}") from None
+        raise ValueError(f"expected {noun}, got {raw!r}") from None
+
+
+def whole(raw: Any) -> int:
+    return int(_number(raw, int, "a whole number"))
+
+
+def fraction(raw: Any) -> float:
+    """A number such as 0.5 (a share of something)."""
+    return float(_number(raw, float, "a number"))
 
 
 def text(raw: Any) -> str:
@@ -202,6 +211,12 @@ def positive(*, at_most: int, why: str) -> Check:
         return f"must be at most {at_most} ({why})" if value > at_most else None
 
     return Check(find, f"1 to {at_most}")
+
+
+def share(low: float, high: float) -> Check:
+    """A fraction strictly above `low` and at most `high`."""
+    reason = f"must be above {low} and at most {high}"
+    return Check(lambda v: None if low < v <= high else reason, f"above {low}, at most {high}")
 
 
 def at_least(low: int, reason: str = "") -> Check:

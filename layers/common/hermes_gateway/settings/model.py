@@ -20,6 +20,7 @@ from hermes_gateway.settings.declare import (
 )
 from hermes_gateway.settings.sections import (
     AccessSettings,
+    CompressionSettings,
     CronSettings,
     HooksSettings,
     IngressSettings,
@@ -69,6 +70,7 @@ class Settings(Section):
         wide=True,
     )
     provider: ProviderSettings = section(ProviderSettings)
+    compression: CompressionSettings = section(CompressionSettings)
     tools: ToolSettings = section(ToolSettings)
     memory: MemorySettings = section(MemorySettings)
     access: AccessSettings = section(AccessSettings)

@@ -25,6 +25,7 @@ from hermes_gateway.settings.declare import (
     between,
     each,
     flag,
+    fraction,
     group_map,
     http_url,
     is_http_url,
@@ -36,6 +37,7 @@ from hermes_gateway.settings.declare import (
     positive,
     raises_value_error,
     setting,
+    share,
     text,
     url,
     urls,
@@ -84,6 +86,16 @@ class ProviderSettings(Section):
         "GATEWAY_MAX_HISTORY_MESSAGES", whole, 40, "transcript rows sent to the model",
         check=at_least(1, "must be greater than zero"),
     )
+    context_window: int = setting(
+        "GATEWAY_CONTEXT_WINDOW", whole, 0,
+        "the model's context window in tokens (0: known from the model name, else 8192)",
+        check=at_least(0, "must be 0 (from the model name) or more"),
+    )
+    max_output_tokens: int = setting(
+        "GATEWAY_MAX_OUTPUT_TOKENS", whole, 0,
+        "tokens one answer may take, kept free in the window (0: a quarter of the window, at most 4096)",
+        check=at_least(0, "must be 0 (a quarter of the window) or more"),
+    )
     max_attempts: int = setting(
         "GATEWAY_PROVIDER_MAX_ATTEMPTS", whole, 3, "tries of one model request on 429, 5xx and timeouts (with backoff)",
         check=between(1, 10),
@@ -104,6 +116,36 @@ class ProviderSettings(Section):
                 "retry_budget_seconds",
                 f"must be at least provider.timeout_seconds and at most {MODEL_CALL_LIMIT_SECONDS} (the task's limit)",
             )
+        if self.max_output_tokens and self.max_output_tokens * 2 > self.window:
+            raise Invalid("max_output_tokens", "must be at most half of the context window")
+
+    @property
+    def window(self) -> int:
+        """The context window in tokens: the setting, else the model's (domain/context.py)."""
+        from hermes_gateway.domain.context import limits
+
+        return limits(self.context_window, self.max_output_tokens, self.model)[0]
+
+    @property
+    def output_reserve(self) -> int:
+        """Tokens kept free for the answer (and asked of the model as its max tokens)."""
+        from hermes_gateway.domain.context import limits
+
+        return limits(self.context_window, self.max_output_tokens, self.model)[1]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompressionSettings(Section):
+    """`compression:` a long session is summarized before its history outgrows the model's window."""
+
+    enabled: bool = setting(
+        "GATEWAY_COMPRESSION_ENABLED", flag, True,
+        "summarize the older part of a session when its history passes the threshold",
+    )
+    threshold: float = setting(
+        "GATEWAY_COMPRESSION_THRESHOLD", fraction, 0.5,
+        "share of the context window the history may fill before a turn compresses it", check=share(0.1, 0.9),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from hermes_gateway.domain.context import cut, message_tokens
 from hermes_gateway.domain.session_key import is_shared_session
+from hermes_gateway.domain.sessions import TranscriptRow
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.domain.turn_state import Turn, TurnKind, TurnState
 from hermes_gateway.errors import PermanentError
@@ -26,6 +28,7 @@ FLUSH_PROMPT = (
 )
 # Platforms whose ids are personal data: the model gets stable hashed handles (BEHAVIOUR §10).
 _HASHED_ID_PLATFORMS = ("telegram", "whatsapp", "signal", "bluebubbles")
+MIN_ROOM = 64  # the message being answered keeps at least this many tokens, however full the rest
 
 
 def _shown_id(platform: str, value: str | None) -> str:
@@ -127,9 +130,12 @@ def _merge(messages: list[ChatMessage]) -> list[ChatMessage]:
     return merged
 
 
-def transcript_messages(turn: Turn, deps: TurnDeps) -> list[ChatMessage]:
-    """The session's user and assistant rows as the model sees them (a chat turn's up to the
-    message it answers), starting at a user message: one bounded read of the newest rows."""
+SUMMARY_HEAD = "[A summary of the earlier conversation]"
+
+
+def numbered(turn: Turn, deps: TurnDeps) -> list[tuple[TranscriptRow, ChatMessage | None]]:
+    """The session's newest rows (a chat turn's up to the message it answers), each with what the
+    model sees of it (None: a row it does not see): one bounded read of the newest rows."""
     assert turn.session_id is not None
     rows = deps.transcript.window(
         turn.session_id,
@@ -141,32 +147,79 @@ def transcript_messages(turn: Turn, deps: TurnDeps) -> list[ChatMessage]:
     # The message being answered: the user rows after the last answer (a queued burst is several)
     answered = max((row.seq for row in rows if row.role == "assistant"), default=-1)
     understood = understand_rows(turn, [r for r in rows if r.attachments], deps)
-    messages = []
+    found: list[tuple[TranscriptRow, ChatMessage | None]] = []
     for row in rows:
-        if row.role not in ("user", "assistant"):
+        if row.role == "system":  # a compressed session's summary, where the session starts
+            found.append((row, ChatMessage("user", f"{SUMMARY_HEAD}\n{row.content}")))
             continue
-        text, images = model_input(row, understood, deps, current=row.seq > answered) if row.attachments else (
-            row.content,
-            (),
+        if row.role not in ("user", "assistant"):
+            found.append((row, None))
+            continue
+        text, images = (
+            model_input(row, understood, deps, current=row.seq > answered)
+            if row.attachments
+            else (
+                row.content,
+                (),
+            )
         )
         if in_shared and row.role == "user" and row.sender_name:
             text = f"[{row.sender_name}] {text}"
-        messages.append(ChatMessage(row.role, text, images=images))
+        found.append((row, ChatMessage(row.role, text, images=images)))
+    return found
+
+
+def seen(read: Sequence[tuple[TranscriptRow, ChatMessage | None]]) -> list[ChatMessage]:
+    """What the model sees of rows read, starting at a user message."""
+    messages = [message for _, message in read if message is not None]
     while messages and messages[0].role != "user":
         messages.pop(0)  # a window that starts mid-conversation starts at a user message
     return messages
 
 
-def history(turn: Turn, deps: TurnDeps) -> list[ChatMessage]:
+def transcript_messages(turn: Turn, deps: TurnDeps) -> list[ChatMessage]:
+    """The session's user and assistant rows as the model sees them (a chat turn's up to the
+    message it answers), starting at a user message: one bounded read of the newest rows."""
+    return seen(numbered(turn, deps))
+
+
+def history(
+    turn: Turn,
+    deps: TurnDeps,
+    read: Sequence[tuple[TranscriptRow, ChatMessage | None]] | None = None,
+    room: int | None = None,
+) -> list[ChatMessage]:
+    """The messages of the request: the newest that fit in `room` (estimated tokens; None: no
+    bound but the row count), the one being answered always (cut when it alone is too large)."""
     if turn.kind is TurnKind.CRON:
         assert turn.cron is not None
-        return [ChatMessage("user", turn.cron.prompt)]
-    messages = transcript_messages(turn, deps)
+        return fit([ChatMessage("user", turn.cron.prompt)], room)
+    messages = seen(read if read is not None else numbered(turn, deps))
     if turn.kind is TurnKind.FLUSH:
-        return _merge([*messages, ChatMessage("user", FLUSH_PROMPT)])
+        prompt = ChatMessage("user", FLUSH_PROMPT)
+        kept = fit(messages, None if room is None else room - message_tokens(prompt)) if messages else []
+        return _merge([*kept, prompt])
     if not messages or messages[-1].role != "user":
         raise PermanentError("the transcript does not end with the user's message")
-    return _merge(messages)
+    return _merge(fit(messages, room))
+
+
+def fit(messages: Sequence[ChatMessage], room: int | None) -> list[ChatMessage]:
+    """The newest messages whose estimates fit in `room`, oldest first, starting at a user
+    message; the newest is kept in any case, cut to the room when it alone is larger."""
+    if room is None or not messages:
+        return list(messages)
+    newest = cut(messages[-1], max(room, MIN_ROOM))
+    kept, used = [newest], message_tokens(newest)
+    for message in reversed(messages[:-1]):
+        used += message_tokens(message)
+        if used > room:
+            break
+        kept.append(message)
+    kept.reverse()
+    while len(kept) > 1 and kept[0].role != "user":
+        kept.pop(0)
+    return kept
 
 
 def tool_context(state: TurnState, deps: TurnDeps, *, memory: bool = True) -> ToolContext:

@@ -13,6 +13,7 @@ from hermes_gateway.domain.ports import (
     Deliveries,
     Leases,
     MediaStore,
+    SessionEdits,
     Transcript,
     TurnControl,
     TurnStarter,
@@ -77,6 +78,8 @@ class TurnDeps:
     media: MediaStore | None = None
     fetch_media: Callable[[Attachment, str, str | None, int], Fetched] | None = None
     transcriber: Callable[[], Transcriber | None] | None = None
+    # A long session's compression (services/turn/compaction.py); None: never compressed.
+    edits: SessionEdits | None = None
 
 
 __all__ = ["FLUSH_WAIT_SECONDS", "JobRecorder", "TurnDeps", "TurnStarter"]

@@ -80,6 +80,7 @@ def tally(state: TurnState, deps: TurnDeps, *, replied: bool) -> SessionTally:
         estimated_turns=1 if cost.status == "estimated" else 0,
         unknown_turns=1 if cost.status == "unknown" else 0,
         included_turns=1 if cost.status == "included" else 0,
+        prompt_ratio=state.loop.ratio if state.loop.iterations else None,
     )
 
 
@@ -106,6 +107,7 @@ def _end(
         answer_together=deps.settings.turns.busy_followup == "one",
         model_override=turn.model_override,
         hidden=turn.hidden,
+        prompt_ratio=state.loop.ratio if state.loop.iterations else turn.prompt_ratio,
     )
     return lifecycle.end_turn(
         deps.leases,

@@ -12,12 +12,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from hermes_gateway.domain.context import calibrated, request_tokens
 from hermes_gateway.domain.sessions import TranscriptRow
 from hermes_gateway.domain.targets import ReplyTarget, UnresolvableTarget, resolve_target
 from hermes_gateway.domain.turn_state import Reply, Step, ToolLoop, Turn, TurnKind, TurnState
 from hermes_gateway.errors import ModelUnavailable, PermanentError, TransientError
 from hermes_gateway.observability import MetricUnit, logger, metrics
 from hermes_gateway.providers.base import ChatMessage, ModelReply, Provider, ToolSpec
+from hermes_gateway.services.turn import compaction
 from hermes_gateway.services.turn.context import emit, history, memory_manager, turn_system
 from hermes_gateway.services.turn.deps import TurnDeps
 from hermes_gateway.services.turn.jobs import answer_fields, reply_job
@@ -34,16 +36,22 @@ def respond(state: TurnState, deps: TurnDeps) -> TurnState:
         if state.next is Step.FINISH:
             return state
     loop = state.loop if state.loop.exec_started else replace(state.loop, exec_started=now)
-    turn = state.turn
-    past = history(turn, deps)
+    provider = _provider(state.turn, deps)
+    # The history read once; a long one is compressed first (the turn may move to the child session).
+    before = replace(state, loop=loop)
+    state, read = compaction.prepare(before, deps, provider)
+    if compaction.requested(state.turn):  # /compress: its turn answers without asking the model
+        return settle(replace(state, reply=compaction.command_reply(before, state)), deps)
+    turn, loop = state.turn, state.loop
     tools = _tool_specs(turn, loop, deps, now)
-    system = (state.system or "") + _remembered(state, deps, past[-1].content if past else "")
-    provider = _provider(turn, deps)
+    system = (state.system or "") + _remembered(state, deps, compaction.last_text(read))
+    past = history(turn, deps, read, compaction.room(turn, deps, loop, system, tools))
     messages = past + list(loop.messages)
     with typing_shown(turn, deps):
         reply = _ask_model(provider, system, messages, tools)
     usage = loop.usage + reply.usage
-    loop = replace(loop, usage=usage, iterations=loop.iterations + 1)
+    ratio = calibrated(loop.ratio, reply.input_tokens, request_tokens(system, messages, tools))
+    loop = replace(loop, usage=usage, iterations=loop.iterations + 1, ratio=ratio)
     emit(deps, "agent:step", turn, step="model", iteration=loop.iterations, tool_calls=len(reply.tool_calls))
     if reply.tool_calls and tools:
         loop = replace(loop, messages=(*loop.messages, reply.as_message()), pending=tuple(reply.tool_calls), results={})
