@@ -174,3 +174,85 @@ def test_a_header_that_cannot_be_sent_is_permanent(server: KeepAliveServer) -> N
     with pytest.raises(PermanentError, match="not usable"):
         client.request("GET", "/x", headers={"Authorization": "Bearer bad\r\ninjected: 1"})
     assert server.seen == []
+
+
+# -- a download pinned to a checked address -------------------------------------------------------
+
+
+def _certificate_for(name: str, directory: Any) -> tuple[Any, Any]:
+    """A throwaway self-signed certificate for the DNS name `name`, and its key (files in `directory`)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    cert, key_file = directory / "cert.pem", directory / "key.pem"
+    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert, key_file
+
+
+@pytest.fixture
+def tls_files(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, list[str]]]:
+    """An HTTPS server on 127.0.0.1 whose certificate names files.pinned.test (trusted for the
+    test through SSL_CERT_FILE); the URL base by that name, and the Host headers it saw."""
+    import ssl
+
+    cert, key = _certificate_for("files.pinned.test", tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    hosts: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hosts.append(self.headers.get("Host", ""))
+            self.send_response(200)
+            self.send_header("Content-Length", "4")
+            self.end_headers()
+            self.wfile.write(b"\x89PNG")
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet."""
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"https://files.pinned.test:{server.server_address[1]}", hosts
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_pinned_download_connects_to_the_address_and_verifies_the_urls_name(tls_files: tuple[str, list[str]]) -> None:
+    # files.pinned.test resolves nowhere: only the pinned address reaches the server, whose
+    # certificate is checked against the URL's name (not the address)
+    base, hosts = tls_files
+    reply = http_pool.download(f"{base}/cat.png?v=1", timeout=5, limit=100, connect_to="127.0.0.1")
+    assert (reply.status, reply.body) == (200, b"\x89PNG")
+    assert hosts == [base.removeprefix("https://")]
+
+
+def test_a_pinned_download_refuses_a_certificate_for_another_name(tls_files: tuple[str, list[str]]) -> None:
+    base, hosts = tls_files
+    other = base.replace("files.pinned.test", "elsewhere.test")
+    with pytest.raises(http_pool.NoAnswer) as refused:
+        http_pool.download(f"{other}/cat.png", timeout=5, limit=100, connect_to="127.0.0.1")
+    assert refused.value.kind == "connect" and hosts == []

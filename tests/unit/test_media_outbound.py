@@ -162,6 +162,23 @@ def test_a_redirect_to_a_private_address_is_refused_before_it_is_followed(host: 
     assert fetch_public(host.url("/hop.png"), how) == (PNG, "image/png")
 
 
+def test_the_fetch_connects_to_the_address_it_checked_not_to_a_second_dns_answer(host: FakeMediaHost) -> None:
+    # A rebinding name answers the check with one address and the connection with another; the
+    # fetch asks the resolver once and connects to what it checked (here: a name no real DNS knows)
+    asked: list[str] = []
+
+    def resolve(name: str) -> list[str]:
+        asked.append(name)
+        return ["127.0.0.1"] if len(asked) == 1 else ["10.0.0.1"]  # a second answer would lead away
+
+    port = host.base_url.rsplit(":", 1)[1]
+    how = Fetching(MemoryMedia(), 1_000_000, local=True, resolve=resolve)
+    assert fetch_public(f"http://files.rebinding.test:{port}/cat.png", how) == (PNG, "image/png")
+    assert asked == ["files.rebinding.test"]
+    (received,) = host.requests
+    assert received.path == "/cat.png" and received.headers["host"] == f"files.rebinding.test:{port}"
+
+
 def test_a_file_over_the_limit_is_refused(host: FakeMediaHost) -> None:
     with pytest.raises(MediaRefused, match="limit"):
         fetch_public(host.url("/cat.png"), Fetching(MemoryMedia(), 100, local=True))

@@ -148,22 +148,35 @@ class TooLarge(Exception):
 
 
 def download(
-    url: str, *, headers: Mapping[str, str] | None = None, timeout: float, limit: int, redirects: bool = True
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    timeout: float,
+    limit: int,
+    redirects: bool = True,
+    connect_to: str | None = None,
 ) -> Reply:
     """GET a file on a pooled connection, reading at most `limit` bytes: a longer body (announced
     by Content-Length or found while reading) raises TooLarge. Redirects are followed only without
     an Authorization header, as in `send`, and never with `redirects=False` (the caller checks
-    where each one leads: an outbound media reference's public-address check)."""
+    where each one leads: an outbound media reference's public-address check).
+
+    `connect_to`: the IP address to connect to, one the caller resolved and checked, so a second
+    DNS answer (a rebinding name) cannot lead elsewhere; the URL's host is still the Host header,
+    TLS server name and certificate name. Such a connection is not pooled."""
     from http.client import HTTPException
 
     import urllib3
     from urllib3.exceptions import HTTPError
 
     sent = dict(headers or {})
-    follow = redirects and not any(k.lower() == "authorization" for k in sent)
+    follow = redirects and not any(k.lower() == "authorization" for k in sent) and connect_to is None
     retries = _redirects(follow)
+    opener: Any = _pool()
+    if connect_to is not None:
+        opener, url, sent = _pinned(url, connect_to, sent)
     try:
-        response = _pool().request(
+        response = opener.request(
             "GET",
             url,
             headers=sent,
@@ -191,6 +204,30 @@ def download(
         raise _no_answer(exc, timeout) from None
     finally:
         response.release_conn() if response.status < 300 else response.drain_conn()
+
+
+def _pinned(url: str, address: str, headers: dict[str, str]) -> tuple[Any, str, dict[str, str]]:
+    """A one-connection pool to `address` for `url`, the path to ask it for, and the headers with
+    the URL's own host as Host."""
+    import urllib.parse
+
+    import urllib3
+
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    secure = parts.scheme == "https"
+    port = parts.port or (443 if secure else 80)
+    pool: Any
+    if secure:
+        pool = urllib3.HTTPSConnectionPool(
+            address, port, maxsize=1, server_hostname=host, assert_hostname=host, retries=False
+        )
+    else:
+        pool = urllib3.HTTPConnectionPool(address, port, maxsize=1, retries=False)
+    path = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+    shown_host = f"[{host}]" if ":" in host else host
+    named = {k: v for k, v in headers.items() if k.lower() != "host"}
+    return pool, path, {**named, "Host": shown_host if parts.port is None else f"{shown_host}:{parts.port}"}
 
 
 def multipart(fields: FormFields) -> tuple[bytes, str]:

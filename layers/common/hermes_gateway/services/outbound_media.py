@@ -84,9 +84,11 @@ def fetch_public(url: str, how: Fetching) -> tuple[bytes, str]:
     """GET `url` at most `how.limit` bytes, each hop (redirects followed here, at most
     http_pool.MAX_REDIRECTS) checked to lead to an allowed address first."""
     for _hop in range(http_pool.MAX_REDIRECTS + 1):
-        check_url(url, local=how.local, resolve=how.resolve)
-        try:
-            reply = http_pool.download(url, timeout=FETCH_TIMEOUT_SECONDS, limit=how.limit, redirects=False)
+        address = check_url(url, local=how.local, resolve=how.resolve)
+        try:  # to the address checked, not to what a second DNS answer says (a rebinding name)
+            reply = http_pool.download(
+                url, timeout=FETCH_TIMEOUT_SECONDS, limit=how.limit, redirects=False, connect_to=address
+            )
         except http_pool.TooLarge:
             raise MediaRefused(f"the file is over the limit of {how.limit / 1e6:.0f} MB") from None
         except (http_pool.NoAnswer, http_pool.Unsendable) as exc:
@@ -101,9 +103,10 @@ def fetch_public(url: str, how: Fetching) -> tuple[bytes, str]:
     raise MediaRefused("the file's URL redirects too often")
 
 
-def check_url(url: str, *, local: bool, resolve: Resolver | None = None) -> None:
+def check_url(url: str, *, local: bool, resolve: Resolver | None = None) -> str:
     """Raise MediaRefused unless `url` may be fetched: https to public addresses only; in local
-    mode http or https to loopback too. Every address the host resolves to must be allowed."""
+    mode http or https to loopback too. Every address the host resolves to must be allowed; the
+    one to connect to is returned."""
     try:
         parts = urllib.parse.urlsplit(url)
         host = parts.hostname or ""
@@ -115,11 +118,12 @@ def check_url(url: str, *, local: bool, resolve: Resolver | None = None) -> None
     addresses = _addresses(host, resolve)
     loopback = all(address.is_loopback for address in addresses)
     if local and loopback:
-        return
+        return str(addresses[0])
     if parts.scheme != "https":
         raise MediaRefused("only https URLs are attached")
     if not all(address.is_global and not address.is_multicast for address in addresses):
         raise MediaRefused("the URL's host is not a public address")
+    return str(addresses[0])
 
 
 def _addresses(host: str, resolve: Resolver | None) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
