@@ -251,6 +251,9 @@ def wait_outbox(count: int, timeout: float) -> list[dict[str, Any]]:
     return rows
 
 
+BENCH_CONTEXT_WINDOW = 128_000  # tokens: the window of the models the defaults name
+
+
 @contextmanager
 def local_gateway(environ: dict[str, str] | None = None) -> Iterator[tuple[Any, PlatformStub]]:
     """Local mode in this process with the echo provider, its Telegram replies going to a stub."""
@@ -269,6 +272,10 @@ def local_gateway(environ: dict[str, str] | None = None) -> Iterator[tuple[Any, 
         # one), and outbox rows with a preview of each chunk (local mode's keep the whole text)
         "GATEWAY_BUS_EVENTS": "",
         "HERMES_LOCAL_OUTBOX_PREVIEW": "1",  # hermes_gateway.wiring.LOCAL_OUTBOX_PREVIEW_ENV
+        # The echo model stands in for a deployment's model, whose window is known by its name
+        # (gpt-4o, claude, nova: 128k and more); echo's own would be the 8k fallback, which
+        # compresses a 1-2 KB-reply session every few messages (a cost of small models, apart)
+        "GATEWAY_CONTEXT_WINDOW": str(BENCH_CONTEXT_WINDOW),
         **(environ or {}),
     }
     gateway = LocalGateway(port=0, environ=env, tick_seconds=3600, poll_wait_seconds=1)
