@@ -143,8 +143,28 @@ class Meter:
 
         self._patch(ThreadPoolExecutor, "submit", submit)
         self._patch(urllib.request.OpenerDirector, "open", open_url)
+        self._patch_pooled_http()
         self._patch_provider()
         return self
+
+    def _patch_pooled_http(self) -> None:
+        """The platforms', the transcriber's and the media fetches' requests go through the pooled
+        client (hermes_gateway.http_pool, urllib3), not urllib's opener: each is an external round trip."""
+        from hermes_gateway import http_pool
+
+        meter = self
+        original_send, original_download = http_pool.send, http_pool.download
+
+        def send(method: str, url: str, **kwargs: Any) -> Any:
+            meter._external(url)
+            return original_send(method, url, **kwargs)
+
+        def download(url: str, **kwargs: Any) -> Any:
+            meter._external(url)
+            return original_download(url, **kwargs)
+
+        self._patch(http_pool, "send", send)
+        self._patch(http_pool, "download", download)
 
     def uninstall(self) -> None:
         while self._saved:

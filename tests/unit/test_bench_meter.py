@@ -55,3 +55,25 @@ def test_the_fake_reply_has_the_asked_size_and_is_the_same_for_the_same_message(
     assert len(filler("hello", 1500).encode()) == 1500
     assert filler("hello", 300) == filler("hello", 300)
     assert filler("hello", 300) != filler("other", 300)
+
+
+def test_a_request_through_the_pooled_http_client_is_an_external_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The platforms send through hermes_gateway.http_pool (urllib3), which urllib's opener never sees
+    from bench.meter import Meter
+    from hermes_gateway import http_pool
+
+    answered = http_pool.Reply(200, b"{}", {})
+    monkeypatch.setattr(http_pool, "send", lambda method, url, **kw: answered)
+    monkeypatch.setattr(http_pool, "download", lambda url, **kw: answered)
+    meter = Meter(units=False).install()
+    try:
+        with meter.within("delivery", {"step": "deliver"}):
+            http_pool.send("POST", "https://api.telegram.example/bot/sendMessage", timeout=1)
+            http_pool.download("https://files.example/cat.png", timeout=1, limit=10)
+        http_pool.send("POST", "https://outside.example/", timeout=1)  # no function: the harness's own
+    finally:
+        meter.uninstall()
+    (invocation,) = meter.invocations
+    assert invocation.round_trips == [("external", "api.telegram.example"), ("external", "files.example")]
+    assert dict(meter.external) == {("delivery", "api.telegram.example"): 1, ("delivery", "files.example"): 1}
+    assert http_pool.send("GET", "https://x.example/", timeout=1) is answered  # uninstalled: the patch is gone

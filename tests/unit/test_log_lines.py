@@ -63,3 +63,16 @@ def test_switched_off_metrics_are_neither_printed_nor_kept(
     emf = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert emf["DeliverySent"] == [1.0]
     assert metrics.metric_set == {}
+
+
+def test_an_info_line_drops_what_says_nothing_and_a_warning_keeps_its_place() -> None:
+    from hermes_gateway.observability import log_json
+
+    base = {"timestamp": "2026-12-02 18:39:54,892+0000", "service": "hermes-gateway", "location": "_begin:291",
+            "function_request_id": "req-1", "correlation_id": "telegram:default:1"}  # fmt: skip
+    info = json.loads(log_json({"level": "INFO", "message": "turn started", "cold_start": False, **base}))
+    assert set(info) == {"level", "message", "timestamp", "function_request_id", "correlation_id"}
+    warm_warning = json.loads(log_json({"level": "WARNING", "message": "slow", "cold_start": False, **base}))
+    assert warm_warning["location"] == "_begin:291" and "cold_start" not in warm_warning
+    cold = json.loads(log_json({"level": "INFO", "message": "event accepted", "cold_start": True, **base}))
+    assert cold["cold_start"] is True and "service" not in cold
