@@ -7,7 +7,9 @@
   chat.bot scope, a lifetime of at most an hour), then issues `ya29.fake-1`, `ya29.fake-2`, …;
 - `POST /v1/spaces/<id>/messages`: the Chat API. It requires an issued token, and answers the
   created message with name `spaces/<id>/messages/m1`, `m2`, …; `fake.messages` lists
-  (space, query, body).
+  (space, query, body);
+- `GET /v1/media/<resource name>?alt=media`: an attachment's bytes from `fake.media` (resource
+  name -> answer), with an issued token.
 `service_account_json()` is a key file for the sender, with the private key in memory only.
 """
 
@@ -37,6 +39,7 @@ class FakeGoogle(LoopbackFake[RecordedRequest]):
     issued: list[str] = field(default_factory=list)
     assertions: list[dict[str, Any]] = field(default_factory=list)  # the verified claims of each assertion
     messages: list[tuple[str, dict[str, str], Any]] = field(default_factory=list)
+    media: dict[str, ScriptedAnswer] = field(default_factory=dict)
 
     @property
     def certs_url(self) -> str:
@@ -76,6 +79,12 @@ class FakeGoogle(LoopbackFake[RecordedRequest]):
             return ScriptedAnswer(200, {"keys": list(self.keys)})
         if request.http_method == "POST" and path == "/token":
             return self._token(request)
+        if request.http_method == "GET" and path.startswith("/v1/media/") and query == "alt=media":
+            if request.headers.get("authorization") not in {f"Bearer {t}" for t in self.issued}:
+                return ScriptedAnswer(401, {"error": {"code": 401, "status": "UNAUTHENTICATED"}})
+            found = self.media.get(urllib.parse.unquote(path.removeprefix("/v1/media/")))
+            if found is not None:
+                return found
         parts = path.split("/")
         if (
             request.http_method == "POST"

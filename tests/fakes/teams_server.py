@@ -6,7 +6,9 @@
 - `POST /<tenant>/oauth2/v2.0/token`: Entra ID's client-credentials grant; it checks the form against
   `app_id`/`app_password` and issues `bf-token-1`, `bf-token-2`, … (`fake.issued`);
 - `POST /v3/conversations/<id>/activities`: the Bot Connector; it requires a bearer token it issued
-  and answers ids `activity-1`, `activity-2`, …; `fake.activities` lists (conversation id, body).
+  and answers ids `activity-1`, `activity-2`, …; `fake.activities` lists (conversation id, body);
+- `GET <path>` of `fake.files` (path with its query -> answer): an attachment on the service URL
+  (with a bearer token it issued) or a file's pre-authenticated download URL (`open_files`: none).
 Every request is recorded in `fake.requests`; `answer_next` scripts failures (see loopback.py).
 
 The keys it serves are JWKs of `tests.fakes.jwt.SigningKeyPair`s. A form-encoded body (the token
@@ -44,6 +46,8 @@ class FakeBotFramework(LoopbackFake[RecordedRequest]):
     expires_in: int = 3600
     issued: list[str] = field(default_factory=list)
     activities: list[tuple[str, Any]] = field(default_factory=list)
+    files: dict[str, ScriptedAnswer] = field(default_factory=dict)
+    open_files: frozenset[str] = frozenset()  # paths of `files` downloaded without a token
 
     @property
     def openid_url(self) -> str:
@@ -78,6 +82,12 @@ class FakeBotFramework(LoopbackFake[RecordedRequest]):
             return ScriptedAnswer(200, {"keys": list(self.keys)})
         if request.http_method == "POST" and request.path.endswith("/oauth2/v2.0/token"):
             return self._token(request)
+        if request.http_method == "GET" and request.path in self.files:
+            if request.path not in self.open_files and request.headers.get("authorization") not in {
+                f"Bearer {t}" for t in self.issued
+            }:
+                return ScriptedAnswer(401, {"message": "Authorization has been denied for this request."})
+            return self.files[request.path]
         parts = request.path.split("/")
         if request.http_method == "POST" and len(parts) == 5 and parts[1:3] == ["v3", "conversations"]:
             return self._activity(urllib.parse.unquote(parts[3]), parts[4], request)

@@ -1,6 +1,9 @@
 """Multipart uploads on a loopback fake: `form_fields` reads a recorded multipart body, and
 `FakeApi` answers any path from a table (`routes`: path -> answer), recording each request as it
-arrived (`Received`, raw body included), for the senders' media uploads."""
+arrived (`Received`, raw body included), for the senders' media uploads and the platforms' file
+downloads. A route whose key ends in `*` answers every path that starts with what comes before it
+(a Matrix event's transaction id); `fallback`, when set, answers any other path (a platform's calls
+a test does not look at, such as a typing indicator)."""
 
 from __future__ import annotations
 
@@ -44,9 +47,10 @@ def fields_of(request: Received) -> dict[str, FormField]:
 @dataclass
 class FakeApi(LoopbackFake[Received]):
     thread_name: ClassVar[str] = "fake-api"
-    http_methods: ClassVar[frozenset[str]] = frozenset({"GET", "POST", "PUT"})
+    http_methods: ClassVar[frozenset[str]] = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 
     routes: dict[str, ScriptedAnswer] = field(default_factory=dict)  # path (without the query) -> answer
+    fallback: ScriptedAnswer | None = None
 
     def to(self, path: str) -> list[Received]:
         with self._lock:
@@ -56,5 +60,9 @@ class FakeApi(LoopbackFake[Received]):
         return received
 
     def _default_answer(self, request: Received) -> ScriptedAnswer:
-        found = self.routes.get(request.path.split("?", 1)[0])
+        path = request.path.split("?", 1)[0]
+        found = self.routes.get(path)
+        if found is None:
+            prefixes = [key for key in self.routes if key.endswith("*") and path.startswith(key[:-1])]
+            found = self.routes[max(prefixes, key=len)] if prefixes else self.fallback
         return found if found is not None else ScriptedAnswer(404, {"error": "not found"})

@@ -226,3 +226,32 @@ def test_the_model_sees_the_answered_messages_images_and_reads_of_the_rest() -> 
 def test_understood_round_trips_through_its_json() -> None:
     info = Understood(mime="audio/ogg", stored=True, text="hello", cut=0)
     assert Understood.from_json(info.to_json()) == info
+
+
+class _Bucket(_Store):
+    def put(self, key: str, data: bytes, mime: str) -> None:
+        self.objects[key] = (data, mime)
+
+
+def test_a_file_the_platform_could_not_type_whose_bytes_are_an_image_is_given_as_an_image() -> None:
+    """A Mattermost post names only file ids (so each attachment is a "document"); the download's
+    Content-Type says what it is. An image's bytes reach the model as an image part."""
+    from types import SimpleNamespace
+
+    from hermes_gateway.platforms.media import Fetched
+    from hermes_gateway.services.turn.media import understand_rows
+
+    media = Attachment("document", key="p/s/2-0")
+    message = TranscriptRow(2, "user", "", 1.0, attachments=(media,))
+    deps: Any = _Deps()
+    deps.media = _Bucket({})
+    deps.fetch_media = lambda attachment, platform, profile, limit: Fetched(PNG, "image/png")
+    deps.transcriber = None
+    turn: Any = SimpleNamespace(source=SimpleNamespace(platform="mattermost", profile=None), reply_to=None)
+
+    understood = understand_rows(turn, [message], deps)
+
+    assert understood == {"p/s/2-0": Understood(mime="image/png", stored=True)}
+    assert model_input(message, understood, deps, current=True) == ("", (ImagePart("image/png", PNG),))
+    later, _ = model_input(message, understood, deps, current=False)
+    assert later == "[The user sent an image (document) earlier in the conversation]"

@@ -446,3 +446,66 @@ def test_matrix_uploads_the_file_then_sends_an_image_event_of_its_mxc_url(host: 
             "info": {"mimetype": "image/png", "size": len(PNG)},
         },
     ]
+
+
+class LoopbackMedia(MemoryMedia):
+    """Local mode's bucket: the embedded S3's pre-signed URLs are plain http on loopback."""
+
+    def __init__(self, base: str) -> None:
+        super().__init__()
+        self.base = base
+
+    def url(self, key: str, expires_seconds: int) -> str:
+        return f"{self.base}/{key}?X-Amz-Expires={expires_seconds}&X-Amz-Signature=abc"
+
+
+@pytest.mark.parametrize(
+    ("base", "native"), [("http://127.0.0.1:4566/media", True), ("http://media.example.com", False)]
+)
+def test_line_sends_a_loopback_http_url_in_local_mode_and_no_other_http(
+    host: FakeMediaHost, api: FakeApi, base: str, native: bool
+) -> None:
+    api.routes["/v2/bot/message/push"] = ScriptedAnswer(200, {"sentMessages": [{"id": "L1"}]})
+    outbox = FakeOutbox()
+    sender = LineSender(api.base_url, token("line", "test"))
+
+    deliver(
+        media_job("here it is", host.url("/cat.png"), platform="line", chat_id="U1"),
+        media_deps(sender, LoopbackMedia(base), outbox),
+    )
+
+    sent = [r.body["messages"][0] for r in api.to("/v2/bot/message/push")]
+    images = [m for m in sent if m["type"] == "image"]
+    assert [m["originalContentUrl"].startswith(base + "/default/s1/out/turn-1-1?") for m in images] == (
+        [True] if native else []
+    )
+    assert outbox.entries["turn-1#m1"].status == ("sent" if native else "refused")
+
+
+def test_discord_answers_an_interaction_with_the_file_in_place_of_its_thinking_message(
+    host: FakeMediaHost, api: FakeApi
+) -> None:
+    """A slash command's deferred "thinking…" message is replaced by the file (multipart, through
+    the interaction webhook, which needs no bot token), as a text answer replaces it."""
+    webhook = "/webhooks/1100000000000000000/aW50ZXJhY3Rpb24tdG9rZW4"
+    api.routes[webhook + "/messages/@original"] = ScriptedAnswer(200, {"id": "323456789012345678", "flags": 128})
+    sender = DiscordSender(api.base_url, bot_token=None, application_id="1100000000000000000")
+    context = {"interaction_token": "aW50ZXJhY3Rpb24tdG9rZW4", "application_id": "1100000000000000000"}
+
+    result = deliver(
+        media_job("here it is", host.url("/cat.png"), platform="discord", chat_id="123456789012345678",
+                  context=context),
+        media_deps(sender, MemoryMedia()),
+    )  # fmt: skip
+
+    assert result.status == "sent"
+    assert [(r.http_method, r.path) for r in api.requests] == [
+        ("GET", webhook + "/messages/@original"),
+        ("PATCH", webhook + "/messages/@original"),
+    ]
+    fields = fields_of(api.requests[1])
+    assert fields["files[0]"].value == PNG and fields["files[0]"].filename == "cat.png"
+    assert json.loads(fields["payload_json"].text) == {
+        "attachments": [{"id": 0, "filename": "cat.png"}],
+        "content": "here it is",
+    }

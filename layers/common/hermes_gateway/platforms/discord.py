@@ -380,21 +380,41 @@ class DiscordSender:
     caption_limit = 2000  # the message's content
 
     def send_media(self, target: Target, media: MediaFile, caption: str) -> str:
-        """A message with the file as `files[0]` (multipart, the message itself in `payload_json`),
-        posted to the channel with the bot token (an interaction's answer is text only)."""
-        channel = self._channel(target)
+        """A message with the file as `files[0]` (multipart, the message itself in `payload_json`).
+        An interaction's answer goes through its webhook, as its text would (it replaces the
+        deferred "thinking…" message, or follows it); a channel's is posted with the bot token."""
         body: dict[str, Any] = {"attachments": [{"id": 0, "filename": media.name}]}
         if caption:
             body["content"] = caption
+        token = target.context.get("interaction_token")
+        application_id = target.context.get("application_id") or self._application_id
+        if _is_token(token) and _is_snowflake(application_id):
+            try:
+                return self._media_to_interaction(application_id, token, _form(body, media))
+            except _InteractionExpired:
+                if not self._bot_token:
+                    raise TargetGone(
+                        "discord: the interaction token expired and no bot token is configured for channel sends"
+                    ) from None
+                logger.info("discord interaction token expired; sending to the channel", extra={"fallback": True})
+        channel = self._channel(target)
         if _is_snowflake(target.reply_to):
             body["message_reference"] = {"message_id": target.reply_to, "fail_if_not_exists": False}
-        form: http_pool.FormFields = {
-            "payload_json": json.dumps(body),
-            "files[0]": (media.name, media.data, media.mime),
-        }
         headers = {"Authorization": f"Bot {self._bot_token}", "User-Agent": USER_AGENT}
-        answer = self._http.request("POST", f"/channels/{channel}/messages", files=form, headers=headers, timeout=60.0)
+        answer = self._http.request(
+            "POST", f"/channels/{channel}/messages", files=_form(body, media), headers=headers, timeout=60.0
+        )
         return self._message_id(answer, None)
+
+    def _media_to_interaction(self, application_id: str, token: str, form: http_pool.FormFields) -> str:
+        webhook = f"/webhooks/{application_id}/{token}"
+        if token not in self._filled and self._original_is_loading(webhook, token):
+            answer = self._call("PATCH", webhook + "/messages/@original", token, files=form)
+        else:
+            answer = self._call("POST", webhook + "?wait=true", token, files=form)
+        message_id = self._message_id(answer, token)
+        self._remember(token)
+        return message_id
 
     def _channel(self, target: Target) -> str:
         if not self._bot_token:
@@ -404,10 +424,15 @@ class DiscordSender:
             raise PermanentError("discord: the target is not a channel id")
         return channel
 
-    def _call(self, method: str, path: str, token: str, body: Any = None) -> Answer:
+    def _call(
+        self, method: str, path: str, token: str, body: Any = None, files: http_pool.FormFields | None = None
+    ) -> Answer:
         """One request to the interaction webhook; the token in its path never reaches an error."""
         try:
-            return self._http.request(method, path, json_body=body, headers={"User-Agent": USER_AGENT})
+            return self._http.request(
+                method, path, json_body=body, files=files, headers={"User-Agent": USER_AGENT},
+                timeout=60.0 if files else None,
+            )  # fmt: skip
         except (TransientError, PermanentError) as exc:
             raise type(exc)(str(exc).replace(token, "<redacted>")) from None
 
@@ -438,6 +463,10 @@ class DiscordSender:
         self._filled[token] = None
         while len(self._filled) > _REMEMBERED_TOKENS:
             del self._filled[next(iter(self._filled))]
+
+
+def _form(body: dict[str, Any], media: MediaFile) -> http_pool.FormFields:
+    return {"payload_json": json.dumps(body), "files[0]": (media.name, media.data, media.mime)}
 
 
 def message_body(text: str, buttons: tuple[Button, ...]) -> dict[str, Any]:

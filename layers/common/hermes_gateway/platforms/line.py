@@ -242,7 +242,7 @@ class LineSender:
         url = media.link()
         if media.kind != "image":
             return self._send_messages(target, [{"type": "text", "text": link_line(media)}])
-        if not url.startswith("https://"):
+        if not url.startswith("https://") and not _loopback_http(url):
             raise PermanentError("line: an image message needs an https URL of the file")
         return self._send_messages(target, [{"type": "image", "originalContentUrl": url, "previewImageUrl": url}])
 
@@ -351,6 +351,15 @@ def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetch
     http = HttpClient(content_base_url(context.platform.api_base_url), platform="line", scrub=(token,))
     path = f"/v2/bot/message/{urllib.parse.quote(message_id, safe='')}/content"
     return download(http, path, limit=limit, headers={"Authorization": f"Bearer {token}"}, mime=media.mime)
+
+
+def _loopback_http(url: str) -> bool:
+    """Plain http to this machine: local mode's stored files, for an emulator or a test's fake (a
+    deployment's pre-signed URLs are https)."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost", "::1")
 
 
 def build_sender(context: AdapterContext) -> LineSender | None:

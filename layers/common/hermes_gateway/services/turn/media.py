@@ -87,7 +87,7 @@ def model_input(
     images: list[ImagePart] = []
     for media in row.attachments:
         info = understood.get(media.key, Understood(skipped="not stored"))
-        image = _image(media, info, deps) if current and media.kind == "image" and not info.error else None
+        image = _image(media, info, deps) if current and _is_image(media, info) and not info.error else None
         if image is not None:
             images.append(image)
         else:
@@ -105,13 +105,19 @@ def describe(media: Attachment, info: Understood, deps: TurnDeps, *, current: bo
     if media.kind == "document" and info.text:
         cut = f"\n[… {info.cut} more characters not shown]" if info.cut else ""
         return f"[File {label}]\n{info.text}{cut}"
-    if media.kind == "image" and info.stored:
+    if _is_image(media, info) and info.stored:
         if not deps.settings.provider.vision:
             return f"[The user sent an image ({label}); this model is not given images]"
         return f"[The user sent an image ({label}) earlier in the conversation]" if not current else f"[image {label}]"
     size = f", {media.size / 1e6:.1f} MB" if media.size else ""
     why = f": {info.skipped}" if info.skipped else ""
     return f"[The user sent {_a(media)} ({label}{size}); it is not opened here{why}]"
+
+
+def _is_image(media: Attachment, info: Understood) -> bool:
+    """An image, or a file the platform could not type (a Mattermost file id, a Slack Connect file)
+    whose bytes came as an image."""
+    return media.kind == "image" or (media.kind == "document" and info.mime in IMAGE_MIMES)
 
 
 def _a(media: Attachment) -> str:
@@ -165,7 +171,7 @@ def _process(turn: Turn, media: Attachment, deps: TurnDeps) -> Understood:
     deps.media.put(media.key, fetched.data, mime)
     if media.kind in ("voice", "audio"):
         return _transcribed(fetched.data, mime, media, deps)
-    if media.kind == "document":
+    if media.kind == "document" and mime not in IMAGE_MIMES:
         return _read(fetched.data, mime, media, deps)
     return Understood(mime=mime, stored=True)
 
