@@ -61,6 +61,8 @@ ROUND_TRIP_MS: dict[str, float] = {
     "events": 15.0,
     "lambda": 15.0,
     "ssm": 10.0,
+    # An object of a few hundred KB to or from S3 in-region: tens of milliseconds to the last byte.
+    "s3": 20.0,
     # A platform's API (Telegram's Bot API is hosted in Europe) or any other non-AWS request a function
     # makes; the model's wait is apart (per model-second).
     "external": 150.0,
@@ -70,8 +72,44 @@ TASK_OVERHEAD_MS = 20.0
 XRAY_RESERVOIR_PER_SECOND = 1
 XRAY_FIXED_RATE = 0.05
 XRAY_TRAFFIC_LEVELS = (0.1, 0.386, 1.0, 10.0, 100.0)  # messages a second (0.386: a million a month)
-PRICED_SERVICES = frozenset({"sqs", "dynamodb", "stepfunctions", "events", "ssm", "lambda", "dynamodbstreams"})
+PRICED_SERVICES = frozenset({"sqs", "dynamodb", "stepfunctions", "events", "ssm", "lambda", "dynamodbstreams", "s3"})
+# S3 bills requests in two tiers (prices.json s3_put_request, s3_get_request); deletes are free.
+S3_PUT_TIER = frozenset({
+    "PutObject", "CopyObject", "PostObject", "ListObjects", "ListObjectsV2", "ListBuckets",
+    "CreateMultipartUpload", "UploadPart", "UploadPartCopy", "CompleteMultipartUpload",
+})  # fmt: skip
+S3_FREE = frozenset({"DeleteObject", "DeleteObjects", "AbortMultipartUpload"})
+GB = 1024**3  # S3 storage is billed per GB (2^30 bytes) and month
+DAYS_PER_MONTH = 30
 ESM_REQUESTS_PER_RECORD = 2  # the poller's ReceiveMessage and DeleteMessageBatch for a batch of one
+
+
+def s3_requests(operations: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """S3 requests by price tier: `put` (PUT, COPY, POST, LIST, multipart parts), `get` (GET, HEAD
+    and every other request), `free` (deletes)."""
+    tiers = {"put": 0, "get": 0, "free": 0}
+    for operation, count in operations:
+        tier = "put" if operation in S3_PUT_TIER else "free" if operation in S3_FREE else "get"
+        tiers[tier] += count
+    return tiers
+
+
+def s3_requests_usd(operations: Iterable[tuple[str, int]]) -> float:
+    """What S3 bills for these (operation, count) requests, in USD."""
+    per = PRICES["per_request"]
+    tiers = s3_requests(operations)
+    return float(tiers["put"] * per["s3_put_request"] + tiers["get"] * per["s3_get_request"])
+
+
+def s3_storage_usd_per_million(bytes_per_message: float, retention_days: int) -> float:
+    """Storage of what each message leaves in the bucket, kept `retention_days` (then expired),
+    per million messages: bytes / 2^30 x retention_days / 30 months x the GB-month price."""
+    months = retention_days / DAYS_PER_MONTH
+    return float(bytes_per_message * 1e6 / GB * months * PRICES["monthly"]["s3_standard_gb_month"])
+
+
+def _s3_operations(meter: Meter) -> list[tuple[str, int]]:
+    return [(operation, n) for (_, service, operation, _), n in meter.calls.items() if service == "s3"]
 
 
 def round_trip_ms(service: str, operation: str) -> float:
@@ -269,6 +307,7 @@ def price(
         "dynamodb": (rru * per["dynamodb_read_request_unit"] + wru * per["dynamodb_write_request_unit"]) * scale,
         "stepfunctions": (executions * per["stepfunctions_express_request"] + express_model_s * express_gb_s) * scale,
         "eventbridge": meter.bus_events * per["eventbridge_custom_event"] * scale,
+        "s3": s3_requests_usd(_s3_operations(meter)) * scale,
         "cloudwatch_logs": log_total / 1e9 * per["cloudwatch_logs_ingested_gb"] * scale,
         "xray": xray_usd_per_million(roots_per_message, reference_rate),
     }
@@ -291,6 +330,7 @@ def price(
             "express_billed_seconds_modelled": round(express_model_s / max(executions, 1), 3),
             "express_billed_seconds_measured": round(express_measured_s / max(executions, 1), 3),
             "event_bus_events": round(meter.bus_events / messages, 3),
+            "s3_requests": {k: round(v / messages, 3) for k, v in s3_requests(_s3_operations(meter)).items()},
             "log_bytes": round(log_total / messages),
             "xray_trace_roots": round(roots_per_message, 3),
             "xray_traced_share": round(xray_sampled_fraction(roots_per_message * reference_rate), 3),
@@ -339,6 +379,7 @@ IN_TOTAL = [
     "DynamoDB: request units from item sizes and indexes (transactions double, failed conditions cost their write)",
     "Step Functions Express: a request per execution and the modelled duration (tasks + overhead, 100 ms steps, 64 MB)",
     "EventBridge: each event the functions put on the bus (each 64 KB)",
+    "S3: the functions' requests to the media bucket, PUT and GET tiers (storage apart: bench/media_cost.py)",
     "CloudWatch Logs: bytes logged at INFO with the EMF lines, Lambda's platform lines, API Gateway's access lines",
     "X-Ray: traces recorded under the default sampling rule at a million messages a month, of the "
     "functions the observability tier traces (none in minimal, the default)",

@@ -4,8 +4,9 @@ Each bench runs in its own interpreter (`python bench/<name>.py`) and writes its
 `results/<name>-latest.json`; this script then merges them: the cost per message and its split by
 service (message_cost), the read growth and cost of a 200-message session (long_session), how
 far one deployment goes (capacity, fed with message_cost's service times, so it runs after it),
-the idle monthly cost (idle_cost), the ingress handler's import time as a ratio of `import boto3`
-(cold_start), the ack path and the hops (ack_path), local throughput (throughput), and the
+the cost of a photo, a voice note, a PDF and a reply with a photo beside a text message
+(media_cost), the idle monthly cost (idle_cost), the ingress handler's import time as a ratio of
+`import boto3` (cold_start), the ack path and the hops (ack_path), local throughput (throughput), and the
 delivery-under-faults outcome when `results/delivery-faults-latest.json` exists (`make faults`
 writes it; it is not run here). Every source file's own date is kept
 under `sources`, so a number merged from an older run shows as such.
@@ -40,6 +41,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str], dict[str, str], str]] = {
     "idle_cost": ("idle_cost.py", [], [], {"HERMES_SKIP_BUNDLING": "1", **QUIET_NODE}, "idle-cost-latest.json"),
     "ack_path": ("ack_path.py", [], ["--requests", "100"], {}, "ack-path-latest.json"),
     "message_cost": ("message_cost.py", [], ["--quick"], {}, "message-cost-latest.json"),
+    "media_cost": ("media_cost.py", [], ["--quick"], {}, "media-cost-latest.json"),
     # 200 messages in both: the read growth is measured at the 200th
     "long_session": ("long_session.py", [], [], {}, "long-session-latest.json"),
     "capacity": ("capacity.py", ["--all"], ["--all", "--seconds", "20"], {}, "capacity-latest.json"),
@@ -90,10 +92,10 @@ def merge(results: dict[str, dict[str, Any] | None], faults: dict[str, Any] | No
     }
     if cost:
         latest.update(cost_keys(cost))
-    if results.get("long_session"):
-        latest.update(long_session_keys(results["long_session"] or {}))
-    if results.get("capacity"):
-        latest.update(capacity_keys(results["capacity"] or {}))
+    for name, keys in (("media_cost", media_cost_keys), ("long_session", long_session_keys),
+                       ("capacity", capacity_keys)):  # fmt: skip
+        if results.get(name):
+            latest.update(keys(results[name] or {}))
     if idle:
         latest["idle_cost_per_month_usd"] = idle["idle_cost_per_month_usd"]
     if cold:
@@ -164,6 +166,21 @@ def cost_keys(cost: dict[str, Any]) -> dict[str, Any]:
         "lambda_invocations_per_message": round(sum(per["lambda_invocations"].values()), 3),
         "busy_retries": cost["busy_retries"],
         "failed_invocations": cost.get("failed_invocations", 0),
+    }
+
+
+def media_cost_keys(media: dict[str, Any]) -> dict[str, Any]:
+    """USD per million media messages by kind (requests; storage apart), their difference from the
+    text message of the same run, and whether every kind kept within the item and state limits."""
+    summary = media.get("summary", {})
+    kinds = [name for name in summary if name != "text"]
+    return {
+        "media_cost_per_million_usd": {name: summary[name]["usd_per_million"] for name in kinds},
+        "media_cost_delta_vs_text_usd_per_million": {
+            name: summary[name]["delta_vs_text_usd_per_million"] for name in kinds
+        },
+        "media_s3_storage_usd_per_million": {name: summary[name]["s3_storage_usd_per_million"] for name in kinds},
+        "media_limits_ok": media.get("limits_ok"),
     }
 
 
