@@ -53,6 +53,45 @@ def configure_moto() -> None:
     make_dynamodb_atomic()
     make_dynamodb_rollback_item_level()
     notify_stream_writes()
+    reuse_step_functions_work()
+
+
+def reuse_step_functions_work() -> None:
+    """Two things moto's Step Functions does for every execution and every Lambda task that
+    took about a quarter of local mode's CPU (py-spy, 100 sessions at once): it parses the state
+    machine's definition again (ANTLR) and creates a boto3 client for each task's invoke.
+
+    The parsed program is reused per definition: its components keep each execution's state in
+    that execution's environment (retry attempts, the data stack), never in themselves. The
+    Lambda client is reused per region and endpoint: boto3 clients are safe across threads."""
+    import functools
+
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+    from moto.stepfunctions.parser.asl.utils import boto_client
+
+    if getattr(AmazonStateLanguageParser.parse, "hermes_reused", False):
+        return
+    parse = functools.lru_cache(maxsize=16)(AmazonStateLanguageParser.parse)
+    parse.hermes_reused = True  # type: ignore[attr-defined]
+    AmazonStateLanguageParser.parse = staticmethod(parse)  # type: ignore[method-assign,assignment]
+
+    make_client = boto_client.boto_client_for
+    clients: dict[tuple[str, str, str, bool], Any] = {}
+    lock = threading.Lock()
+
+    def reused_client(region: str, service: str, state_credentials: Any = None) -> Any:
+        # moto's own function ignores the task's credentials too (its clients sign with fixed keys)
+        from moto.core.models import botocore_stubber
+        from moto.settings import moto_server_port
+
+        key = (region, service, str(moto_server_port()), bool(botocore_stubber.enabled))
+        with lock:
+            if key not in clients:
+                clients[key] = make_client(region=region, service=service)
+            return clients[key]
+
+    setattr(lambda_eval_utils, "boto_client_for", reused_client)  # noqa: B010 - moto does not export it
 
 
 _DYNAMODB_LOCK = threading.RLock()
