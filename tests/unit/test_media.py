@@ -255,3 +255,33 @@ def test_a_file_the_platform_could_not_type_whose_bytes_are_an_image_is_given_as
     assert model_input(message, understood, deps, current=True) == ("", (ImagePart("image/png", PNG),))
     later, _ = model_input(message, understood, deps, current=False)
     assert later == "[The user sent an image (document) earlier in the conversation]"
+
+
+def test_a_file_the_platform_could_not_type_whose_bytes_are_audio_is_transcribed() -> None:
+    """The same for a Mattermost audio file: its Content-Type says audio, so it is heard, not read."""
+    from types import SimpleNamespace
+
+    from hermes_gateway.platforms.media import Fetched
+    from hermes_gateway.services.turn.media import understand_rows
+
+    heard: list[tuple[bytes, str]] = []
+
+    class Ears:
+        def transcribe(self, data: bytes, mime: str, name: str) -> str:
+            heard.append((data, mime))
+            return "water the plants"
+
+    media = Attachment("document", name="memo.m4a", key="p/s/3-0")
+    message = TranscriptRow(3, "user", "", 1.0, attachments=(media,))
+    deps: Any = _Deps()
+    deps.media = _Bucket({})
+    deps.fetch_media = lambda attachment, platform, profile, limit: Fetched(b"\x00\x00\x00 ftypM4A ", "audio/mp4")
+    deps.transcriber = lambda: Ears()
+    turn: Any = SimpleNamespace(source=SimpleNamespace(platform="mattermost", profile=None), reply_to=None)
+
+    understood = understand_rows(turn, [message], deps)
+
+    assert understood == {"p/s/3-0": Understood(mime="audio/mp4", stored=True, text="water the plants")}
+    assert heard == [(b"\x00\x00\x00 ftypM4A ", "audio/mp4")]
+    text, images = model_input(message, understood, deps, current=True)
+    assert text == '[Audio memo.m4a, transcribed: "water the plants"]' and images == ()

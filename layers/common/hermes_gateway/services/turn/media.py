@@ -87,7 +87,7 @@ def model_input(
     images: list[ImagePart] = []
     for media in row.attachments:
         info = understood.get(media.key, Understood(skipped="not stored"))
-        image = _image(media, info, deps) if current and _is_image(media, info) and not info.error else None
+        image = _image(media, info, deps) if current and kind_of(media, info) == "image" and not info.error else None
         if image is not None:
             images.append(image)
         else:
@@ -100,12 +100,13 @@ def describe(media: Attachment, info: Understood, deps: TurnDeps, *, current: bo
     label = media.label
     if info.error:
         return f"[The user sent {_a(media)} ({label}) that could not be opened: {info.error}]"
-    if media.kind in ("voice", "audio") and info.text:
-        return f'[{"Voice note" if media.kind == "voice" else f"Audio {label}"}, transcribed: "{info.text}"]'
-    if media.kind == "document" and info.text:
+    kind = kind_of(media, info)
+    if kind in ("voice", "audio") and info.text:
+        return f'[{"Voice note" if kind == "voice" else f"Audio {label}"}, transcribed: "{info.text}"]'
+    if kind == "document" and info.text:
         cut = f"\n[… {info.cut} more characters not shown]" if info.cut else ""
         return f"[File {label}]\n{info.text}{cut}"
-    if _is_image(media, info) and info.stored:
+    if kind == "image" and info.stored:
         if not deps.settings.provider.vision:
             return f"[The user sent an image ({label}); this model is not given images]"
         return f"[The user sent an image ({label}) earlier in the conversation]" if not current else f"[image {label}]"
@@ -114,10 +115,18 @@ def describe(media: Attachment, info: Understood, deps: TurnDeps, *, current: bo
     return f"[The user sent {_a(media)} ({label}{size}); it is not opened here{why}]"
 
 
-def _is_image(media: Attachment, info: Understood) -> bool:
-    """An image, or a file the platform could not type (a Mattermost file id, a Slack Connect file)
-    whose bytes came as an image."""
-    return media.kind == "image" or (media.kind == "document" and info.mime in IMAGE_MIMES)
+def kind_of(media: Attachment, info: Understood) -> str:
+    """The attachment's kind; for a file the platform could not type (a Mattermost file id, a Slack
+    Connect file, a file sent as a document), the kind its bytes came as: an image or audio."""
+    return refined(media.kind, info.mime)
+
+
+def refined(kind: str, mime: str) -> str:
+    if kind != "document":
+        return kind
+    if mime in IMAGE_MIMES:
+        return "image"
+    return "audio" if mime.startswith("audio/") else kind
 
 
 def _a(media: Attachment) -> str:
@@ -169,9 +178,10 @@ def _process(turn: Turn, media: Attachment, deps: TurnDeps) -> Understood:
     assert deps.media is not None
     mime = fetched.mime or media.mime
     deps.media.put(media.key, fetched.data, mime)
-    if media.kind in ("voice", "audio"):
+    kind = refined(media.kind, mime)
+    if kind in ("voice", "audio"):
         return _transcribed(fetched.data, mime, media, deps)
-    if media.kind == "document" and mime not in IMAGE_MIMES:
+    if kind == "document":
         return _read(fetched.data, mime, media, deps)
     return Understood(mime=mime, stored=True)
 
@@ -243,7 +253,7 @@ def _tell(turn: Turn, media: Attachment, info: Understood, deps: TurnDeps) -> No
         return
     if info.error:
         text = f"I could not open {media.label}: {info.error}."
-    elif media.kind in ("voice", "audio") and info.text and deps.settings.stt.echo_transcripts:
+    elif kind_of(media, info) in ("voice", "audio") and info.text and deps.settings.stt.echo_transcripts:
         shown = info.text if len(info.text) <= ECHO_CHARS else info.text[:ECHO_CHARS] + "\u2026"
         text = f'\U0001f3a4 "{shown}"'
     else:
