@@ -23,7 +23,10 @@ def make_provider(settings: ProviderSettings, secrets: Secrets) -> Provider:
 
     retry = RetryPolicy(max_attempts=settings.max_attempts, budget_seconds=settings.retry_budget_seconds)
     if settings.name == "echo":
-        return EchoProvider()
+        import os
+
+        # Tests only: a slow echo that streams (services/turn/stream.py), a word every this many seconds.
+        return EchoProvider(chunk_delay=float(os.environ.get("HERMES_ECHO_STREAM_DELAY") or 0))
     if settings.name == "openai":
         # No key is fine: local servers such as Ollama accept anonymous requests.
         api_key = secrets.get("OPENAI_API_KEY")
