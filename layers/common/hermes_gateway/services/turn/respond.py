@@ -60,6 +60,8 @@ def respond(state: TurnState, deps: TurnDeps) -> TurnState:
     loop = replace(loop, usage=usage, iterations=loop.iterations + 1, ratio=ratio)
     emit(deps, "agent:step", turn, step="model", iteration=loop.iterations, tool_calls=len(reply.tool_calls))
     if reply.tool_calls and tools:
+        if writer is not None:
+            writer.finish(reply.text)  # the text before the calls shows while they run
         loop = replace(loop, messages=(*loop.messages, reply.as_message()), pending=tuple(reply.tool_calls), results={})
         return state.go(Step.TOOLS, loop=loop)
     answer = Reply(reply.text, reply.model, usage, prompt_tokens=reply.input_tokens, stop_reason=reply.stop_reason)
