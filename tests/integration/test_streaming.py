@@ -1,5 +1,5 @@
 """A streamed answer end to end (services/turn/stream.py): a slow model's answer goes to fake
-Telegram, Discord and Slack servers as one message, edited at the configured pace to the exact
+Telegram, Discord, Slack, Mattermost and Matrix servers as one message, edited at the configured pace to the exact
 final text, completed by the Deliver state through the DynamoDB outbox (moto) and never posted
 twice; also when the Respond task fails after the first post and its retry streams again."""
 
@@ -18,6 +18,8 @@ from hermes_gateway.adapters.dynamo_outbox import DynamoOutbox
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.platforms.base import Sender
 from hermes_gateway.platforms.discord import DiscordSender
+from hermes_gateway.platforms.matrix import MatrixSender
+from hermes_gateway.platforms.mattermost import MattermostSender
 from hermes_gateway.platforms.slack import SlackSender
 from hermes_gateway.platforms.telegram import TelegramSender
 from hermes_gateway.providers.base import ChatMessage, ModelReply, TextSoFar, ToolSpec
@@ -26,6 +28,8 @@ from hermes_gateway.services.delivery import DeliveryDeps, DeliveryJob, deliver
 from tests.fakes.aws_calls import aws_calls
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.engine import NOW, Engine
+from tests.fakes.matrix_server import FakeMatrix
+from tests.fakes.mattermost_server import FakeMattermost
 from tests.fakes.slack_server import FakeSlack
 from tests.fakes.telegram_server import FakeTelegram
 
@@ -43,6 +47,8 @@ SOURCES = {
     "telegram": SessionSource("telegram", chat_id="99", chat_type="dm", user_id="42", message_id="5"),
     "discord": SessionSource("discord", chat_id=CHANNEL, chat_type="dm", user_id="1400000000000000001"),
     "slack": SessionSource("slack", chat_id="D0STREAM", chat_type="dm", user_id="U0ALICE"),
+    "mattermost": SessionSource("mattermost", chat_id="chan0stream", chat_type="dm", user_id="user0alice"),
+    "matrix": SessionSource("matrix", chat_id="!room:example.org", chat_type="dm", user_id="@alice:example.org"),
 }
 
 
@@ -84,6 +90,8 @@ def platforms() -> Iterator[dict[str, Platform]]:
         telegram = stack.enter_context(FakeTelegram())
         discord = stack.enter_context(FakeDiscord())
         slack = stack.enter_context(FakeSlack())
+        mattermost = stack.enter_context(FakeMattermost())
+        matrix = stack.enter_context(FakeMatrix())
         yield {
             "telegram": Platform(
                 "telegram",
@@ -105,6 +113,20 @@ def platforms() -> Iterator[dict[str, Platform]]:
                 lambda: slack.posted_at,
                 lambda: [e["at"] for e in slack.edits],
                 lambda: [slack.text_of(m["ts"]) or "" for m in slack.sent],
+            ),
+            "mattermost": Platform(
+                "mattermost",
+                MattermostSender(mattermost.base_url, mattermost.token),
+                lambda: mattermost.posted_at,
+                lambda: [e["at"] for e in mattermost.edits],
+                lambda: [mattermost.text_of(m["id"]) or "" for m in mattermost.sent],
+            ),
+            "matrix": Platform(
+                "matrix",
+                MatrixSender(matrix.base_url, matrix.as_token, matrix.bot_user_id),
+                lambda: matrix.posted_at,
+                lambda: matrix.edit_times,
+                lambda: matrix.shown_texts("!room:example.org"),
             ),
         }
 
@@ -162,7 +184,7 @@ def _assert_streamed(platform: Platform, outbox: DynamoOutbox, turn_id: str) -> 
     assert row is not None and row.status == "sent" and row.platform_message_id
 
 
-@pytest.mark.parametrize("name", ["telegram", "discord", "slack"])
+@pytest.mark.parametrize("name", ["telegram", "discord", "slack", "mattermost", "matrix"])
 def test_a_slow_answer_is_one_message_edited_at_the_pace_to_the_exact_text(
     aws: Any, platforms: dict[str, Platform], name: str
 ) -> None:
@@ -184,7 +206,7 @@ def test_a_slow_answer_is_one_message_edited_at_the_pace_to_the_exact_text(
     _assert_streamed(platform, outbox, after["turn"]["turn_id"])
 
 
-@pytest.mark.parametrize("name", ["telegram", "discord", "slack"])
+@pytest.mark.parametrize("name", ["telegram", "discord", "slack", "mattermost", "matrix"])
 def test_a_respond_task_that_fails_mid_stream_is_retried_into_the_same_message(
     aws: Any, platforms: dict[str, Platform], name: str
 ) -> None:
