@@ -23,6 +23,7 @@ from collections.abc import Callable
 from hermes_gateway.providers.base import ChatMessage, ModelReply, TextSoFar, ToolCall, ToolSpec
 
 TOOL_PREFIX = "echo-tool:"
+STREAM_DELAY_ENV = "HERMES_ECHO_STREAM_DELAY"  # tests only: the streaming echo's seconds per word
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
