@@ -1,7 +1,8 @@
 """A streamed answer end to end (services/turn/stream.py): a slow model's answer goes to fake
-Telegram, Discord, Slack, Mattermost and Matrix servers as one message, edited at the configured pace to the exact
-final text, completed by the Deliver state through the DynamoDB outbox (moto) and never posted
-twice; also when the Respond task fails after the first post and its retry streams again."""
+Telegram, Discord, Slack, Mattermost, Matrix and Feishu servers as one message, edited at the
+configured pace to the exact final text, completed by the Deliver state through the DynamoDB
+outbox (moto) and never posted twice; also when the Respond task fails after the first post and
+its retry streams again."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from hermes_gateway.adapters.dynamo_outbox import DynamoOutbox
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.platforms.base import Sender
 from hermes_gateway.platforms.discord import DiscordSender
+from hermes_gateway.platforms.feishu import FeishuSender
 from hermes_gateway.platforms.matrix import MatrixSender
 from hermes_gateway.platforms.mattermost import MattermostSender
 from hermes_gateway.platforms.slack import SlackSender
@@ -28,6 +30,7 @@ from hermes_gateway.services.delivery import DeliveryDeps, DeliveryJob, deliver
 from tests.fakes.aws_calls import aws_calls
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.engine import NOW, Engine
+from tests.fakes.feishu_server import FakeFeishu
 from tests.fakes.matrix_server import FakeMatrix
 from tests.fakes.mattermost_server import FakeMattermost
 from tests.fakes.slack_server import FakeSlack
@@ -49,6 +52,7 @@ SOURCES = {
     "slack": SessionSource("slack", chat_id="D0STREAM", chat_type="dm", user_id="U0ALICE"),
     "mattermost": SessionSource("mattermost", chat_id="chan0stream", chat_type="dm", user_id="user0alice"),
     "matrix": SessionSource("matrix", chat_id="!room:example.org", chat_type="dm", user_id="@alice:example.org"),
+    "feishu": SessionSource("feishu", chat_id="oc_p2p", chat_type="dm", user_id="ou_alice"),
 }
 
 
@@ -92,6 +96,7 @@ def platforms() -> Iterator[dict[str, Platform]]:
         slack = stack.enter_context(FakeSlack())
         mattermost = stack.enter_context(FakeMattermost())
         matrix = stack.enter_context(FakeMatrix())
+        feishu = stack.enter_context(FakeFeishu())
         yield {
             "telegram": Platform(
                 "telegram",
@@ -127,6 +132,13 @@ def platforms() -> Iterator[dict[str, Platform]]:
                 lambda: matrix.posted_at,
                 lambda: matrix.edit_times,
                 lambda: matrix.shown_texts("!room:example.org"),
+            ),
+            "feishu": Platform(
+                "feishu",
+                FeishuSender(feishu.base_url, feishu.app_id, feishu.app_secret),
+                lambda: feishu.posted_at,
+                lambda: feishu.edit_times,
+                lambda: [feishu.text_of(m["message_id"]) or "" for m in feishu.sent],
             ),
         }
 
@@ -184,7 +196,7 @@ def _assert_streamed(platform: Platform, outbox: DynamoOutbox, turn_id: str) -> 
     assert row is not None and row.status == "sent" and row.platform_message_id
 
 
-@pytest.mark.parametrize("name", ["telegram", "discord", "slack", "mattermost", "matrix"])
+@pytest.mark.parametrize("name", ["telegram", "discord", "slack", "mattermost", "matrix", "feishu"])
 def test_a_slow_answer_is_one_message_edited_at_the_pace_to_the_exact_text(
     aws: Any, platforms: dict[str, Platform], name: str
 ) -> None:
@@ -206,7 +218,7 @@ def test_a_slow_answer_is_one_message_edited_at_the_pace_to_the_exact_text(
     _assert_streamed(platform, outbox, after["turn"]["turn_id"])
 
 
-@pytest.mark.parametrize("name", ["telegram", "discord", "slack", "mattermost", "matrix"])
+@pytest.mark.parametrize("name", ["telegram", "discord", "slack", "mattermost", "matrix", "feishu"])
 def test_a_respond_task_that_fails_mid_stream_is_retried_into_the_same_message(
     aws: Any, platforms: dict[str, Platform], name: str
 ) -> None:

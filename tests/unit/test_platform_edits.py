@@ -7,12 +7,14 @@ import pytest
 from hermes_gateway.errors import PermanentError, RateLimited, TargetGone
 from hermes_gateway.platforms.base import Target, editor_of
 from hermes_gateway.platforms.discord import DiscordSender
+from hermes_gateway.platforms.feishu import FeishuSender
 from hermes_gateway.platforms.matrix import MatrixSender
 from hermes_gateway.platforms.mattermost import MattermostSender
 from hermes_gateway.platforms.slack import SlackSender
 from hermes_gateway.platforms.telegram import TelegramSender
 from hermes_gateway.platforms.whatsapp import WhatsAppSender
 from tests.fakes.discord_server import INVALID_WEBHOOK_TOKEN, FakeDiscord
+from tests.fakes.feishu_server import FakeFeishu
 from tests.fakes.matrix_server import FakeMatrix
 from tests.fakes.mattermost_server import FakeMattermost
 from tests.fakes.slack_server import FakeSlack
@@ -120,3 +122,14 @@ def test_matrix_edits_with_an_m_replace_event() -> None:
 def test_a_platform_without_edits_is_no_editor() -> None:
     assert editor_of(WhatsAppSender("https://graph.example", "token", "555")) is None
     assert editor_of(TelegramSender("https://api.example", "123:abc")) is not None
+
+
+def test_feishu_edits_with_a_message_put_and_says_how_many_edits_it_allows() -> None:
+    with FakeFeishu() as fake:
+        feishu = FeishuSender(fake.base_url, fake.app_id, fake.app_secret)
+        target = Target("feishu", "oc_p2p")
+        message_id = feishu.send(target, "Hel")
+        feishu.edit(target, message_id, "Hello")
+        assert fake.text_of(message_id) == "Hello" and feishu.max_edits == 20
+        (put,) = [r for r in fake.requests if r.http_method == "PUT"]
+        assert put.path == f"/im/v1/messages/{message_id}" and put.json["msg_type"] == "text"

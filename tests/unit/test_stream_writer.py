@@ -217,3 +217,14 @@ def test_delivery_completes_the_streamed_row_and_never_posts_it_again(streamed: 
     # a repeated job sends nothing
     deliver(DeliveryJob.from_dict({**job, "text": "the whole answer", "streamed": streamed}), deps)
     assert platform.posts == [] and platform.edits == edits
+
+
+def test_a_platform_with_an_edit_budget_keeps_its_last_edit_for_the_exact_text() -> None:
+    clock, outbox = [0.0], FakeOutbox()
+    chat = Chat(clock)
+    chat.max_edits = 3  # type: ignore[attr-defined]  # as Feishu's 20
+    stream = writer(chat, outbox, clock, pace=Pace(0.0, 1.0))
+    text = feed(stream, clock, [f"w{i} " for i in range(10)], every=1.0)
+    assert stream.finish(text + "end") == SHOWN
+    assert [k for k, _, _ in chat.calls] == ["post", "edit", "edit", "edit"]
+    assert chat.texts["1"] == text + "end"

@@ -167,7 +167,7 @@ class StreamWriter:
             return
         if self.message_id is None:
             self._post(view, now)
-        elif view != self.shown:
+        elif view != self.shown and self.edits < self._budget - 1:  # the last edit is kept for the end
             self._edit(view, now)
 
     def finish(self, answer: str) -> str | None:
@@ -176,7 +176,7 @@ class StreamWriter:
         if self.message_id is None:
             return None
         view = shown_text(answer, self.limit)
-        if view and view != self.shown and not self.closed:
+        if view and view != self.shown and not self.closed and self.edits < self._budget:
             self.sleep(max(0.0, self.last_at + self.pace.interval - self.clock()))
             self._edit(view, self.clock())
         metrics.add_metric(name="StreamEdits", unit=MetricUnit.Count, value=self.edits)
@@ -186,6 +186,12 @@ class StreamWriter:
         """No reply will be delivered (/stop, a silent answer): the message stays as it is."""
         if self.message_id is not None:
             self.rows.mark(row_id(self.turn_id), "sent", self.wall(), platform_message_id=self.message_id)
+
+    @property
+    def _budget(self) -> int:
+        """How many edits the platform allows a message (Feishu 20), this model call's included."""
+        allowed = getattr(self.sender, "max_edits", None)
+        return allowed if isinstance(allowed, int) else 1_000_000
 
     def _post(self, view: str, now: float) -> None:
         try:
