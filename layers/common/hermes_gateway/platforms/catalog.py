@@ -221,8 +221,8 @@ def spec(name: str) -> PlatformSpec | None:
 
 
 # The platforms whose sender can edit a message it sent (platforms.base.Editor): their answers
-# stream by default (`<NAME>_STREAMING`). Teams could, and does not yet.
-STREAMING_PLATFORMS = ("telegram", "discord", "slack", "mattermost", "matrix", "feishu")
+# stream by default (`<NAME>_STREAMING`).
+STREAMING_PLATFORMS = ("telegram", "discord", "slack", "mattermost", "matrix", "feishu", "teams")
 
 
 def text_limit(platform: str, default: int = 4000) -> int:
