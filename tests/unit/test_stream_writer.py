@@ -228,3 +228,37 @@ def test_a_platform_with_an_edit_budget_keeps_its_last_edit_for_the_exact_text()
     assert stream.finish(text + "end") == SHOWN
     assert [k for k, _, _ in chat.calls] == ["post", "edit", "edit", "edit"]
     assert chat.texts["1"] == text + "end"
+
+
+class ThrottledOutbox(FakeOutbox):
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def record_claimed(self, delivery_id: str, **kw: Any) -> Any:
+        if self.failures:
+            self.failures -= 1
+            raise TransientError("throttled")
+        return super().record_claimed(delivery_id, **kw)
+
+
+def test_a_row_write_that_fails_at_the_first_post_is_made_at_the_end_and_nothing_is_posted_twice() -> None:
+    clock, outbox = [0.0], ThrottledOutbox(failures=3)  # all three tries at the first post
+    chat = Chat(clock)
+    stream = writer(chat, outbox, clock, pace=Pace(0.0, 1.0))
+    text = feed(stream, clock, [f"w{i} " for i in range(5)], every=1.0)
+    assert stream.finish(text) == SHOWN
+    assert [k for k, _, _ in chat.calls].count("post") == 1
+    assert outbox.entries[row_id("turn-1")].platform_message_id == "1"
+
+
+def test_a_stop_check_that_fails_is_no_stop() -> None:
+    clock, outbox = [0.0], FakeOutbox()
+    chat = Chat(clock)
+
+    def throttled() -> bool:
+        raise TransientError("throttled")
+
+    stream = writer(chat, outbox, clock, pace=Pace(0.0, 1.0), stopped=throttled)
+    text = feed(stream, clock, [f"w{i} " for i in range(8)], every=1.0)
+    assert stream.finish(text) == SHOWN

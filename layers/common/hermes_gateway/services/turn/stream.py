@@ -137,6 +137,7 @@ class StreamWriter:
     started: float = 0.0
     last_at: float = 0.0
     _stop_checked: float = field(default=0.0, repr=False)
+    _unrecorded: bool = field(default=False, repr=False)  # posted, its row not yet written
 
     def open(self) -> StreamWriter:
         """The reply's message from an earlier try (or model call), when there is one."""
@@ -156,7 +157,7 @@ class StreamWriter:
         now = self.clock()
         if now - self._stop_checked >= STOP_CHECK_SECONDS:
             self._stop_checked = now
-            if self.stopped():
+            if self._stop_asked():
                 raise StreamStopped
         if now - self.started < self.pace.first_after and len(text) < FIRST_CHARS:
             return
@@ -175,6 +176,8 @@ class StreamWriter:
         job's `streamed` (SHOWN or PARTIAL), or None when nothing was posted."""
         if self.message_id is None:
             return None
+        if self._unrecorded:  # the row's write failed at the first post: once more (raises if it fails)
+            self._record(self.message_id, self.shown or "")
         view = shown_text(answer, self.limit)
         if view and view != self.shown and not self.closed and self.edits < self._budget:
             self.sleep(max(0.0, self.last_at + self.pace.interval - self.clock()))
@@ -205,8 +208,15 @@ class StreamWriter:
         if not message_id:
             self.closed = True
             return
-        self._record(message_id, view)
-        self.message_id, self.shown, self.last_at = message_id, view, self.clock()
+        self.message_id, self.shown = message_id, view
+        try:
+            self._record(message_id, view)
+        except TransientError:
+            # The message is out: streaming goes on into it, and the row is written once more at
+            # the end (a model request tried again must never post a second message).
+            self._unrecorded = True
+            logger.warning("a streamed message's row could not be written yet", extra={"turn_id": self.turn_id})
+        self.last_at = self.clock()
         metrics.add_metric(name="StreamPosted", unit=MetricUnit.Count, value=1)
 
     def _edit(self, view: str, now: float) -> None:
@@ -252,7 +262,15 @@ class StreamWriter:
                 continue
             if not wrote:
                 logger.warning("a streamed message's row was there already", extra={"turn_id": self.turn_id})
+            self._unrecorded = False
             return
+
+    def _stop_asked(self) -> bool:
+        """Whether /stop came; a read that fails (throttled) says no, and is asked again later."""
+        try:
+            return self.stopped()
+        except TransientError:
+            return False
 
     def _skip(self, what: str, exc: Exception, *, close: bool) -> None:
         # The error's class only: its message may quote the platform's answer.
