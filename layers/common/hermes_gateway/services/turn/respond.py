@@ -52,9 +52,9 @@ def respond(state: TurnState, deps: TurnDeps) -> TurnState:
         try:
             reply = _ask_model(provider, system, messages, tools, writer)
         except stream.StreamStopped:
-            # /stop came mid-stream: the message keeps what was said so far (settle drops the rest)
+            # /stop came mid-stream: the message keeps what it shows (settle finds the stop marker)
             assert writer is not None
-            reply = ModelReply(writer.text, "stopped", stop_reason="stopped")
+            reply, writer.closed = ModelReply(writer.text, "stopped", stop_reason="stopped"), True
     usage = loop.usage + reply.usage
     ratio = calibrated(loop.ratio, reply.input_tokens, request_tokens(system, messages, tools))
     loop = replace(loop, usage=usage, iterations=loop.iterations + 1, ratio=ratio)
