@@ -17,7 +17,7 @@ from typing import Any
 from hermes_cli.target import add_target_arguments, bindings_for
 from hermes_gateway.resources import DEAD_LETTERS, INBOX
 
-STATUSES = ("pending", "sending", "sent", "recorded", "failed", "gone", "unknown")
+STATUSES = ("pending", "sending", "streaming", "sent", "recorded", "failed", "gone", "unknown")
 
 
 def add_commands(commands: Any) -> None:

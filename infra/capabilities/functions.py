@@ -75,6 +75,7 @@ class GrantTargets:
     buckets: Mapping[str, tuple[BucketSpec, s3.IBucket]] = field(default_factory=dict)
 
 
+MODEL_ACTIONS = ["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"]  # Converse, ConverseStream
 _INFERENCE_PROFILE_PREFIXES = ("us", "eu", "apac", "global")
 # A value CloudFormation resolves at deploy time (a table name, a queue URL, an ARN) is counted as
 # this many bytes when the environment's size is checked at synth: a generated queue URL, the
@@ -322,7 +323,8 @@ class GatewayFunction(Construct):
         self._add_environment(spec.env_var, arn)
 
     def grant_model(self, provider: ProviderSettings) -> None:
-        """Amazon Bedrock: InvokeModel on the configured model only (Converse uses that action).
+        """Amazon Bedrock: InvokeModel on the configured model only (Converse uses that action, and
+        ConverseStream InvokeModelWithResponseStream: a streamed answer, BEHAVIOUR §6).
 
         A cross-region inference profile id (`us.`, `eu.`, `apac.`, `global.` + model) routes to
         the model in several regions, so the foundation-model ARN leaves the region open."""
@@ -334,7 +336,7 @@ class GatewayFunction(Construct):
         foundation = f"arn:{stack.partition}:bedrock:*::foundation-model/{base_model}"
         self.role.add_to_principal_policy(
             iam.PolicyStatement(
-                actions=["bedrock:InvokeModel"],
+                actions=MODEL_ACTIONS,
                 resources=[
                     foundation,
                     stack.format_arn(

@@ -29,6 +29,7 @@ from typing import Any
 
 from hermes_cli.target import LOCAL_STATE_ENV, remove_local_state, write_local_state
 from hermes_gateway.platforms import catalog
+from hermes_gateway.providers.echo import STREAM_DELAY_ENV  # tests: a slow echo that streams
 from hermes_gateway.resources import FUNCTIONS, QUEUES, SCHEDULES, SECRET_NAMES, TABLES, FunctionSpec, repo_root
 from hermes_gateway.secrets import profile_secret_name
 from hermes_gateway.settings import (
@@ -260,7 +261,11 @@ class LocalGateway:
             **local_aws_environment(self.moto_port, REGION),
             **self.local_secrets,
             "HERMES_LOCAL_MODE": "1",
-            **{k: v for k, v in self.base_environ.items() if k in (LOCAL_STATE_ENV, wiring.LOCAL_OUTBOX_PREVIEW_ENV)},
+            **{
+                k: v
+                for k, v in self.base_environ.items()
+                if k in (LOCAL_STATE_ENV, wiring.LOCAL_OUTBOX_PREVIEW_ENV, STREAM_DELAY_ENV)
+            },
             "POWERTOOLS_METRICS_DISABLED": "true",
             "POWERTOOLS_SERVICE_NAME": "hermes-gateway",
             "POWERTOOLS_LOG_LEVEL": self.base_environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),

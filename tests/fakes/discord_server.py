@@ -14,6 +14,9 @@ or `FakeDiscord` as a context manager, and point a sender (or `DISCORD_API_BASE_
   follow-up POSTs; tokens in `fake.expired_tokens` answer 401 Invalid Webhook Token, unknown ones
   404 Unknown Webhook. Follow-ups always create a new message (the fake does not imitate Discord's
   deprecated "first follow-up edits the original" behaviour, so tests see the sender's own choice).
+- `PATCH /channels/{id}/messages/{message}` (bot token) and `PATCH .../messages/{message}` of an
+  interaction's webhook (its original or a follow-up) edit a message; each accepted edit is in
+  `fake.edits` (`message_id`, `content`, `at`: time.monotonic), each post's time in `fake.posted_at`.
 - `fake.channel_messages(channel_id)` / `channel_texts` is what a reader of the channel sees, top to bottom.
 - `GET`/`PATCH /applications/@me` and `PUT /applications/{id}/commands` keep `fake.application`
   and `fake.commands`.
@@ -22,6 +25,7 @@ or `FakeDiscord` as a context manager, and point a sender (or `DISCORD_API_BASE_
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -71,6 +75,8 @@ class FakeDiscord(LoopbackFake[DiscordRequest]):
     _channels: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     _originals: dict[str, dict[str, Any]] = field(default_factory=dict)  # interaction token → message
     _next_id: int = 1_200_000_000_000_000_001
+    edits: list[dict[str, Any]] = field(default_factory=list)
+    posted_at: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.application:
@@ -120,6 +126,10 @@ class FakeDiscord(LoopbackFake[DiscordRequest]):
             return ScriptedAnswer(401, UNAUTHORIZED)
         if segments[0] == "channels" and len(segments) == 3 and segments[2] == "messages":
             return self._channel_message(request, segments[1])
+        if segments[0] == "channels" and len(segments) == 4 and segments[2] == "messages":
+            if request.http_method != "PATCH":
+                return ScriptedAnswer(405, {"message": "405: Method Not Allowed", "code": 0})
+            return self._edit(request, segments[1], segments[3])
         if is_typing(request):
             return self._channel_typing(segments[1])
         if segments == ["applications", "@me"]:
@@ -162,6 +172,8 @@ class FakeDiscord(LoopbackFake[DiscordRequest]):
             original["content"] = request.json["content"]
             original["flags"] &= ~LOADING
             return ScriptedAnswer(200, dict(original))
+        if len(segments) == 5 and segments[3] == "messages" and request.http_method == "PATCH":
+            return self._edit(request, original["channel_id"], segments[4])
         if segments[3:] == [] and request.http_method == "POST":
             invalid = _invalid_content(request.json)
             if invalid:
@@ -171,10 +183,26 @@ class FakeDiscord(LoopbackFake[DiscordRequest]):
             return ScriptedAnswer(200, message) if "wait=true" in request.query else ScriptedAnswer(204, b"")
         return ScriptedAnswer(405, {"message": "405: Method Not Allowed", "code": 0})
 
+    def _edit(self, request: DiscordRequest, channel_id: str, message_id: str) -> ScriptedAnswer:
+        if channel_id in self.gone_channels:
+            return ScriptedAnswer(404, UNKNOWN_CHANNEL)
+        message = next((m for m in self._channels.get(channel_id, []) if m["id"] == message_id), None)
+        if message is None:
+            return ScriptedAnswer(404, {"message": "Unknown Message", "code": 10008})
+        invalid = _invalid_content(request.json)
+        if invalid:
+            return invalid
+        message["content"] = request.json["content"]
+        message["flags"] &= ~LOADING
+        self.edits.append({"message_id": message_id, "content": message["content"], "at": time.monotonic()})
+        return ScriptedAnswer(200, dict(message))
+
     def _post(self, channel_id: str, content: str, flags: int = 0) -> dict[str, Any]:
         message = {"id": str(self._next_id), "channel_id": channel_id, "content": content, "flags": flags}
         self._next_id += 1
         self._channels.setdefault(channel_id, []).append(message)
+        if content:
+            self.posted_at.append(time.monotonic())
         return message
 
 

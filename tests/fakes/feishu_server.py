@@ -14,11 +14,16 @@ context manager. Point a `FeishuSender` (or `FEISHU_API_BASE_URL`) at `fake.base
   `fake.roots`); one in `fake.recalled` answers 230011.
 - `GET /im/v1/messages/{message_id}/resources/{key}?type=image|file` answers `fake.resources`
   ("<message id>/<key>" → the file's ScriptedAnswer); another answers 234003 (not in the message).
+- `PUT /im/v1/messages/{message_id}` edits a sent text message (`fake.text_of(message_id)`), at most
+  20 times (then 230072, as Feishu's limit); each accepted edit's arrival time (time.monotonic) is
+  in `fake.edit_times`, each send's in `fake.posted_at`.
 - Feishu answers errors as HTTP 400 with a non-zero `code`; `fake.answer_next(...)` scripts others.
 """
 
 from __future__ import annotations
 
+import json
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -49,7 +54,7 @@ class RecordedRequest:
 class FakeFeishu(LoopbackFake[RecordedRequest]):
     thread_name: ClassVar[str] = "fake-feishu"
     url_suffix: ClassVar[str] = "/open-apis"
-    http_methods: ClassVar[frozenset[str]] = frozenset({"GET", "POST"})
+    http_methods: ClassVar[frozenset[str]] = frozenset({"GET", "POST", "PUT"})
 
     app_id: str = DEFAULT_APP_ID
     app_secret: str = DEFAULT_APP_SECRET
@@ -63,6 +68,14 @@ class FakeFeishu(LoopbackFake[RecordedRequest]):
     _issued: int = 0
     _valid: set[str] = field(default_factory=set)
     _next_message: int = 1
+    posted_at: list[float] = field(default_factory=list)
+    edit_times: list[float] = field(default_factory=list)
+    _texts: dict[str, str] = field(default_factory=dict)
+    _edits: dict[str, int] = field(default_factory=dict)
+
+    def text_of(self, message_id: str) -> str | None:
+        with self._lock:
+            return self._texts.get(message_id)
 
     def revoke_tokens(self) -> None:
         with self._lock:
@@ -93,6 +106,8 @@ class FakeFeishu(LoopbackFake[RecordedRequest]):
                 return error(230002, "Bot/User can NOT be out of the chat.")
             return self._accept(body, None)
         parts = request.path.split("/")
+        if request.http_method == "PUT" and len(parts) == 5 and parts[:4] == ["", "im", "v1", "messages"]:
+            return self._edit(urllib.parse.unquote(parts[4]), body)
         if len(parts) == 6 and parts[:4] == ["", "im", "v1", "messages"] and parts[5] == "reply":
             root = urllib.parse.unquote(parts[4])
             if root in self.recalled:
@@ -126,4 +141,18 @@ class FakeFeishu(LoopbackFake[RecordedRequest]):
         self._next_message += 1
         self.roots.add(message_id)
         self.sent.append({**body, "message_id": message_id, "reply_to": reply_to})
+        self.posted_at.append(time.monotonic())
+        self._texts[message_id] = str(json.loads(body["content"]).get("text", ""))
         return ScriptedAnswer(200, {"code": 0, "msg": "success", "data": {"message_id": message_id}})
+
+    def _edit(self, message_id: str, body: dict[str, Any]) -> ScriptedAnswer:
+        if message_id not in self._texts:
+            return error(230001, "Your request contains an invalid request parameter.")
+        if body.get("msg_type") != "text" or not isinstance(body.get("content"), str):
+            return error(230001, "Your request contains an invalid request parameter.")
+        if self._edits.get(message_id, 0) >= 20:
+            return error(230072, "The message has reached the number of times it can be edited.")
+        self._edits[message_id] = self._edits.get(message_id, 0) + 1
+        self._texts[message_id] = str(json.loads(body["content"]).get("text", ""))
+        self.edit_times.append(time.monotonic())
+        return ScriptedAnswer(200, {"code": 0, "msg": "success", "data": {}})

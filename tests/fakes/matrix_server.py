@@ -9,11 +9,15 @@ context manager. Point a `MatrixSender` (or `MATRIX_API_BASE_URL`) at `fake.base
   `"$2"`, … for a room in `fake.joined`; a repeated txnId answers the event it created (as a
   homeserver de-duplicates); a room the bot is not in answers 403 M_FORBIDDEN.
 - A wrong token answers 401 M_UNKNOWN_TOKEN; a `user_id` outside the bot answers 403 M_FORBIDDEN.
+- An event relating to another as `m.replace` (an edit) is sent like any other;
+  `fake.shown_texts(room)` is what a client shows, replacements applied, and `fake.posted_at` /
+  `fake.edit_times` the arrival times (time.monotonic) of the messages and of the edits.
 - `fake.answer_next(status, body, times=n, headers=...)` scripts the next answers.
 """
 
 from __future__ import annotations
 
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -51,6 +55,22 @@ class FakeMatrix(LoopbackFake[RecordedRequest]):
     sent: list[dict[str, Any]] = field(default_factory=list)  # accepted contents + "room_id", "event_id"
     _by_txn: dict[str, str] = field(default_factory=dict)
     _next: int = 1
+    posted_at: list[float] = field(default_factory=list)
+    edit_times: list[float] = field(default_factory=list)
+
+    def shown_texts(self, room_id: str) -> list[str]:
+        """The room's messages as a client shows them: each with its latest replacement's text."""
+        with self._lock:
+            shown: dict[str, str] = {}
+            for event in self.sent:
+                relates = event.get("m.relates_to") or {}
+                if event["room_id"] != room_id:
+                    continue
+                if relates.get("rel_type") == "m.replace" and relates.get("event_id") in shown:
+                    shown[relates["event_id"]] = event["m.new_content"]["body"]
+                else:
+                    shown[event["event_id"]] = event["body"]
+            return list(shown.values())
 
     def _record(self, http_method: str, path: str, headers: dict[str, str], body: Any) -> RecordedRequest:
         parts = urllib.parse.urlsplit(path)
@@ -79,4 +99,6 @@ class FakeMatrix(LoopbackFake[RecordedRequest]):
             self._by_txn[key] = f"${self._next}"
             self._next += 1
             self.sent.append({**content, "room_id": request.room_id, "event_id": self._by_txn[key]})
+            replacing = (content.get("m.relates_to") or {}).get("rel_type") == "m.replace"
+            (self.edit_times if replacing else self.posted_at).append(time.monotonic())
         return ScriptedAnswer(200, {"event_id": self._by_txn[key]})

@@ -10,12 +10,15 @@ URL, with `fake.token`.
   member, or the channel does not exist), those in `fake.archived_channels` answer 400
   `can_not_post_to_deleted`, a wrong token answers 401: Mattermost's own error bodies
   (`app_error`) are used throughout.
+- `PUT /api/v4/posts/{id}/patch` changes a post's message (`fake.text_of(post_id)`); each accepted
+  edit is in `fake.edits` with its arrival time (`at`, time.monotonic), each post's in `fake.posted_at`.
 - `fake.answer_next(status, body, times=n, headers=...)` scripts the next answers; `RATE_LIMITED`
   and `rate_limit_headers` reproduce Mattermost's limiter (plain-text body, seconds in headers).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -62,12 +65,23 @@ class FakeMattermost(LoopbackFake[RecordedRequest]):
     forbidden_channels: set[str] = field(default_factory=set)
     archived_channels: set[str] = field(default_factory=set)
     _next_post: int = 1
+    http_methods: ClassVar[frozenset[str]] = frozenset({"POST", "PUT"})
+    edits: list[dict[str, Any]] = field(default_factory=list)
+    posted_at: list[float] = field(default_factory=list)
+    _texts: dict[str, str] = field(default_factory=dict)
+
+    def text_of(self, post_id: str) -> str | None:
+        with self._lock:
+            return self._texts.get(post_id)
 
     def _record(self, http_method: str, path: str, headers: dict[str, str], body: Any) -> RecordedRequest:
         return RecordedRequest(http_method, path, body, headers)
 
     def _default_answer(self, request: RecordedRequest) -> ScriptedAnswer:
-        if request.path != "/api/v4/posts":
+        segments = request.path.strip("/").split("/")
+        if request.http_method == "PUT" and len(segments) == 5 and segments[:3] == ["api", "v4", "posts"]:
+            return self._patch(request, segments[3]) if segments[4] == "patch" else ScriptedAnswer(404, {})
+        if request.path != "/api/v4/posts" or request.http_method != "POST":
             return ScriptedAnswer(
                 404, app_error("api.context.404.app_error", "Sorry, we could not find the page.", 404)
             )
@@ -86,6 +100,8 @@ class FakeMattermost(LoopbackFake[RecordedRequest]):
         post_id = f"post{self._next_post:022d}"
         self._next_post += 1
         self.sent.append({**payload, "id": post_id})
+        self.posted_at.append(time.monotonic())
+        self._texts[post_id] = str(payload.get("message", ""))
         post = {
             "id": post_id,
             "create_at": 1_700_000_000_000,
@@ -95,3 +111,15 @@ class FakeMattermost(LoopbackFake[RecordedRequest]):
             "user_id": "bot" + "0" * 23,
         }
         return ScriptedAnswer(201, post)
+
+    def _patch(self, request: RecordedRequest, post_id: str) -> ScriptedAnswer:
+        if request.headers.get("authorization") != f"Bearer {self.token}":
+            return ScriptedAnswer(401, SESSION_EXPIRED)
+        if post_id not in self._texts:
+            return ScriptedAnswer(404, app_error("app.post.get.app_error", "Unable to get the post.", 404))
+        message = (request.json or {}).get("message") if isinstance(request.json, dict) else None
+        if not isinstance(message, str):
+            return ScriptedAnswer(400, app_error("api.context.invalid_body_param.app_error", "Invalid post.", 400))
+        self._texts[post_id] = message
+        self.edits.append({"id": post_id, "message": message, "at": time.monotonic()})
+        return ScriptedAnswer(200, {"id": post_id, "message": message})

@@ -12,6 +12,9 @@ Use the `fake_openai` fixture (register this module with
   429s and 5xx before the next answers.
 - `fake.answer_next(status, body, times=n, headers=..., delay=...)` scripts raw answers (errors,
   bodies that are not JSON, slow answers); these go first.
+- A request with `stream: true` gets its completion as server-sent events (`stream_events`):
+  the text in pieces of `fake.stream_piece` characters, tool calls in two pieces each, then the
+  usage when `stream_options.include_usage` asks for it, then `[DONE]`.
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ class FakeOpenAI(LoopbackFake[RecordedRequest]):
 
     _replies: list[dict[str, Any]] = field(default_factory=list)
     _tool_replies: int = 0
+    stream_piece: int = 8
 
     def reply_next(self, text: str, **usage: Any) -> None:
         """Script one successful completion; keyword arguments as for `completion`."""
@@ -113,7 +117,45 @@ class FakeOpenAI(LoopbackFake[RecordedRequest]):
     def _default_answer(self, request: RecordedRequest) -> ScriptedAnswer:
         if request.path != "/v1/chat/completions":
             return ScriptedAnswer(404, {"error": {"message": "Not found", "type": "invalid_request_error"}})
-        return ScriptedAnswer(200, self._replies.pop(0) if self._replies else completion(DEFAULT_REPLY))
+        body = self._replies.pop(0) if self._replies else completion(DEFAULT_REPLY)
+        wanted = request.json if isinstance(request.json, dict) else {}
+        if wanted.get("stream") is True:
+            usage = bool((wanted.get("stream_options") or {}).get("include_usage"))
+            events = stream_events(body, piece=self.stream_piece, usage=usage)
+            return ScriptedAnswer(200, events, headers={"Content-Type": "text/event-stream"})
+        return ScriptedAnswer(200, body)
+
+
+def stream_events(body: dict[str, Any], *, piece: int = 8, usage: bool = True) -> bytes:
+    """A completion as OpenAI streams it: chunks of `chat.completion.chunk`, then `[DONE]`."""
+    choice = body["choices"][0]
+    message = choice["message"]
+    base = {"id": body["id"], "object": "chat.completion.chunk", "created": body["created"], "model": body["model"]}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    text = message.get("content") or ""
+    chunks += [chunk({"content": text[i : i + piece]}) for i in range(0, len(text), piece)]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        arguments = call["function"]["arguments"]
+        half = len(arguments) // 2
+        first = {"index": index, "id": call["id"], "type": "function"}
+        chunks.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {**first, "function": {"name": call["function"]["name"], "arguments": arguments[:half]}}
+                    ]
+                }
+            )
+        )
+        chunks.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments[half:]}}]}))
+    chunks.append(chunk({}, choice["finish_reason"]))
+    if usage:
+        chunks.append({**base, "choices": [], "usage": body["usage"]})
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
 
 
 @pytest.fixture

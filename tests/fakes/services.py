@@ -120,6 +120,8 @@ class FakeOutbox:
         now: float,
         buttons: list[dict[str, str]] | None = None,
         media: list[dict[str, str]] | None = None,
+        status: str = "sending",
+        platform_message_id: str | None = None,
     ) -> tuple[OutboxEntry, bool]:
         self.writes.append("record_claimed")
         if delivery_id in self.entries:
@@ -133,9 +135,9 @@ class FakeOutbox:
             turn_id=turn_id,
             chunk=chunk,
             chunks=chunks,
-            status="sending",
+            status=status,
             attempts=0,
-            platform_message_id=None,
+            platform_message_id=platform_message_id,
             error=None,
             created_at=now,
             updated_at=now,
@@ -143,6 +145,9 @@ class FakeOutbox:
             media=media,
         )
         return self.entries[delivery_id], True
+
+    def get(self, delivery_id: str) -> OutboxEntry | None:
+        return self.entries.get(delivery_id)
 
     def claim(self, delivery_id: str, now: float) -> bool:
         self.writes.append("claim")

@@ -12,6 +12,8 @@ https://slack.com/api) with `fake.token`.
 - `assistant.threads.setStatus` answers ok for a `thread_ts` in `fake.assistant_threads`,
   `invalid_thread_ts` for any other; `fake.statuses` lists the accepted bodies. An answer
   scripted without `only` never goes to it (`only=is_set_status` scripts one for it).
+- `chat.update` edits a posted message (by channel and `ts`; `fake.text_of(ts)`); each accepted
+  edit is in `fake.edits` with its arrival time (`at`, time.monotonic), each post's in `fake.posted_at`.
 - Other methods answer HTTP 404 `unknown_method`.
 - `fake.answer_next(status, body, times=n, headers=...)` scripts the next answers; `slack_error`
   builds Slack's `{"ok": false, "error": code}` body.
@@ -20,6 +22,7 @@ https://slack.com/api) with `fake.token`.
 from __future__ import annotations
 
 import secrets
+import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -53,6 +56,13 @@ class FakeSlack(LoopbackFake[RecordedRequest]):
     assistant_threads: set[str] = field(default_factory=set)  # thread_ts values of assistant threads
     statuses: list[dict[str, Any]] = field(default_factory=list)
     _next_ts: int = 1
+    edits: list[dict[str, Any]] = field(default_factory=list)  # accepted chat.update bodies + "at"
+    posted_at: list[float] = field(default_factory=list)
+    _texts: dict[tuple[str, str], str] = field(default_factory=dict)  # (channel, ts) -> its text now
+
+    def text_of(self, ts: str, channel: str | None = None) -> str | None:
+        with self._lock:
+            return next((t for (c, s), t in self._texts.items() if s == ts and channel in (None, c)), None)
 
     def _scripted_by_default(self, request: RecordedRequest) -> bool:
         return not is_set_status(request)
@@ -66,7 +76,7 @@ class FakeSlack(LoopbackFake[RecordedRequest]):
         return RecordedRequest(http_method, path, api_method, body, headers)
 
     def _default_answer(self, request: RecordedRequest) -> ScriptedAnswer:
-        if request.api_method not in ("chat.postMessage", "assistant.threads.setStatus"):
+        if request.api_method not in ("chat.postMessage", "chat.update", "assistant.threads.setStatus"):
             return ScriptedAnswer(404, slack_error("unknown_method"))
         authorization = request.headers.get("authorization", "")
         if not authorization:
@@ -84,9 +94,18 @@ class FakeSlack(LoopbackFake[RecordedRequest]):
             return ScriptedAnswer(200, slack_error("no_text"))
         if len(text) > 40_000:
             return ScriptedAnswer(200, slack_error("msg_too_long"))
+        if request.api_method == "chat.update":
+            key = (channel, str(payload.get("ts")))
+            if key not in self._texts:
+                return ScriptedAnswer(200, slack_error("message_not_found"))
+            self._texts[key] = text
+            self.edits.append({**payload, "at": time.monotonic()})
+            return ScriptedAnswer(200, {"ok": True, "channel": channel, "ts": key[1], "text": text})
         ts = f"1700000000.{self._next_ts:06d}"
         self._next_ts += 1
         self.sent.append({**payload, "ts": ts})
+        self.posted_at.append(time.monotonic())
+        self._texts[(channel, ts)] = text
         message = {"type": "message", "text": text, "ts": ts, "bot_id": "B0FAKE"}
         return ScriptedAnswer(200, {"ok": True, "channel": channel, "ts": ts, "message": message})
 

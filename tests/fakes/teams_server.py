@@ -8,7 +8,9 @@
 - `POST /v3/conversations/<id>/activities`: the Bot Connector; it requires a bearer token it issued
   and answers ids `activity-1`, `activity-2`, …; `fake.activities` lists (conversation id, body);
 - `GET <path>` of `fake.files` (path with its query -> answer): an attachment on the service URL
-  (with a bearer token it issued) or a file's pre-authenticated download URL (`open_files`: none).
+  (with a bearer token it issued) or a file's pre-authenticated download URL (`open_files`: none);
+- `PUT /v3/conversations/<id>/activities/<activity id>` updates one (`fake.updates` lists
+  (conversation id, activity id, body)).
 Every request is recorded in `fake.requests`; `answer_next` scripts failures (see loopback.py).
 
 The keys it serves are JWKs of `tests.fakes.jwt.SigningKeyPair`s. A form-encoded body (the token
@@ -38,7 +40,7 @@ class RecordedRequest:
 @dataclass
 class FakeBotFramework(LoopbackFake[RecordedRequest]):
     thread_name: ClassVar[str] = "fake-bot-framework"
-    http_methods: ClassVar[frozenset[str]] = frozenset({"GET", "POST"})
+    http_methods: ClassVar[frozenset[str]] = frozenset({"GET", "POST", "PUT"})
 
     app_id: str = DEFAULT_APP_ID
     app_password: str = DEFAULT_APP_PASSWORD
@@ -48,6 +50,7 @@ class FakeBotFramework(LoopbackFake[RecordedRequest]):
     activities: list[tuple[str, Any]] = field(default_factory=list)
     files: dict[str, ScriptedAnswer] = field(default_factory=dict)
     open_files: frozenset[str] = frozenset()  # paths of `files` downloaded without a token
+    updates: list[tuple[str, str, Any]] = field(default_factory=list)
 
     @property
     def openid_url(self) -> str:
@@ -91,6 +94,8 @@ class FakeBotFramework(LoopbackFake[RecordedRequest]):
         parts = request.path.split("/")
         if request.http_method == "POST" and len(parts) == 5 and parts[1:3] == ["v3", "conversations"]:
             return self._activity(urllib.parse.unquote(parts[3]), parts[4], request)
+        if request.http_method == "PUT" and len(parts) == 6 and parts[1:3] == ["v3", "conversations"]:
+            return self._update(urllib.parse.unquote(parts[3]), urllib.parse.unquote(parts[5]), request)
         return ScriptedAnswer(404, {"error": {"code": "NotFound", "message": "no such endpoint"}})
 
     def _token(self, request: RecordedRequest) -> ScriptedAnswer:
@@ -117,3 +122,15 @@ class FakeBotFramework(LoopbackFake[RecordedRequest]):
             return ScriptedAnswer(400, {"error": {"code": "BadArgument", "message": "invalid activity"}})
         self.activities.append((conversation, body))
         return ScriptedAnswer(201, {"id": f"activity-{len(self.activities)}"})
+
+    def _update(self, conversation: str, activity_id: str, request: RecordedRequest) -> ScriptedAnswer:
+        if request.headers.get("authorization") not in {f"Bearer {t}" for t in self.issued}:
+            return ScriptedAnswer(401, {"message": "Authorization has been denied for this request."})
+        known = {f"activity-{i}" for i in range(1, len(self.activities) + 1)}
+        if activity_id not in known:
+            return ScriptedAnswer(404, {"error": {"code": "ActivityNotFoundInConversation", "message": "not found"}})
+        body = request.json if isinstance(request.json, dict) else {}
+        if body.get("type") != "message" or not isinstance(body.get("text"), str):
+            return ScriptedAnswer(400, {"error": {"code": "BadArgument", "message": "invalid activity"}})
+        self.updates.append((conversation, activity_id, body))
+        return ScriptedAnswer(200, {"id": activity_id})

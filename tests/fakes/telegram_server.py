@@ -8,6 +8,10 @@ Further bots on the same fake: `FakeTelegram(other_tokens=(token, …))` accepts
 - Every request is recorded in `fake.requests`, in arrival order, failures included.
 - `sendMessage` answers with message ids 1, 2, 3, …; `fake.sent` lists what was accepted, and
   `fake.sent_tokens` the bot token each of those sends used (same order).
+- `editMessageText` changes a sent message's text (`fake.text_of(message_id)`); each accepted
+  edit is in `fake.edits` with its arrival time (`at`, time.monotonic), and `fake.posted_at` holds
+  each sendMessage's. An edit to the text the message has answers "message is not modified", as
+  Telegram does; one of an unknown message "message to edit not found".
 - Other Bot API methods answer `{"ok": true, "result": true}`; `fake.chat_actions()` lists the
   `sendChatAction` bodies (the typing indicator). An answer scripted without `only` never goes
   to a chat action: `answer_next(..., only=is_chat_action)` scripts one for them.
@@ -68,6 +72,13 @@ class FakeTelegram(LoopbackFake[RecordedRequest]):
     _next_message_id: int = 1
     other_tokens: tuple[str, ...] = ()  # further bots' tokens this fake also accepts
     sent_tokens: list[str] = field(default_factory=list)  # the bot token of each send in `sent`
+    edits: list[dict[str, Any]] = field(default_factory=list)  # accepted editMessageText bodies + "at"
+    posted_at: list[float] = field(default_factory=list)  # each accepted sendMessage's arrival (monotonic)
+    _texts: dict[int, str] = field(default_factory=dict)  # message id -> its text now
+
+    def text_of(self, message_id: int) -> str | None:
+        with self._lock:
+            return self._texts.get(message_id)
 
     def calls(self, api_method: str) -> list[Any]:
         """The JSON bodies of every request to one Bot API method."""
@@ -102,6 +113,8 @@ class FakeTelegram(LoopbackFake[RecordedRequest]):
             return ScriptedAnswer(401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
         if request.api_method in MEDIA_METHODS:
             return self._media_message()
+        if request.api_method == "editMessageText":
+            return self._edit(request.json if isinstance(request.json, dict) else {})
         if request.api_method != "sendMessage":
             return ScriptedAnswer(200, {"ok": True, "result": True})
         payload = request.json if isinstance(request.json, dict) else {}
@@ -116,8 +129,26 @@ class FakeTelegram(LoopbackFake[RecordedRequest]):
         self._next_message_id += 1
         self.sent.append({**payload, "message_id": message_id})
         self.sent_tokens.append(token)
+        self.posted_at.append(time.monotonic())
+        self._texts[message_id] = text
         result = {"message_id": message_id, "date": int(time.time()), "chat": {"id": payload["chat_id"]}, "text": text}
         return ScriptedAnswer(200, {"ok": True, "result": result})
+
+    def _edit(self, payload: dict[str, Any]) -> ScriptedAnswer:
+        message_id, text = payload.get("message_id"), payload.get("text")
+        if not isinstance(message_id, int) or message_id not in self._texts:
+            return _bad_request("message to edit not found")
+        if not isinstance(text, str) or not text.strip():
+            return _bad_request("message text is empty")
+        if len(text) > 4096:
+            return _bad_request("MESSAGE_TOO_LONG")
+        if self._texts[message_id] == text:
+            return _bad_request(
+                "message is not modified: specified new message content and reply markup are exactly the same"
+            )
+        self._texts[message_id] = text
+        self.edits.append({**payload, "at": time.monotonic()})
+        return ScriptedAnswer(200, {"ok": True, "result": {"message_id": message_id, "text": text}})
 
     def _media_message(self) -> ScriptedAnswer:
         message_id = self._next_message_id

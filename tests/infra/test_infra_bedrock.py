@@ -31,7 +31,7 @@ def test_bedrock_grants_invoke_model_on_the_configured_model_only(tmp_path: Path
     }
     assert len(grants) == 1 and "agent" in next(iter(grants)).lower()
     statement = next(iter(grants.values()))
-    assert statement["Action"] == "bedrock:InvokeModel"
+    assert statement["Action"] == ["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"]
     text = json.dumps(statement["Resource"])
     assert "foundation-model/anthropic.claude-sonnet-4-5-20250929-v1:0" in text
     assert f"inference-profile/{MODEL}" in text

@@ -632,3 +632,15 @@ def test_unsafe_token_settings_fail_when_the_sender_is_built(extra: dict[str, st
     settings = make_settings({"TEAMS_ENABLED": "true", "TEAMS_APP_ID": DEFAULT_APP_ID, **extra})
     with pytest.raises(ConfigError):
         build_sender(platforms.context("teams", settings, {"TEAMS_APP_PASSWORD": "p"}))
+
+
+def test_an_answer_is_edited_with_the_connectors_update_activity(
+    fake_bot_framework: FakeBotFramework, sender: TeamsSender
+) -> None:
+    activity_id = sender.send(to_fake(fake_bot_framework), "Hel")
+    sender.edit(to_fake(fake_bot_framework), activity_id, "Hello")
+    assert fake_bot_framework.updates == [
+        ("a:1personal-conversation", activity_id, {"type": "message", "id": activity_id, "text": "Hello"})
+    ]
+    with pytest.raises(TargetGone):  # 404: the activity is not in the conversation
+        sender.edit(to_fake(fake_bot_framework), "activity-99", "gone")

@@ -21,7 +21,8 @@ header: tokens live there); one that cannot be put on the wire at all raises `Un
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, Literal
@@ -136,6 +137,80 @@ def send(
     except (HTTPError, HTTPException, OSError) as exc:
         raise _no_answer(exc, timeout) from None
     return Reply(response.status, response.data, response.headers)
+
+
+class Streamed:
+    """An answer read as it arrives (`stream`): its status and headers, then its lines."""
+
+    def __init__(self, response: Any, timeout: float) -> None:
+        self._response = response
+        self._timeout = timeout
+        self.status: int = response.status
+        self.headers: Mapping[str, str] = response.headers
+
+    def read(self, limit: int = 65536) -> bytes:
+        """The rest of the body, at most `limit` bytes (an error's)."""
+        return self._guarded(lambda: self._response.read(limit))
+
+    def lines(self) -> Iterator[bytes]:
+        """The body's lines (without their line ends) as they arrive; NoAnswer when the
+        connection fails or goes quiet for the timeout on the way."""
+        pending = b""
+        while True:
+            data = self._guarded(lambda: self._response.read1(65536))
+            if not data:
+                break
+            pending += data
+            *complete, pending = pending.split(b"\n")
+            for line in complete:
+                yield line.rstrip(b"\r")
+        if pending:
+            yield pending.rstrip(b"\r")
+
+    def _guarded(self, read: Callable[[], bytes]) -> bytes:
+        from http.client import HTTPException
+
+        from urllib3.exceptions import HTTPError
+
+        try:
+            return read()
+        except (HTTPError, HTTPException, OSError) as exc:
+            raise _no_answer(exc, self._timeout) from None
+
+
+@contextmanager
+def stream(
+    method: str, url: str, *, body: bytes | None = None, headers: Mapping[str, str] | None = None, timeout: float
+) -> Iterator[Streamed]:
+    """One request whose answer is read as it arrives (a model's server-sent events). The
+    connection goes back to the pool when the body was read to its end, and is closed when the
+    caller stopped before it (an answer cut short by /stop)."""
+    from http.client import HTTPException
+
+    import urllib3
+    from urllib3.exceptions import HTTPError
+
+    try:
+        response = _pool().request(
+            method,
+            url,
+            body=body,
+            headers=dict(headers or {}),
+            timeout=urllib3.Timeout(connect=timeout, read=timeout),
+            retries=_redirects(False),
+            redirect=False,
+            preload_content=False,
+        )
+    except ValueError:
+        raise Unsendable("the URL or a header value cannot be sent") from None
+    except (HTTPError, HTTPException, OSError) as exc:
+        raise _no_answer(exc, timeout) from None
+    try:
+        yield Streamed(response, timeout)
+    finally:
+        if not response.isclosed():  # type: ignore[attr-defined]  # not read to its end: the connection cannot be used again
+            response.close()
+        response.release_conn()
 
 
 class TooLarge(Exception):

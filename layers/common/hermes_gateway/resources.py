@@ -357,8 +357,10 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
             "turn": Access.START,
             "events": Access.PUT_EVENTS,
             "media": Access.READ_WRITE,  # a message's attachments, fetched once; their transcripts and text
+            "outbox": Access.READ_WRITE,  # a streamed answer's message: its row, read and written once
         },
-        # the platforms' send secrets too: a message's attachments are fetched with the bot's token
+        # the platforms' send secrets too: a message's attachments are fetched with the bot's token,
+        # and a streamed answer is posted and edited with it
         secrets=("OPENAI_API_KEY", "STT_API_KEY", "HONCHO_API_KEY", *SEND_SECRETS),
         scans=("jobs",),  # the cronjob tool lists a profile's jobs (a handful)
     ),

@@ -267,6 +267,9 @@ def turn_deps(profile: str | None = None) -> TurnDeps:
         fetch_media=fetch_media,
         transcriber=cache(lambda: transcriber(profile)),
         presence=lambda platform, via: presence_of(sender_for(platform, via, profile)),
+        # a streamed answer: posted and edited by the agent, its message's row in the outbox
+        senders=lambda platform, via: sender_for(platform, via, profile),
+        outbox=outbox() if "outbox" in bindings().tables else None,
     )
 
 

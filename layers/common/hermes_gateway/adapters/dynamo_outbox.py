@@ -62,6 +62,8 @@ class DynamoOutbox:
         now: float,
         buttons: list[dict[str, str]] | None = None,
         media: list[dict[str, str]] | None = None,
+        status: str = "sending",
+        platform_message_id: str | None = None,
     ) -> tuple[OutboxEntry, bool]:
         """Write the chunk claimed for sending (`sending` at `now`) unless it exists: one write, which
         on a repeated job returns the stored row with its failed condition (no read). What is
@@ -76,8 +78,9 @@ class DynamoOutbox:
             turn_id=turn_id,
             chunk=chunk,
             chunks=chunks,
-            status="sending",
+            status=status,
             attempts=0,
+            platform_message_id=platform_message_id,
             created_at=now,
             updated_at=now,
             expires_at=int(now + RETENTION_SECONDS),

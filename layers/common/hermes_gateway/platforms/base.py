@@ -119,6 +119,22 @@ def presence_of(sender: Sender | None) -> Presence | None:
     return sender if isinstance(sender, Presence) else None
 
 
+@runtime_checkable
+class Editor(Protocol):
+    """A sender that can change the text of a message it sent (a streamed answer's edits)."""
+
+    def edit(self, target: Target, message_id: str, text: str) -> None:
+        """Replace the text of the bot's message `message_id` in the target's chat (at most the
+        platform's text limit). Text equal to what the message shows is not an error. Raises as
+        `Sender.send` does."""
+        ...
+
+
+def editor_of(sender: Sender | None) -> Editor | None:
+    """The sender's edit capability, when its platform has one."""
+    return sender if isinstance(sender, Editor) else None
+
+
 @dataclass(frozen=True)
 class Answer:
     status: int

@@ -220,6 +220,11 @@ def spec(name: str) -> PlatformSpec | None:
     return BY_NAME.get(name)
 
 
+# The platforms whose sender can edit a message it sent (platforms.base.Editor): their answers
+# stream by default (`<NAME>_STREAMING`).
+STREAMING_PLATFORMS = ("telegram", "discord", "slack", "mattermost", "matrix", "feishu", "teams")
+
+
 def text_limit(platform: str, default: int = 4000) -> int:
     found = BY_NAME.get(platform)
     return found.text_limit if found else default

@@ -334,6 +334,31 @@ class DiscordSender:
                 logger.info("discord interaction token expired; sending to the channel", extra={"fallback": True})
         return self._send_to_channel(target, text)
 
+    def edit(self, target: Target, message_id: str, text: str) -> None:
+        """A streamed answer's edit: through the interaction's webhook when the message answers
+        one (no bot token needed), else `PATCH /channels/{id}/messages/{message}` with the bot token."""
+        token = target.context.get("interaction_token")
+        application_id = target.context.get("application_id") or self._application_id
+        body = {"content": text, "allowed_mentions": ALLOWED_MENTIONS}
+        if not _is_snowflake(message_id):
+            raise PermanentError("discord: the message to edit has no usable id")
+        if _is_token(token) and _is_snowflake(application_id):
+            answer = self._call("PATCH", f"/webhooks/{application_id}/{token}/messages/{message_id}", token, body)
+            if answer.status not in (401, 404):
+                if not 200 <= answer.status < 300:
+                    raise self._failure(answer, token)
+                return
+            if not self._bot_token:
+                raise TargetGone("discord: the interaction token expired and no bot token is configured")
+            logger.info("discord interaction token expired; editing in the channel", extra={"fallback": True})
+        channel = self._channel(target)
+        headers = {"Authorization": f"Bot {self._bot_token}", "User-Agent": USER_AGENT}
+        answer = self._http.request(
+            "PATCH", f"/channels/{channel}/messages/{message_id}", json_body=body, headers=headers
+        )
+        if not 200 <= answer.status < 300:
+            raise self._failure(answer, None)
+
     def typing(self, target: Target) -> bool:
         """`POST /channels/{id}/typing` for a chat reached with the bot token. An interaction's
         answer needs none: its deferred "thinking…" message shows until the answer replaces it."""

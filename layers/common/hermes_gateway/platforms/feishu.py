@@ -349,6 +349,17 @@ class FeishuSender:
             )
         )
 
+    # Feishu lets a message be edited 20 times: a streamed answer keeps its last one for the end.
+    max_edits = 20
+
+    def edit(self, target: Target, message_id: str, text: str) -> None:
+        """`PUT /im/v1/messages/{id}` with the new text (a streamed answer's edit)."""
+        import urllib.parse
+
+        content = json.dumps({"text": text}, ensure_ascii=False)
+        path = f"/im/v1/messages/{urllib.parse.quote(message_id, safe='')}"
+        self._call(path, {"msg_type": "text", "content": content}, method="PUT")
+
     def _reply_in_thread(self, root_message_id: str, content: str) -> str:
         import urllib.parse
 
@@ -368,13 +379,13 @@ class FeishuSender:
             return message_id
         raise OutcomeUnknown("feishu answered success without a message_id; the message may have been sent")
 
-    def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """POST with the tenant token; a token Feishu calls invalid is replaced once."""
-        answer, code = self._post(path, body, self._token.get(self._fetch_token))
+    def _call(self, path: str, body: dict[str, Any], method: str = "POST") -> dict[str, Any]:
+        """POST (or `method`) with the tenant token; a token Feishu calls invalid is replaced once."""
+        answer, code = self._post(path, body, self._token.get(self._fetch_token), method)
         if code in TOKEN_INVALID_CODES:
             logger.info("feishu refused the tenant access token; fetching a new one")
             self._token.drop()
-            answer, code = self._post(path, body, self._token.get(self._fetch_token))
+            answer, code = self._post(path, body, self._token.get(self._fetch_token), method)
         if answer.status == 200 and code == 0:
             data = answer.json_object().get("data")
             return data if isinstance(data, dict) else {}
@@ -394,9 +405,9 @@ class FeishuSender:
         )
         return download(http, path, limit=limit, headers={"Authorization": f"Bearer {token}"}, mime=mime)
 
-    def _post(self, path: str, body: dict[str, Any], token: str) -> tuple[Answer, int | None]:
+    def _post(self, path: str, body: dict[str, Any], token: str, method: str = "POST") -> tuple[Answer, int | None]:
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json; charset=utf-8"}
-        answer = self._http.request("POST", path, json_body=body, headers=headers)
+        answer = self._http.request(method, path, json_body=body, headers=headers)
         return answer, _code(answer)
 
     def _fetch_token(self) -> tuple[str, float]:

@@ -14,6 +14,7 @@ import logging
 import re
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from hermes_gateway.domain.media import Attachment, attachment
@@ -328,6 +329,17 @@ class MatrixSender:
 
     def send(self, target: Target, text: str) -> str:
         return self._send_content(target, {"msgtype": "m.text", "body": text})
+
+    def edit(self, target: Target, message_id: str, text: str) -> None:
+        """An `m.replace` event of the bot's message `message_id` (a streamed answer's edit):
+        clients show the new content in its place; the `* ` body is for those that cannot."""
+        content: dict[str, Any] = {
+            "msgtype": "m.text",
+            "body": f"* {text}",
+            "m.new_content": {"msgtype": "m.text", "body": text},
+            "m.relates_to": {"rel_type": "m.replace", "event_id": message_id},
+        }
+        self._send_content(replace(target, thread_id=None), content)  # an edit relates to its message only
 
     caption_limit = 0  # the text goes as its own message before the file
 

@@ -218,6 +218,15 @@ class MattermostSender:
         """Create one post (in the target's thread when it has one); return the post id."""
         return self._post(target, {"channel_id": target.chat_id, "message": text})
 
+    def edit(self, target: Target, message_id: str, text: str) -> None:
+        """`PUT /api/v4/posts/{id}/patch` with the new message: a streamed answer's edit."""
+        import urllib.parse
+
+        path = f"/api/v4/posts/{urllib.parse.quote(message_id, safe='')}/patch"
+        answer = self._http.request("PUT", path, json_body={"message": text}, headers=self._headers)
+        if answer.status != 200:
+            raise self._failure(answer)
+
     caption_limit = 4000  # the post's message
 
     def send_media(self, target: Target, media: MediaFile, caption: str) -> str:

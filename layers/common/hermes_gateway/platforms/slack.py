@@ -363,6 +363,11 @@ class SlackSender:
             raise OutcomeUnknown("slack answered ok without a ts; the message may have been sent")
         raise self._refusal(answer, body)
 
+    def edit(self, target: Target, message_id: str, text: str) -> None:
+        """`chat.update` of the bot's message `message_id` (its `ts`): a streamed answer's edit."""
+        payload = {"channel": target.chat_id, "ts": message_id, "text": text}
+        self._answered(self._http.request("POST", "/chat.update", json_body=payload, headers=self._headers))
+
     caption_limit = 3000  # the upload's initial comment
 
     def send_media(self, target: Target, media: MediaFile, caption: str) -> str:

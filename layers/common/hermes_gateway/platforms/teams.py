@@ -302,22 +302,12 @@ class TeamsSender:
         return f"TeamsSender(app_id={self._app_id!r})"
 
     def send(self, target: Target, text: str) -> str:
-        service_url = target.context.get("service_url", "")
-        if not service_url.startswith(("https://", "http://")):
-            raise PermanentError("teams: no service URL was recorded for this conversation; cannot reply")
-        if not service_url_allowed(service_url, self._service_hosts):
-            raise PermanentError("teams: the recorded service URL is not https on a Bot Framework host; not sending")
-        conversation = target.context.get("conversation_id") or _conversation_id(target)
-        url = f"{service_url.rstrip('/')}/v3/conversations/{quote(conversation, safe='')}/activities"
+        url = self._activities(target)
         body: dict[str, Any] = {"type": "message", "text": text}
         reply_to = target.context.get("reply_to_id")
         if reply_to:
             body["replyToId"] = reply_to
-        answer = self._post(url, body)
-        if answer.status == 401:
-            # The token may have been revoked or rotated before its expiry: one fresh token, one retry.
-            self._token.drop()
-            answer = self._post(url, body)
+        answer = self._authorized("POST", url, body)
         if answer.status in (200, 201, 202):
             activity_id = answer.json_object().get("id")
             if isinstance(activity_id, str) and activity_id:
@@ -326,6 +316,33 @@ class TeamsSender:
         if answer.status == 412:  # a precondition the connector asks to retry (rate-limit page)
             raise TransientError("teams: HTTP 412 precondition failed; retry later")
         raise self._connector.failure(answer, gone=(403, 404))
+
+    def edit(self, target: Target, message_id: str, text: str) -> None:
+        """The Bot Connector's update activity (`PUT .../activities/{id}`): a streamed answer's edit."""
+        url = f"{self._activities(target)}/{quote(message_id, safe='')}"
+        answer = self._authorized("PUT", url, {"type": "message", "id": message_id, "text": text})
+        if answer.status in (200, 201, 202):
+            return
+        if answer.status == 412:
+            raise TransientError("teams: HTTP 412 precondition failed; retry later")
+        raise self._connector.failure(answer, gone=(403, 404))
+
+    def _activities(self, target: Target) -> str:
+        service_url = target.context.get("service_url", "")
+        if not service_url.startswith(("https://", "http://")):
+            raise PermanentError("teams: no service URL was recorded for this conversation; cannot reply")
+        if not service_url_allowed(service_url, self._service_hosts):
+            raise PermanentError("teams: the recorded service URL is not https on a Bot Framework host; not sending")
+        conversation = target.context.get("conversation_id") or _conversation_id(target)
+        return f"{service_url.rstrip('/')}/v3/conversations/{quote(conversation, safe='')}/activities"
+
+    def _authorized(self, method: str, url: str, body: dict[str, Any]) -> Answer:
+        answer = self._post(url, body, method)
+        if answer.status == 401:
+            # The token may have been revoked or rotated before its expiry: one fresh token, one retry.
+            self._token.drop()
+            answer = self._post(url, body, method)
+        return answer
 
     def download(self, url: str, *, limit: int, mime: str) -> Fetched:
         """An attachment on a Bot Framework host (a pasted image's `contentUrl`), with the bot's token."""
@@ -336,9 +353,9 @@ class TeamsSender:
         token = self._token.get(self._fetch_token)
         return download(self._connector, url, limit=limit, headers={"Authorization": f"Bearer {token}"}, mime=mime)
 
-    def _post(self, url: str, body: dict[str, Any]) -> Answer:
+    def _post(self, url: str, body: dict[str, Any], method: str = "POST") -> Answer:
         token = self._token.get(self._fetch_token)
-        return self._connector.request("POST", url, json_body=body, headers={"Authorization": f"Bearer {token}"})
+        return self._connector.request(method, url, json_body=body, headers={"Authorization": f"Bearer {token}"})
 
     def _fetch_token(self) -> tuple[str, float]:
         form = {

@@ -303,6 +303,21 @@ class TelegramSender:
             target.chat_id, text, thread_id=target.thread_id, buttons=target.buttons, reply_to=target.reply_to
         )
 
+    def edit(self, target: Target, message_id: str, text: str) -> None:
+        """`editMessageText` (a streamed answer); "message is not modified" is no error."""
+        payload: dict[str, Any] = {
+            "chat_id": _numeric(target.chat_id),
+            "message_id": _numeric(message_id),
+            "text": text,
+        }
+        answer = self._http.request("POST", f"/bot{self._token}/editMessageText", json_body=payload)
+        body = answer.json_object()
+        if answer.status == 200 and body.get("ok") is True:
+            return
+        if answer.status == 400 and "message is not modified" in str(body.get("description", "")).lower():
+            return
+        raise self._failure(answer)
+
     def typing(self, target: Target) -> bool:
         """`sendChatAction` typing, in the chat's topic when it has one."""
         payload: dict[str, Any] = {"chat_id": _numeric(target.chat_id), "action": "typing"}

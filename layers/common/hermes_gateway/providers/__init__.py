@@ -17,13 +17,16 @@ def make_provider(settings: ProviderSettings, secrets: Secrets) -> Provider:
     # turn state's message types (providers.base), and only the agent calls a model; the HTTP and
     # Bedrock clients stay out of the other functions' cold starts.
     from hermes_gateway.providers.bedrock import BedrockProvider
-    from hermes_gateway.providers.echo import EchoProvider
+    from hermes_gateway.providers.echo import STREAM_DELAY_ENV, EchoProvider
     from hermes_gateway.providers.openai_compat import OpenAICompatProvider
     from hermes_gateway.providers.retry import RetryPolicy
 
     retry = RetryPolicy(max_attempts=settings.max_attempts, budget_seconds=settings.retry_budget_seconds)
     if settings.name == "echo":
-        return EchoProvider()
+        import os
+
+        # Tests only: a slow echo that streams (services/turn/stream.py), a word every this many seconds.
+        return EchoProvider(chunk_delay=float(os.environ.get(STREAM_DELAY_ENV) or 0))
     if settings.name == "openai":
         # No key is fine: local servers such as Ollama accept anonymous requests.
         api_key = secrets.get("OPENAI_API_KEY")

@@ -7,8 +7,9 @@ Each provider maps this to its own wire format; the engine never sees a provider
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 # A tool call whose arguments were not a JSON object carries the raw text under this key only;
 # the tool loop answers it with an error result instead of running the tool.
@@ -152,3 +153,29 @@ class Provider(Protocol):
         """One model request (retried inside a bounded budget). Raises TransientError (the
         workflow may retry) or PermanentError (do not)."""
         ...
+
+
+# Called with the answer's text so far, whole (not a delta), each time it grows. A request tried
+# again starts over: the text it is called with may be shorter than before.
+TextSoFar = Callable[[str], None]
+
+
+@runtime_checkable
+class StreamingProvider(Protocol):
+    """A provider that can also hand over the answer while the model writes it."""
+
+    name: str
+
+    def stream(
+        self, system: str, messages: list[ChatMessage], tools: list[ToolSpec] | None, on_text: TextSoFar
+    ) -> ModelReply:
+        """As `complete`, calling `on_text` as the answer's text grows; returns the whole reply.
+        An exception `on_text` raises ends the request and is raised as it is."""
+        ...
+
+
+def streaming_of(provider: Provider) -> StreamingProvider | None:
+    """The provider's streaming, when it has one and it is on (`streams`, True unless said)."""
+    if isinstance(provider, StreamingProvider) and getattr(provider, "streams", True):
+        return provider
+    return None

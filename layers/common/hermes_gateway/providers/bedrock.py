@@ -7,10 +7,21 @@ tried again within the retry budget (the SDK's own retries are off: the two woul
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from hermes_gateway.errors import PermanentError, TransientError
-from hermes_gateway.providers.base import ChatMessage, ModelReply, ToolCall, ToolSpec, repair_history
+from hermes_gateway.providers.base import (
+    INVALID_ARGUMENTS,
+    ChatMessage,
+    ModelReply,
+    TextSoFar,
+    ToolCall,
+    ToolSpec,
+    repair_history,
+)
 from hermes_gateway.providers.retry import RetryPolicy, call_with_retries
 
 _TRANSIENT_CODES = frozenset(
@@ -48,6 +59,17 @@ class BedrockProvider:
         self._client = client
 
     def complete(self, system: str, messages: list[ChatMessage], tools: list[ToolSpec] | None = None) -> ModelReply:
+        request = self._request(system, messages, tools)
+        return call_with_retries(lambda _left: self._attempt(request), self._retry, provider=self.name)
+
+    def stream(
+        self, system: str, messages: list[ChatMessage], tools: list[ToolSpec] | None, on_text: TextSoFar
+    ) -> ModelReply:
+        """`ConverseStream`: the answer's text as it is written; the reply as `converse` gives it."""
+        request = self._request(system, messages, tools)
+        return call_with_retries(lambda _left: self._streamed(request, on_text), self._retry, provider=self.name)
+
+    def _request(self, system: str, messages: list[ChatMessage], tools: list[ToolSpec] | None) -> dict[str, Any]:
         request: dict[str, Any] = {"modelId": self._model, "messages": _converse_messages(messages)}
         if system:
             request["system"] = [{"text": system}]
@@ -60,24 +82,47 @@ class BedrockProvider:
                     for t in tools
                 ]
             }
-        return call_with_retries(lambda _left: self._attempt(request), self._retry, provider=self.name)
+        return request
 
     def _attempt(self, request: dict[str, Any]) -> ModelReply:
-        from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
-        from botocore.exceptions import ConnectionError as BotoConnectionError
-
-        try:
+        with _errors_mapped():
             response = self._client.converse(**request)
-        except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", "Unknown"))
-            message = str(exc.response.get("Error", {}).get("Message", ""))[:300]
-            error = TransientError if code in _TRANSIENT_CODES else PermanentError
-            raise error(f"bedrock: {code}: {message}") from None
-        except (HTTPClientError, BotoConnectionError) as exc:  # timeouts, resets, unreachable endpoint
-            raise TransientError(f"bedrock: {type(exc).__name__}") from None
-        except BotoCoreError as exc:
-            raise PermanentError(f"bedrock: {type(exc).__name__}") from None
         return self._reply(response)
+
+    def _streamed(self, request: dict[str, Any], on_text: TextSoFar) -> ModelReply:
+        """The events added up to what `converse` answers: text and tool-use blocks by index."""
+        blocks: dict[int, dict[str, Any]] = {}
+        text, stop = "", "end_turn"
+        usage: dict[str, Any] = {}
+        with _errors_mapped():
+            events = self._client.converse_stream(**request)["stream"]
+            for event in events:
+                error = next((name for name in event if name.endswith("Exception")), None)
+                if error is not None:
+                    code = error[0].upper() + error[1:]
+                    kind = TransientError if code in _TRANSIENT_CODES else PermanentError
+                    raise kind(f"bedrock: {code} in the stream")
+                if "contentBlockStart" in event:
+                    start = event["contentBlockStart"]
+                    use = (start.get("start") or {}).get("toolUse")
+                    if use:
+                        blocks[int(start.get("contentBlockIndex", len(blocks)))] = {"toolUse": {**use, "input": ""}}
+                elif "contentBlockDelta" in event:
+                    part = event["contentBlockDelta"]
+                    index, delta = int(part.get("contentBlockIndex", 0)), part.get("delta") or {}
+                    if "text" in delta:
+                        block = blocks.setdefault(index, {"text": ""})
+                        block["text"] = block.get("text", "") + delta["text"]
+                        text += delta["text"]
+                        on_text(text)
+                    elif "toolUse" in delta and "toolUse" in blocks.get(index, {}):
+                        blocks[index]["toolUse"]["input"] += delta["toolUse"].get("input") or ""
+                elif "messageStop" in event:
+                    stop = str(event["messageStop"].get("stopReason") or stop)
+                elif "metadata" in event:
+                    usage = event["metadata"].get("usage") or usage
+        content = [_parsed_block(blocks[i]) for i in sorted(blocks)]
+        return self._reply({"output": {"message": {"content": content}}, "stopReason": stop, "usage": usage})
 
     def _reply(self, response: dict[str, Any]) -> ModelReply:
         try:
@@ -123,9 +168,7 @@ def _blocks(message: ChatMessage) -> tuple[str, list[dict[str, Any]]]:
 def _converse_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     """Converse wants user first, roles alternating and no empty text; a trimmed history may break all three."""
     history = repair_history(messages)
-    first_user = next(
-        (i for i, m in enumerate(history) if m.role == "user" and (m.content or m.images)), len(history)
-    )
+    first_user = next((i for i, m in enumerate(history) if m.role == "user" and (m.content or m.images)), len(history))
     converse: list[dict[str, Any]] = []
     for message in history[first_user:]:
         role, blocks = _blocks(message)
@@ -136,3 +179,39 @@ def _converse_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
         else:
             converse.append({"role": role, "content": blocks})
     return converse
+
+
+@contextmanager
+def _errors_mapped() -> Iterator[None]:
+    """Bedrock's failures as the workflow's: throttling, outages and timeouts are transient."""
+    from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+
+    try:
+        yield
+    except ClientError as exc:  # a stream's error event too (EventStreamError)
+        code = str(exc.response.get("Error", {}).get("Code", "Unknown"))
+        message = str(exc.response.get("Error", {}).get("Message", ""))[:300]
+        error = TransientError if code in _TRANSIENT_CODES else PermanentError
+        raise error(f"bedrock: {code}: {message}") from None
+    except (HTTPClientError, BotoConnectionError) as exc:  # timeouts, resets, unreachable endpoint
+        raise TransientError(f"bedrock: {type(exc).__name__}") from None
+    except BotoCoreError as exc:
+        raise PermanentError(f"bedrock: {type(exc).__name__}") from None
+
+
+def _parsed_block(block: dict[str, Any]) -> dict[str, Any]:
+    """A streamed block as `converse` gives it: a tool use's input is JSON text until here."""
+    use = block.get("toolUse")
+    if use is None:
+        return block
+    try:
+        arguments = json.loads(use["input"]) if use["input"].strip() else {}
+    except ValueError:
+        arguments = {INVALID_ARGUMENTS: use["input"][:500]}
+    return {
+        "toolUse": {
+            **use,
+            "input": arguments if isinstance(arguments, dict) else {INVALID_ARGUMENTS: use["input"][:500]},
+        }
+    }

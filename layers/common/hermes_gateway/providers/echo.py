@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from collections.abc import Callable
 
-from hermes_gateway.providers.base import ChatMessage, ModelReply, ToolCall, ToolSpec
+from hermes_gateway.providers.base import ChatMessage, ModelReply, TextSoFar, ToolCall, ToolSpec
 
 TOOL_PREFIX = "echo-tool:"
+STREAM_DELAY_ENV = "HERMES_ECHO_STREAM_DELAY"  # tests only: the streaming echo's seconds per word
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -52,7 +55,25 @@ def parse_tool_lines(text: str, message_index: int) -> tuple[ToolCall, ...]:
 
 
 class EchoProvider:
+    """`chunk_delay` (tests only, HERMES_ECHO_STREAM_DELAY): when above zero the provider also
+    streams, handing over its answer a word at a time with this many seconds between words."""
+
     name = "echo"
+
+    def __init__(self, chunk_delay: float = 0.0, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.chunk_delay = chunk_delay
+        self.streams = chunk_delay > 0
+        self._sleep = sleep
+
+    def stream(
+        self, system: str, messages: list[ChatMessage], tools: list[ToolSpec] | None, on_text: TextSoFar
+    ) -> ModelReply:
+        reply = self.complete(system, messages, tools)
+        words = re.findall(r"\S+\s*", reply.text)
+        for count in range(1, len(words) + 1):
+            self._sleep(self.chunk_delay)
+            on_text("".join(words[:count]))
+        return reply
 
     def complete(self, system: str, messages: list[ChatMessage], tools: list[ToolSpec] | None = None) -> ModelReply:
         last_user = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "user"), None)

@@ -10,6 +10,7 @@ Retry-After), 5xx or a timeout is tried again within the retry budget.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from hermes_gateway import http_pool
@@ -18,6 +19,7 @@ from hermes_gateway.providers.base import (
     INVALID_ARGUMENTS,
     ChatMessage,
     ModelReply,
+    TextSoFar,
     ToolCall,
     ToolSpec,
     repair_history,
@@ -53,6 +55,19 @@ class OpenAICompatProvider:
         return f"OpenAICompatProvider({self._url!r}, model={self._model!r})"
 
     def complete(self, system: str, messages: list[ChatMessage], tools: list[ToolSpec] | None = None) -> ModelReply:
+        payload = json.dumps(self._body(system, messages, tools)).encode("utf-8")
+        return call_with_retries(lambda left: self._attempt(payload, left), self._retry, provider=self.name)
+
+    def stream(
+        self, system: str, messages: list[ChatMessage], tools: list[ToolSpec] | None, on_text: TextSoFar
+    ) -> ModelReply:
+        """`stream: true`: the answer as server-sent events, its usage in the last one. A server
+        that answers with a plain completion instead is read as one (`on_text` is not called)."""
+        body = {**self._body(system, messages, tools), "stream": True, "stream_options": {"include_usage": True}}
+        payload = json.dumps(body).encode("utf-8")
+        return call_with_retries(lambda left: self._streamed(payload, left, on_text), self._retry, provider=self.name)
+
+    def _body(self, system: str, messages: list[ChatMessage], tools: list[ToolSpec] | None) -> dict[str, Any]:
         wire = [{"role": "system", "content": system}] if system else []
         wire += [_wire_message(m) for m in repair_history(messages)]
         body: dict[str, Any] = {"model": self._model, "messages": wire}
@@ -66,14 +81,69 @@ class OpenAICompatProvider:
                 }
                 for t in tools
             ]
-        payload = json.dumps(body).encode("utf-8")
-        return call_with_retries(lambda left: self._attempt(payload, left), self._retry, provider=self.name)
+        return body
+
+    def _headers(self, accept: str) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": accept}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    def _streamed(self, payload: bytes, seconds_left: float, on_text: TextSoFar) -> ModelReply:
+        timeout = min(self._timeout, max(seconds_left, 0.1))  # per read: the answer may take longer
+        headers = self._headers("text/event-stream")
+        try:
+            with http_pool.stream("POST", self._url, body=payload, headers=headers, timeout=timeout) as answer:
+                if not 200 <= answer.status < 300:
+                    raise self._http_failure(http_pool.Reply(answer.status, answer.read(), answer.headers))
+                if "text/event-stream" not in str(answer.headers.get("Content-Type", "")):
+                    return self._reply(answer.read(16 * 1024 * 1024))
+                return self._reply_of_events(answer.lines(), on_text)
+        except http_pool.NoAnswer as exc:
+            raise exc.transient("openai") from None
+        except http_pool.Unsendable:
+            raise PermanentError("openai: the base URL is not usable") from None
+
+    def _reply_of_events(self, lines: Iterator[bytes], on_text: TextSoFar) -> ModelReply:
+        """The completion the events add up to, read as `_reply` reads one."""
+        text, model, finish, usage = "", self._model, "stop", None
+        calls: dict[int, dict[str, Any]] = {}
+        for line in lines:
+            if not line.startswith(b"data:"):
+                continue  # comments (keep-alives), event names, blank separators
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                break
+            try:
+                event = json.loads(data)
+            except ValueError:
+                raise PermanentError("openai: a streamed event is not JSON") from None
+            if not isinstance(event, dict):
+                continue
+            if isinstance(event.get("error"), dict):
+                raise PermanentError(f"openai: the stream failed: {self._server_message(data)}")
+            model = str(event.get("model") or model)
+            usage = event["usage"] if isinstance(event.get("usage"), dict) else usage
+            choices = event.get("choices")
+            choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+            finish = str(choice.get("finish_reason") or finish)
+            delta: dict[str, Any] = choice["delta"] if isinstance(choice.get("delta"), dict) else {}
+            for call in delta.get("tool_calls") or ():
+                _add_call_delta(calls, call)
+            piece = delta.get("content")
+            if isinstance(piece, str) and piece:
+                text += piece
+                on_text(text)
+        tool_calls = [calls[i] for i in sorted(calls)]
+        message: dict[str, Any] = {"content": text if text or not tool_calls else None}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        body = {"model": model, "choices": [{"message": message, "finish_reason": finish}], "usage": usage}
+        return self._reply(json.dumps(body).encode("utf-8"))
 
     def _attempt(self, payload: bytes, seconds_left: float) -> ModelReply:
         timeout = min(self._timeout, max(seconds_left, 0.1))
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
+        headers = self._headers("application/json")
         try:
             reply = http_pool.send("POST", self._url, body=payload, headers=headers, timeout=timeout)
         except http_pool.NoAnswer as exc:
@@ -162,6 +232,19 @@ def _wire_message(message: ChatMessage) -> dict[str, Any]:
             for call in message.tool_calls
         ]
     return wire
+
+
+def _add_call_delta(calls: dict[int, dict[str, Any]], delta: Any) -> None:
+    """One streamed piece of a tool call: its id and name come first, its arguments in pieces."""
+    if not isinstance(delta, dict):
+        return
+    index: int = delta["index"] if isinstance(delta.get("index"), int) else len(calls)
+    call = calls.setdefault(index, {"id": None, "type": "function", "function": {"name": None, "arguments": ""}})
+    call["id"] = delta.get("id") or call["id"]
+    function: dict[str, Any] = delta["function"] if isinstance(delta.get("function"), dict) else {}
+    call["function"]["name"] = function.get("name") or call["function"]["name"]
+    if isinstance(function.get("arguments"), str):
+        call["function"]["arguments"] += function["arguments"]
 
 
 def _tool_calls(raw: Any) -> tuple[ToolCall, ...]:

@@ -38,7 +38,7 @@ from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.domain.split import split_message
 from hermes_gateway.errors import BadRequest, OutcomeUnknown, PermanentError, RateLimited, TargetGone, TransientError
 from hermes_gateway.observability import MetricUnit, hash_id, logger, metrics
-from hermes_gateway.platforms.base import Button, Sender, Target
+from hermes_gateway.platforms.base import Button, Sender, Target, editor_of
 from hermes_gateway.platforms.catalog import text_limit
 from hermes_gateway.platforms.outbound_media import MediaFile, link_line, media_sender_of
 from hermes_gateway.services.outbound_media import MAX_MEDIA, Fetching, MediaRefused, outbound_key, stage
@@ -77,9 +77,12 @@ class Outbox(Protocol):
         now: float,
         buttons: list[dict[str, str]] | None = None,
         media: list[dict[str, str]] | None = None,
+        status: str = "sending",
+        platform_message_id: str | None = None,
     ) -> tuple[OutboxEntry, bool]:
         """Write the chunk as claimed for sending (`sending` at `now`) unless it exists, in one
-        write; what is stored, and True when this call wrote (and so claimed) it."""
+        write; what is stored, and True when this call wrote (and so claimed) it. A streamed
+        answer's message is written `streaming`, with its platform message id."""
         ...
 
     def claim(self, delivery_id: str, now: float) -> bool:
@@ -195,6 +198,9 @@ class DeliveryJob:
     profile: str | None = None  # the named profile whose bot sends it (None: the deployment's own)
     reply_to: str | None = None  # the platform's id of the user's message a reply answers
     media: tuple[OutboundMedia, ...] = ()  # files attached to the message (references, never bytes)
+    # The answer's first chunk was streamed (services/turn/stream.py): "shown" when the message
+    # shows it exactly, "partial" when it is still to be edited to it; None: not streamed.
+    streamed: str | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> DeliveryJob:
@@ -232,6 +238,7 @@ class DeliveryJob:
             # a push is sent unasked: it answers no message
             reply_to=_optional_id(data.get("reply_to_message_id")) if kind == "reply" else None,
             media=media,
+            streamed=_optional_id(data.get("streamed")),
         )
 
 
@@ -351,7 +358,8 @@ def _parts(job: DeliveryJob, deps: DeliveryDeps, sender: Sender, limit: int) -> 
         if native is None:
             text, files = _joined(text, *(link_line(f) for f in files)), []
     caption = ""
-    if files and native is not None and not job.buttons and len(text) <= native.caption_limit:
+    # (a streamed answer's text is in its message already: never a file's caption)
+    if files and native is not None and not job.buttons and not job.streamed and len(text) <= native.caption_limit:
         caption, text = text, ""
     chunks = split_message(text, limit) if text.strip() else []
     parts = [
@@ -415,6 +423,12 @@ def _send_parts(
             continue  # a repeated job: this part already went out (or was refused for good)
         if claimed_at is None:
             return entry.status if entry.status == "gone" else "unknown"
+        if claimed_at == _STREAMED:
+            outcome = _complete_stream(job, deps, sender, replace(target, delivery_id=part.delivery_id), part, entry)
+            if outcome != "sent":
+                return outcome
+            sent += 1
+            continue
         part_target = replace(
             target, delivery_id=part.delivery_id, buttons=part.buttons, reply_to=_replying_to(job, index, deps)
         )
@@ -435,6 +449,36 @@ def _refusal_note(part: _Part) -> str:
 
 
 _ALREADY_SENT = -1.0  # _record_chunk: nothing to send
+_STREAMED = -2.0  # _record_chunk: the chunk's message was posted while the model wrote it
+
+
+def _complete_stream(
+    job: DeliveryJob, deps: DeliveryDeps, sender: Sender, target: Target, part: _Part, entry: OutboxEntry
+) -> str:
+    """A streamed answer's message (posted and edited by the Respond task): edited to the exact
+    chunk unless the job says it shows it, then marked sent; never posted again. "sent" or "gone".
+    Raises TransientError (retry: the row stays `streaming`) or Undeliverable."""
+    assert entry.platform_message_id is not None
+    detail = {"platform": job.platform, "delivery_id": part.delivery_id, "kind": job.kind}
+    if job.streamed != "shown" or job.media:  # (a file's note may have joined the text)
+        editor = editor_of(sender)
+        try:
+            if editor is None:
+                raise PermanentError(f"{job.platform} cannot edit the streamed message")
+            editor.edit(target, entry.platform_message_id, part.text)
+        except TargetGone as exc:
+            _mark(deps, part.delivery_id, "gone", error=f"{type(exc).__name__}: {exc}")
+            logger.warning("delivery target is gone", extra={**detail, "error": type(exc).__name__})
+            return "gone"
+        except TransientError:
+            logger.warning("the streamed message's last edit failed; will retry", extra=detail)
+            raise
+        except Exception as exc:
+            _mark(deps, part.delivery_id, "failed", error=f"{type(exc).__name__}: {exc}")
+            raise Undeliverable(f"{type(exc).__name__}: {exc}") from exc
+    _mark_sent(deps, part.delivery_id, "sent", entry.platform_message_id)
+    metrics.add_metric(name="DeliveryStreamCompleted", unit=MetricUnit.Count, value=1)
+    return "sent"
 
 
 def _replying_to(job: DeliveryJob, chunk: int, deps: DeliveryDeps) -> str | None:
@@ -473,6 +517,8 @@ def _record_chunk(
         return entry, _ALREADY_SENT
     if entry.status in ("unknown", "gone"):
         return entry, None
+    if entry.status == "streaming" and entry.platform_message_id and media is None:
+        return entry, _STREAMED
     return entry, _claim(deps, delivery_id, detail)
 
 

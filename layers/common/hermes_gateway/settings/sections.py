@@ -16,6 +16,7 @@ from hermes_gateway.domain.media import FETCHED_KINDS, MEDIA_KINDS
 from hermes_gateway.domain.reset_policy import MODES as RESET_MODES
 from hermes_gateway.domain.reset_policy import ResetPolicy, parse_policy_map
 from hermes_gateway.domain.turns import BUSY_MODES, FOLLOWUP_MODES
+from hermes_gateway.platforms.catalog import STREAMING_PLATFORMS
 from hermes_gateway.resources import INBOX_SOURCE
 from hermes_gateway.settings.declare import (
     HTTP_URL_REASON,
@@ -470,6 +471,21 @@ class PlatformSettings(Section):
     reply_to_mode: str = setting(
         "REPLY_TO_MODE", text, "first", "answers reply to the user's message: off | first (chunk) | all",
         check=one_of(REPLY_TO_MODES),
+    )
+    streaming: bool = setting(
+        "STREAMING", flag, False,
+        "post the answer while the model writes it and edit it in place (platforms that can edit a message)",
+        per_platform=lambda spec: spec.name in STREAMING_PLATFORMS,
+    )
+    streaming_edit_interval: float = setting(
+        "STREAMING_EDIT_INTERVAL", fraction, 0.0,
+        "seconds between a streamed answer's edits (0: 1 in a DM, 3 in a group)",
+        check=between(0, 60),
+    )
+    streaming_first_after: float = setting(
+        "STREAMING_FIRST_AFTER", fraction, 1.5,
+        "seconds of writing before a streamed answer is first posted (sooner once 200 characters are written)",
+        check=between(0, 60),
     )
     options: Mapping[str, Any] = field(default_factory=dict)  # the platform's own (catalog `Option`s)
 # fmt: on

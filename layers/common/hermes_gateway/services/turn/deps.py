@@ -28,9 +28,10 @@ if TYPE_CHECKING:
     from hermes_gateway.domain.cron import Job
     from hermes_gateway.domain.media import Attachment
     from hermes_gateway.memory.manager import MemoryManager
-    from hermes_gateway.platforms.base import Presence
+    from hermes_gateway.platforms.base import Presence, Sender
     from hermes_gateway.platforms.media import Fetched
     from hermes_gateway.providers.stt import Transcriber
+    from hermes_gateway.services.turn.stream import StreamRows
 
 FLUSH_WAIT_SECONDS = 12.0  # the Respond task may run 90 s; the wait is a small part of it
 
@@ -80,6 +81,11 @@ class TurnDeps:
     transcriber: Callable[[], Transcriber | None] | None = None
     # A long session's compression (services/turn/compaction.py); None: never compressed.
     edits: SessionEdits | None = None
+    # A streamed answer (services/turn/stream.py): (platform, via) -> the sender that posts and
+    # edits it, and the outbox its message's row is written to; either None: no streaming.
+    senders: Callable[[str, str], Sender | None] | None = None
+    outbox: StreamRows | None = None
+    monotonic: Callable[[], float] = time.monotonic  # a stream's pace
 
 
 __all__ = ["FLUSH_WAIT_SECONDS", "JobRecorder", "TurnDeps", "TurnStarter"]

@@ -18,8 +18,8 @@ from hermes_gateway.domain.targets import ReplyTarget, UnresolvableTarget, resol
 from hermes_gateway.domain.turn_state import Reply, Step, ToolLoop, Turn, TurnKind, TurnState
 from hermes_gateway.errors import ModelUnavailable, PermanentError, TransientError
 from hermes_gateway.observability import MetricUnit, logger, metrics
-from hermes_gateway.providers.base import ChatMessage, ModelReply, Provider, ToolSpec
-from hermes_gateway.services.turn import compaction
+from hermes_gateway.providers.base import ChatMessage, ModelReply, Provider, ToolSpec, streaming_of
+from hermes_gateway.services.turn import compaction, stream
 from hermes_gateway.services.turn.context import emit, history, memory_manager, turn_system
 from hermes_gateway.services.turn.deps import TurnDeps
 from hermes_gateway.services.turn.jobs import answer_fields, reply_job
@@ -47,25 +47,44 @@ def respond(state: TurnState, deps: TurnDeps) -> TurnState:
     system = (state.system or "") + _remembered(state, deps, compaction.last_text(read))
     past = history(turn, deps, read, compaction.room(turn, deps, loop, system, tools))
     messages = past + list(loop.messages)
+    writer = stream.writer_for(turn, deps, provider)
     with typing_shown(turn, deps):
-        reply = _ask_model(provider, system, messages, tools)
+        try:
+            reply = _ask_model(provider, system, messages, tools, writer)
+        except stream.StreamStopped:
+            # /stop came mid-stream: the message keeps what it shows (settle finds the stop marker)
+            assert writer is not None
+            reply, writer.closed = ModelReply(writer.text, "stopped", stop_reason="stopped"), True
     usage = loop.usage + reply.usage
     ratio = calibrated(loop.ratio, reply.input_tokens, request_tokens(system, messages, tools))
     loop = replace(loop, usage=usage, iterations=loop.iterations + 1, ratio=ratio)
     emit(deps, "agent:step", turn, step="model", iteration=loop.iterations, tool_calls=len(reply.tool_calls))
     if reply.tool_calls and tools:
+        if writer is not None:
+            writer.finish(reply.text)  # the text before the calls shows while they run
         loop = replace(loop, messages=(*loop.messages, reply.as_message()), pending=tuple(reply.tool_calls), results={})
         return state.go(Step.TOOLS, loop=loop)
     answer = Reply(reply.text, reply.model, usage, prompt_tokens=reply.input_tokens, stop_reason=reply.stop_reason)
-    return settle(replace(state, loop=loop, reply=answer), deps)
+    streamed = writer.finish(reply.text) if writer is not None else None
+    settled = settle(replace(state, loop=loop, reply=answer), deps, streamed=streamed)
+    if writer is not None and settled.next is not Step.DELIVER:
+        writer.close()  # stopped, or silent: no delivery completes the streamed message
+    return settled
 
 
 def _ask_model(
-    provider: Provider, system: str, messages: list[ChatMessage], tools: list[ToolSpec] | None
+    provider: Provider,
+    system: str,
+    messages: list[ChatMessage],
+    tools: list[ToolSpec] | None,
+    writer: stream.StreamWriter | None = None,
 ) -> ModelReply:
     """One model request. The provider retries inside its own budget; what still fails after it
     is not retried by the workflow (the task's time limit holds one budget, not two)."""
     try:
+        streaming = streaming_of(provider) if writer is not None else None
+        if streaming is not None and writer is not None:
+            return streaming.stream(system, messages, tools, writer.on_text)
         # A turn without tools asks as a plain chat (providers that know no tools work unchanged).
         return provider.complete(system, messages, tools) if tools else provider.complete(system, messages)
     except TransientError as exc:
@@ -128,9 +147,10 @@ def _remembered(state: TurnState, deps: TurnDeps, query: str) -> str:
 # -- the answer --------------------------------------------------------------------------------
 
 
-def settle(state: TurnState, deps: TurnDeps) -> TurnState:
+def settle(state: TurnState, deps: TurnDeps, *, streamed: str | None = None) -> TurnState:
     """Keep the answer and say what is sent: a chat's reply row, then its delivery; a cron run's
-    deliveries to its targets; a flush sends nothing."""
+    deliveries to its targets; a flush sends nothing. `streamed`: the answer's first chunk was
+    posted as it was written (services/turn/stream.py); the delivery completes that message."""
     assert state.reply is not None
     turn, text = state.turn, state.reply.text
     metrics.add_metric(name="ModelTokensOut", unit=MetricUnit.Count, value=state.reply.usage.output_tokens)
@@ -145,7 +165,10 @@ def settle(state: TurnState, deps: TurnDeps) -> TurnState:
     if silent:
         logger.debug("silent reply: stored, not sent")
         return state.go(Step.FINISH)
-    return state.go(Step.DELIVER, deliveries=(reply_job(turn, turn.turn_id, text),))
+    job = reply_job(turn, turn.turn_id, text)
+    if streamed is not None:
+        job["streamed"] = streamed
+    return state.go(Step.DELIVER, deliveries=(job,))
 
 
 def keep_reply(state: TurnState, deps: TurnDeps) -> str:
