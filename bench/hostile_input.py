@@ -39,15 +39,18 @@ for extra in (ROOT, ROOT / "layers" / "common", ROOT / "local"):
 from hermes_gateway.observability import logger, metrics  # noqa: E402
 from hermes_gateway.services.ingress import HttpRequest, handle_webhook, webhook_route  # noqa: E402
 from hermes_gateway.settings import load_settings  # noqa: E402
-from tests.fakes.google_server import FakeGoogle  # noqa: E402
 from tests.fakes.jwt import NOW  # noqa: E402
 from tests.fakes.platforms import adapters  # noqa: E402
-from tests.fakes.teams_server import FakeBotFramework  # noqa: E402
-from tests.fakes.webhook_signers import PLATFORMS as DEPLOYED  # noqa: E402
-from tests.fakes.webhook_signers import WEBCHAT, WEBCHAT_TOKEN, Keys, Request, Sign, environment  # noqa: E402
+from tests.fakes.webhook_signers import (  # noqa: E402
+    EVERY_PLATFORM,
+    Keys,
+    Request,
+    Sign,
+    accepting_every_platform,
+)
 
 RESULTS = ROOT / "bench" / "results" / "hostile-input-latest.json"
-PLATFORMS = {**DEPLOYED, WEBCHAT.name: WEBCHAT}
+PLATFORMS = EVERY_PLATFORM
 HOST = "gateway.test"
 BODY_LIMIT = 1024 * 1024
 HOSTILE = (
@@ -233,16 +236,7 @@ def main() -> int:
     logger.setLevel("ERROR")  # every refusal logs a warning: thousands of lines, none of them news
     rng = random.Random(args.seed)
     keys = Keys.generate()
-    with (
-        FakeBotFramework(keys=[keys.teams.jwk(endorsements=["msteams"])]) as bot_framework,
-        FakeGoogle(keys=[keys.google.jwk(alg="RS256")]) as google,
-    ):
-        env = {
-            **environment(keys, openid_url=bot_framework.openid_url, certs_url=google.certs_url),
-            **{f"{name.upper()}_ENABLED": "true" for name in PLATFORMS},
-            "GATEWAY_ALLOW_ALL_USERS": "true",
-            "WEBCHAT_TOKEN": WEBCHAT_TOKEN,
-        }
+    with accepting_every_platform(keys) as env:
         gateway = Gateway(keys, env)
         for name in PLATFORMS:  # warm: key fetches, lazy imports, first-use caches
             gateway.timed(gateway.signed(name, PLATFORMS[name].payload(1, PLATFORMS[name].chat), 1))

@@ -4,32 +4,14 @@ transactions the functions run, in memory. `tests/contracts/` holds it to moto."
 
 from __future__ import annotations
 
-from hermes_gateway.adapters.dynamo_catalogue import DynamoCatalogue
-from hermes_gateway.adapters.dynamo_edits import DynamoSessionEdits
-from hermes_gateway.adapters.dynamo_leases import DynamoLeases
-from hermes_gateway.adapters.dynamo_routes import DynamoRoutes
-from hermes_gateway.adapters.dynamo_sweep import DynamoSweep
-from hermes_gateway.adapters.dynamo_transcript import DynamoTranscript
-from hermes_gateway.adapters.dynamo_turns import DynamoTurnControl
 from hermes_gateway.adapters.session_tables import SessionTables
 from hermes_gateway.domain.ports import SessionStores
 from hermes_gateway.domain.reset_policy import SessionRules
 from hermes_gateway.domain.sessions import TranscriptRow
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.resources import MESSAGES, ROUTES, SESSIONS, Bindings
+from hermes_gateway.wiring import stores_on
 from tests.fakes.dynamo import MemoryDynamo, session_tables_client
-
-
-def stores_on(tables: SessionTables) -> SessionStores:
-    return SessionStores(
-        routes=DynamoRoutes(tables),
-        leases=DynamoLeases(tables),
-        control=DynamoTurnControl(tables),
-        transcript=DynamoTranscript(tables),
-        catalogue=DynamoCatalogue(tables),
-        edits=DynamoSessionEdits(tables),
-        sweep=DynamoSweep(tables),
-    )
 
 
 def memory_stores(rules: SessionRules | None = None, client: MemoryDynamo | None = None) -> SessionStores:

@@ -14,7 +14,8 @@ import hmac
 import json
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -373,3 +374,23 @@ PLATFORMS = {
         ),
     )
 }
+EVERY_PLATFORM = {**PLATFORMS, WEBCHAT.name: WEBCHAT}  # the deployed ones and the local web chat
+
+
+@contextmanager
+def accepting_every_platform(keys: Keys) -> Iterator[dict[str, str]]:
+    """The environment under which every platform of EVERY_PLATFORM accepts what these signers
+    sign, from anyone, with the Bot Framework's and Google's keys served by loopback fakes."""
+    from tests.fakes.google_server import FakeGoogle
+    from tests.fakes.teams_server import FakeBotFramework
+
+    with (
+        FakeBotFramework(keys=[keys.teams.jwk(endorsements=["msteams"])]) as bot_framework,
+        FakeGoogle(keys=[keys.google.jwk(alg="RS256")]) as google,
+    ):
+        yield {
+            **environment(keys, openid_url=bot_framework.openid_url, certs_url=google.certs_url),
+            **{f"{name.upper()}_ENABLED": "true" for name in EVERY_PLATFORM},
+            "GATEWAY_ALLOW_ALL_USERS": "true",
+            "WEBCHAT_TOKEN": WEBCHAT_TOKEN,
+        }

@@ -12,9 +12,9 @@ from hermes_gateway.adapters.session_tables import SessionTables
 from hermes_gateway.domain.ports import SessionStores
 from hermes_gateway.domain.reset_policy import SessionRules
 from hermes_gateway.resources import MESSAGES, ROUTES, SESSIONS, Bindings
+from hermes_gateway.wiring import stores_on
 from hermes_local.aws import create_table
 from tests.contracts.session_storage import CHECKS
-from tests.fakes.sessions import stores_on
 
 pytestmark = pytest.mark.integration
 

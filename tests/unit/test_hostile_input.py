@@ -26,15 +26,19 @@ from hypothesis import strategies as st
 from hermes_gateway.observability import hash_id, logger
 from hermes_gateway.services.ingress import HttpRequest, HttpResponse, handle_webhook, webhook_route
 from hermes_gateway.settings import Settings, load_settings
-from tests.fakes.google_server import FakeGoogle
 from tests.fakes.jwt import NOW
 from tests.fakes.platforms import adapters
-from tests.fakes.teams_server import FakeBotFramework
-from tests.fakes.webhook_signers import PLATFORMS as DEPLOYED
-from tests.fakes.webhook_signers import SECRETS, WEBCHAT, WEBCHAT_TOKEN, Keys, Request, Sign, environment
+from tests.fakes.webhook_signers import (
+    EVERY_PLATFORM,
+    SECRETS,
+    Keys,
+    Request,
+    Sign,
+    accepting_every_platform,
+)
 
 HOST = "gateway.test"
-PLATFORMS = {**DEPLOYED, WEBCHAT.name: WEBCHAT}
+PLATFORMS = EVERY_PLATFORM
 # What a hostile request may be answered with: accepted or ignored, malformed, unauthenticated,
 # not found or wrong method (Matrix routes), too large. Never a 5xx, never an exception.
 ANSWERS = frozenset({200, 400, 401, 404, 405, 413})
@@ -97,16 +101,7 @@ class Harness:
 @pytest.fixture(scope="module")
 def harness() -> Iterator[Harness]:
     keys = Keys.generate()
-    with (
-        FakeBotFramework(keys=[keys.teams.jwk(endorsements=["msteams"])]) as bot_framework,
-        FakeGoogle(keys=[keys.google.jwk(alg="RS256")]) as google,
-    ):
-        env = {
-            **environment(keys, openid_url=bot_framework.openid_url, certs_url=google.certs_url),
-            **{f"{name.upper()}_ENABLED": "true" for name in PLATFORMS},
-            "GATEWAY_ALLOW_ALL_USERS": "true",
-            "WEBCHAT_TOKEN": WEBCHAT_TOKEN,
-        }
+    with accepting_every_platform(keys) as env:
         chosen = load_settings(env=env, config={})
         yield Harness(keys, chosen, adapters(chosen, env, clock=lambda: NOW))
 

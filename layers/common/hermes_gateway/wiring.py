@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from hermes_gateway.adapters.dynamo_memory import DynamoNoteStore
     from hermes_gateway.adapters.dynamo_outbox import DynamoOutbox
     from hermes_gateway.adapters.dynamo_receipts import DynamoReceipts
+    from hermes_gateway.adapters.session_tables import SessionTables
     from hermes_gateway.domain.events import LifecycleEvents
     from hermes_gateway.domain.media import Attachment
     from hermes_gateway.domain.pairing import PairingStore
@@ -80,6 +81,14 @@ def secrets(profile: str | None = None) -> Secrets:
 @cache
 def session_stores() -> SessionStores:
     """Every session storage port, on the deployment's tables (each table bound when first used)."""
+    from hermes_gateway.adapters.session_tables import SessionTables
+    from hermes_gateway.domain.reset_policy import rules_from_settings
+
+    return stores_on(SessionTables(bindings(), region(), rules=rules_from_settings(settings())))
+
+
+def stores_on(tables: SessionTables) -> SessionStores:
+    """Every session storage port on `tables` (the deployment's, or a test's in-memory ones)."""
     from hermes_gateway.adapters.dynamo_catalogue import DynamoCatalogue
     from hermes_gateway.adapters.dynamo_edits import DynamoSessionEdits
     from hermes_gateway.adapters.dynamo_leases import DynamoLeases
@@ -87,11 +96,8 @@ def session_stores() -> SessionStores:
     from hermes_gateway.adapters.dynamo_sweep import DynamoSweep
     from hermes_gateway.adapters.dynamo_transcript import DynamoTranscript
     from hermes_gateway.adapters.dynamo_turns import DynamoTurnControl
-    from hermes_gateway.adapters.session_tables import SessionTables
     from hermes_gateway.domain.ports import SessionStores
-    from hermes_gateway.domain.reset_policy import rules_from_settings
 
-    tables = SessionTables(bindings(), region(), rules=rules_from_settings(settings()))
     return SessionStores(
         routes=DynamoRoutes(tables),
         leases=DynamoLeases(tables),
