@@ -114,29 +114,27 @@ def send(
     timeout: float,
 ) -> Reply:
     """One request on a pooled connection; any HTTP status comes back as a Reply."""
+    sent = dict(headers or {})
+    follow = method in ("GET", "HEAD") and body is None and not any(k.lower() == "authorization" for k in sent)
+    retries = _redirects(follow)
+    response = _request(_pool(), method, url, timeout, body=body, headers=sent, retries=retries, redirect=follow)
+    return Reply(response.status, response.data, response.headers)
+
+
+def _request(opener: Any, method: str, url: str, timeout: float, **options: Any) -> Any:
+    """`opener.request` with this module's timeouts (`timeout` to connect, and for each read), its
+    failures in this module's words: Unsendable, or NoAnswer."""
     from http.client import HTTPException
 
     import urllib3
     from urllib3.exceptions import HTTPError
 
-    sent = dict(headers or {})
-    follow = method in ("GET", "HEAD") and body is None and not any(k.lower() == "authorization" for k in sent)
-    retries = _redirects(follow)
     try:
-        response = _pool().request(
-            method,
-            url,
-            body=body,
-            headers=sent,
-            timeout=urllib3.Timeout(connect=timeout, read=timeout),
-            retries=retries,
-            redirect=follow,
-        )
+        return opener.request(method, url, timeout=urllib3.Timeout(connect=timeout, read=timeout), **options)
     except ValueError:
         raise Unsendable("the URL or a header value cannot be sent") from None
     except (HTTPError, HTTPException, OSError) as exc:
         raise _no_answer(exc, timeout) from None
-    return Reply(response.status, response.data, response.headers)
 
 
 class Streamed:
@@ -185,26 +183,10 @@ def stream(
     """One request whose answer is read as it arrives (a model's server-sent events). The
     connection goes back to the pool when the body was read to its end, and is closed when the
     caller stopped before it (an answer cut short by /stop)."""
-    from http.client import HTTPException
-
-    import urllib3
-    from urllib3.exceptions import HTTPError
-
-    try:
-        response = _pool().request(
-            method,
-            url,
-            body=body,
-            headers=dict(headers or {}),
-            timeout=urllib3.Timeout(connect=timeout, read=timeout),
-            retries=_redirects(False),
-            redirect=False,
-            preload_content=False,
-        )
-    except ValueError:
-        raise Unsendable("the URL or a header value cannot be sent") from None
-    except (HTTPError, HTTPException, OSError) as exc:
-        raise _no_answer(exc, timeout) from None
+    response = _request(
+        _pool(), method, url, timeout,
+        body=body, headers=dict(headers or {}), retries=_redirects(False), redirect=False, preload_content=False,
+    )  # fmt: skip
     try:
         yield Streamed(response, timeout)
     finally:
@@ -241,29 +223,16 @@ def download(
     TLS server name and certificate name. Such a connection is not pooled."""
     from http.client import HTTPException
 
-    import urllib3
     from urllib3.exceptions import HTTPError
 
     sent = dict(headers or {})
     follow = redirects and not any(k.lower() == "authorization" for k in sent) and connect_to is None
-    retries = _redirects(follow)
     opener: Any = _pool()
     if connect_to is not None:
         opener, url, sent = _pinned(url, connect_to, sent)
-    try:
-        response = opener.request(
-            "GET",
-            url,
-            headers=sent,
-            timeout=urllib3.Timeout(connect=timeout, read=timeout),
-            retries=retries,
-            redirect=follow,
-            preload_content=False,
-        )
-    except ValueError:
-        raise Unsendable("the URL or a header value cannot be sent") from None
-    except (HTTPError, HTTPException, OSError) as exc:
-        raise _no_answer(exc, timeout) from None
+    response = _request(
+        opener, "GET", url, timeout, headers=sent, retries=_redirects(follow), redirect=follow, preload_content=False
+    )
     try:
         announced = response.headers.get("Content-Length")
         size = int(announced) if announced and announced.isdigit() else None
