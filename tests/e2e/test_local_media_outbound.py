@@ -39,6 +39,8 @@ def client(start_gateway: Callable[..., Client], telegram: FakeTelegram, fake_op
     return start_gateway(
         GATEWAY_PROVIDER="openai", GATEWAY_MODEL="gpt-test", OPENAI_BASE_URL=fake_openai.base_url,
         TELEGRAM_BOT_TOKEN=telegram.token, TELEGRAM_API_BASE_URL=telegram.base_url, TELEGRAM_ALLOWED_USERS="42",
+        # the caption's shape, not streaming's: a slow run would stream the text before the file
+        TELEGRAM_STREAMING="false",
     )  # fmt: skip
 
 

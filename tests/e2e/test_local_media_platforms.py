@@ -122,6 +122,9 @@ def api(fallback: Any = None, **routes: ScriptedAnswer) -> FakeApi:
     return fake.start()
 
 
+STREAMING_PLATFORMS = ("TELEGRAM", "DISCORD", "SLACK", "MATTERMOST", "MATRIX", "FEISHU", "TEAMS")
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     keys = Keys.generate()
@@ -184,6 +187,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         "FEISHU_APP_SECRET": feishu.app_secret,
         "MATTERMOST_BOT_TOKEN": credential("mm", "media", "e2e"),
         "MATTERMOST_API_BASE_URL": mattermost.base_url,
+        # These tests hold each platform's message shapes without streaming (tested on its own in
+        # tests/integration/test_streaming.py): a model answering after first_after on a slow run
+        # would stream the text, and the file would then carry no caption.
+        **{f"{name}_STREAMING": "false" for name in STREAMING_PLATFORMS},
     }
     local = LocalGateway(port=0, environ=environ, tick_seconds=3600, poll_wait_seconds=1).start()
     try:
