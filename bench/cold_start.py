@@ -1,4 +1,6 @@
-"""Cold-start import cost of each handler module, against `import boto3` alone.
+"""Cold-start import cost of each handler module, against `import boto3` alone, and the memory
+the interpreter holds then (peak RSS with the handler and the AWS clients a message uses built),
+which with the Lambda runtime's own ~20 MB is the floor a function's memory size must clear.
 
 Each measurement is a fresh interpreter (so nothing is cached in-process; the .pyc files on disk
 are warm, as in a Lambda sandbox that ships them). Prints a table and writes
@@ -22,11 +24,15 @@ sys.path.insert(0, str(ROOT / "layers" / "common"))
 from hermes_gateway.resources import FUNCTIONS  # noqa: E402
 
 PROBE = """
-import importlib.util, sys, time
+import importlib.util, resource, sys, time
 sys.path.insert(0, {common!r})
 t0 = time.perf_counter()
 {body}
-print(time.perf_counter() - t0)
+seconds = time.perf_counter() - t0
+import boto3
+session = boto3.session.Session(region_name="us-east-1")
+clients = [session.client(name) for name in ("dynamodb", "lambda", "stepfunctions", "ssm", "sqs", "s3")]
+print(seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 """
 
 
@@ -38,9 +44,10 @@ def load_handler(path: Path) -> str:
     )
 
 
-def measure(body: str, runs: int) -> float:
+def measure(body: str, runs: int) -> tuple[float, float]:
+    """Median import seconds and the largest peak RSS (MB) over `runs` fresh interpreters."""
     code = PROBE.format(common=str(ROOT / "layers" / "common"), body=body)
-    samples = []
+    samples, rss = [], 0.0
     for _ in range(runs):
         out = subprocess.run(
             [sys.executable, "-c", code],
@@ -49,20 +56,27 @@ def measure(body: str, runs: int) -> float:
             check=True,
             env={"POWERTOOLS_METRICS_DISABLED": "true", "PATH": "/usr/bin:/bin"},
         )
-        samples.append(float(out.stdout.strip().splitlines()[-1]))
-    return statistics.median(samples)
+        seconds, peak = out.stdout.strip().splitlines()[-1].split()
+        samples.append(float(seconds))
+        rss = max(rss, float(peak))
+    return statistics.median(samples), rss
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
-    boto3_seconds = measure("import boto3", args.runs)
+    boto3_seconds, _ = measure("import boto3", args.runs)
     rows = {}
     for spec in FUNCTIONS:
         module_file = spec.handler.split(".", 1)[0] + ".py"
-        seconds = measure(load_handler(ROOT / spec.code_dir / module_file), args.runs)
-        rows[spec.name] = {"import_seconds": round(seconds, 4), "ratio_to_boto3": round(seconds / boto3_seconds, 2)}
+        seconds, rss = measure(load_handler(ROOT / spec.code_dir / module_file), args.runs)
+        rows[spec.name] = {
+            "import_seconds": round(seconds, 4),
+            "ratio_to_boto3": round(seconds / boto3_seconds, 2),
+            "peak_rss_mb": round(rss, 1),
+            "memory_mb": spec.memory_mb,
+        }
     result = {
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "python": platform.python_version(),
@@ -75,7 +89,10 @@ def main() -> int:
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"import boto3 alone: {boto3_seconds * 1000:.0f} ms (median of {args.runs})")
     for name, row in rows.items():
-        print(f"  {name:<9} {row['import_seconds'] * 1000:6.0f} ms  = {row['ratio_to_boto3']:.2f} x boto3")
+        print(
+            f"  {name:<11} {row['import_seconds'] * 1000:6.0f} ms  = {row['ratio_to_boto3']:.2f} x boto3, "
+            f"{row['peak_rss_mb']:.0f} MB held of {row['memory_mb']} MB"
+        )
     print(f"written to {out.relative_to(ROOT)}")
     return 0
 

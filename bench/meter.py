@@ -91,7 +91,8 @@ class Meter:
     reply_bytes: Callable[[str], int] | None = None  # the fake model's answer size (None: as the provider answers)
     _calls_in: Counter[int] = field(default_factory=Counter)  # invocation -> AWS calls it made
     _trips_in: dict[int, list[tuple[str, str]]] = field(default_factory=lambda: defaultdict(list))
-    _cpu_in: defaultdict[int, float] = field(default_factory=lambda: defaultdict(float))  # CPU on other threads
+    # CPU on other threads, less the meter's own on the invocation's threads
+    _cpu_in: defaultdict[int, float] = field(default_factory=lambda: defaultdict(float))
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterator[int] = field(default_factory=itertools.count)
     _saved: list[tuple[Any, str, Any]] = field(default_factory=list)
@@ -280,7 +281,11 @@ class Meter:
         service = client.meta.service_model.service_name
         resource = resource_name(service, params)
         metered = self.units and service == "dynamodb" and function is not None
+        # The meter's own work on the function's thread (reading the items from moto to size them,
+        # counting) is not the function's CPU: it is taken off the invocation's CPU time.
+        own_cpu = time.thread_time()
         before = self._dynamo_items(operation, params) if metered else None
+        own_cpu = time.thread_time() - own_cpu
         started = time.perf_counter()
         result: Any = None
         try:
@@ -288,6 +293,7 @@ class Meter:
             return result
         finally:
             elapsed = time.perf_counter() - started
+            mark = time.thread_time()
             units: dict[tuple[str, str], float] = {}
             if before is not None:
                 units = self._request_units(operation, params, result, before, self._dynamo_items(operation, params))
@@ -295,6 +301,10 @@ class Meter:
                 self._outside(service, operation, resource, result)
             else:
                 self._count(function, service, operation, resource, params, started, elapsed, units)
+            invocation = getattr(_context, "invocation", None)
+            if function is not None and invocation is not None:
+                with self._lock:
+                    self._cpu_in[invocation] -= own_cpu + time.thread_time() - mark
 
     def _count(
         self, function: str, service: str, operation: str, resource: str, params: dict[str, Any],

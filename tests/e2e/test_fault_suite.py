@@ -22,7 +22,7 @@ import pytest
 
 from bench.faults import SIZES, run
 from hermes_gateway.services.delivery import MARK_ATTEMPTS
-from hermes_gateway.services.turn import APOLOGY
+from hermes_gateway.services.turn import APOLOGY, STEPS
 from tests.e2e.conftest import Client, telegram_update
 from tests.fakes.telegram_server import FakeTelegram, too_many_requests
 
@@ -187,8 +187,10 @@ def test_a_failed_send_whose_failed_mark_was_throttled_is_sent_later(
     with throttled(marks_failed, times=MARK_ATTEMPTS) as hits:  # every in-process try of the mark
         assert client.telegram(telegram_update(1, "hello"))[0] == 200
         assert _wait(lambda: len(hits) == MARK_ATTEMPTS, 15)
-        assert client.outbox()[0]["status"] == "sending"
-    # The job comes back (after its backoff) to an instance that knows the send failed: sent once
+        # never settled `unknown`: still claimed, or already taken back by the Deliver task (the
+        # Respond task's send failed, and the Deliver task runs in this process at once)
+        assert client.outbox()[0]["status"] in ("sending", "sent")
+    # The job comes back to an instance that knows the send failed: sent once
     assert _wait(lambda: client.outbox()[0]["status"] == "sent" and not client.gateway.busy(), 30), client.outbox()[0]
     assert [m["text"] for m in fake_telegram.sent] == ["Echo: hello"]
 
@@ -210,37 +212,47 @@ def test_a_reply_retried_after_a_rate_limit_is_not_overtaken(
     assert answers() == ["Echo: one", "Echo: two"]
 
 
-def _crash_once(client: Client, step: str, error: str) -> None:
+def _crash_once(client: Client, step: str, error: str) -> list[str]:
     """The agent's `step` task fails once after doing its work, with an error named `error`."""
+    assert step in STEPS, step  # a name the agent has: a crash that never happens proves nothing
     functions = client.gateway.functions
     handler, crashed = functions.handlers["agent"], list[str]()
 
     def agent(event: dict[str, Any], context: Any) -> Any:
         result = handler(event, context)
-        if event.get("step") == step and not crashed:
+        if event.get("step") == step and not crashed:  # after its work
             crashed.append(step)
             raise type(error, (Exception,), {})("the task failed after its work")
         return result
 
     functions.handlers["agent"] = agent
+    return crashed
 
 
-def test_a_crash_after_the_deliver_task_adds_no_apology(client: Client) -> None:
-    # Was a bug: the Fail state found no 'delivery' in the turn state and queued the apology too
-    _crash_once(client, "deliver", "Sandbox.Timedout")
+def test_a_crash_after_the_respond_task_sent_and_finished_adds_no_apology(client: Client) -> None:
+    # Was a bug: the Fail state found no 'delivery' in the turn state and queued the apology too.
+    # The Respond task sends the answer and finishes the turn itself; it dies after: Fail finds the
+    # answer, hands it on under its own delivery id (already sent: nothing goes out) and no apology
+    crashed = _crash_once(client, "respond", "Sandbox.Timedout")
     assert client.telegram(telegram_update(1, "hello"))[0] == 200
     assert _wait(lambda: len(client.outbox()) >= 1 and not client.gateway.busy(), 15)
     time.sleep(1.0)  # the Fail state's apology, if any, is queued within this
+    assert crashed == ["respond"]
     assert [r["text"] for r in client.outbox()] == ["Echo: hello"]
 
 
 def test_a_retried_task_that_crashed_after_its_work_answers_once(client: Client) -> None:
-    # Step Functions retries Lambda.ServiceException: Deliver runs twice, the reply goes out once
-    _crash_once(client, "deliver", "Lambda.ServiceException")
+    # Step Functions retries Lambda.ServiceException: Respond (which sent the answer and finished
+    # the turn) runs twice, the reply goes out once, and the session takes its next message
+    crashed = _crash_once(client, "respond", "Lambda.ServiceException")
     assert client.telegram(telegram_update(1, "hello"))[0] == 200
     assert _wait(lambda: len(client.outbox()) >= 1 and not client.gateway.busy(), 15)
     time.sleep(1.0)
+    assert crashed == ["respond"]
     assert [r["text"] for r in client.outbox()] == ["Echo: hello"]
+    assert client.telegram(telegram_update(2, "again"))[0] == 200
+    assert _wait(lambda: len(client.outbox()) >= 2 and not client.gateway.busy(), 15)
+    assert [r["text"] for r in client.outbox()] == ["Echo: hello", "Echo: again"]
 
 
 def test_a_throttled_read_in_a_turn_is_retried_not_apologized_for(client: Client) -> None:

@@ -48,6 +48,9 @@ def client(
         GATEWAY_PROVIDER="openai", GATEWAY_MODEL="gpt-test", OPENAI_BASE_URL=fake_openai.base_url,
         STT_BASE_URL=speech.base_url, TELEGRAM_BOT_TOKEN=telegram.token, TELEGRAM_API_BASE_URL=telegram.base_url,
         TELEGRAM_ALLOWED_USERS="42",
+        # the answers' shapes, not streaming's (tests/integration/test_streaming.py): on a slow run the
+        # model answers after streaming_first_after, and its first words would be posted and edited
+        TELEGRAM_STREAMING="false",
     )  # fmt: skip
 
 

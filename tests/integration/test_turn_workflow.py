@@ -168,6 +168,10 @@ def gateway(aws: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Gateway]:
     install_lambda_dispatch(lambda name: handlers.get(ours.get(name, "")), _context)
     model = Model(echo)
     monkeypatch.setattr(wiring, "_provider", lambda override, profile=None: model)
+    # the Respond task sending its turn's answer itself hands it to the same recorder
+    monkeypatch.setattr(
+        wiring, "_deliver_here", lambda job: deliveries({"deliveries": [job]}, None)["deliveries"][0]["status"]
+    )
     wiring.reset()
     yield Gateway(aws, model, deliveries)
     wiring.reset()
@@ -217,7 +221,7 @@ def test_a_burst_can_be_one_follow_up(gateway: Gateway, monkeypatch: pytest.Monk
 def test_a_crash_between_the_model_call_and_delivery_sends_one_reply_and_no_apology(
     gateway: Gateway, fake_telegram: FakeTelegram, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a delivery function that dies right after it took the turn's reply
+    # Given a delivery that dies right after it took the turn's reply
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", fake_telegram.token)
     monkeypatch.setenv("TELEGRAM_API_BASE_URL", fake_telegram.base_url)
     wiring.reset()
@@ -227,8 +231,9 @@ def test_a_crash_between_the_model_call_and_delivery_sends_one_reply_and_no_apol
     gateway.send("hello", "ev-1")
     executions = gateway.settle(1)
 
-    # Then Deliver's failure went to Finish, which handed the same jobs to the delivery function
-    # again (not an apology), the turn succeeded, and the real delivery function sends the reply once
+    # Then the Respond task's send failed and left it to the Deliver task, which handed the same
+    # job to the delivery function again (not an apology), the turn succeeded, and the real
+    # delivery function sends the reply once
     assert executions[0]["status"] == "SUCCEEDED"
     jobs = gateway.jobs()
     assert len(jobs) == 2 and len({job["delivery_id"] for job in jobs}) == 1

@@ -14,6 +14,7 @@ from bench.pricing import (
     billed,
     cpu_share,
     express_seconds,
+    memory_mb,
     price,
     profile,
     trace_roots,
@@ -86,8 +87,13 @@ def test_price_counts_the_pollers_the_traces_and_takes_lambda_time_from_the_solo
     assert report["lambda_by_function"]["router/sqs"]["measured"] == "alone"
     assert report["lambda_by_function"]["router/sqs"]["invocations_per_message"] == 1.0
     assert trace_roots(meter) == 4  # two webhooks, two records
-    router_gb_s = 2 * 0.1 * 0.5  # two records x 100 ms x 512 MB
-    ingress_gb_s = sum(billed(i, 512).model_ms for i in meter.invocations if i.function == "ingress") / 1000 * 0.5
+    memory = memory_mb()  # the deployed sizes (hermes_gateway/resources.py)
+    router_gb_s = 2 * 0.1 * memory["router"] / 1024  # two records x 100 ms x the router's memory
+    ingress_gb_s = sum(
+        billed(i, memory["ingress"]).model_ms / 1000 * memory["ingress"] / 1024
+        for i in meter.invocations
+        if i.function == "ingress"
+    )
     expected = (4 * per["lambda_request"] + (router_gb_s + ingress_gb_s) * per["lambda_gb_second_arm"]) / 2 * 1e6
     assert report["cost_by_service"]["lambda"] == pytest.approx(expected, abs=1e-3)
     assert report["cost_per_million_usd"] == pytest.approx(sum(report["cost_by_service"].values()), abs=0.01)

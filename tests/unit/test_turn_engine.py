@@ -34,7 +34,7 @@ def _record(calls: list[str], name: str, result: str = "") -> str:
 # -- one message, its path -----------------------------------------------------------------------
 
 
-def test_a_turn_without_tools_is_three_tasks_and_one_delivery() -> None:
+def test_a_turn_without_tools_is_three_tasks_and_one_delivery_without_sending_in_respond() -> None:
     engine = Engine()
     assert engine.send("hello", "e0").status == "started"
 
@@ -51,6 +51,116 @@ def test_a_turn_without_tools_is_three_tasks_and_one_delivery() -> None:
     assert engine.transcript() == [("user", "hello"), ("assistant", "re: hello")]
     route = engine.route()
     assert route.lease_token is None and route.tally.message_count == 2 and route.tally.input_tokens == 5
+
+
+# -- a turn that ends in its Respond task (deps.deliver: the deployment's) ------------------------
+
+
+def _sending_here(engine: Engine, fails: int = 0) -> list[dict[str, Any]]:
+    """The Respond task sends its answer itself; its first `fails` sends meet a platform outage."""
+    sent: list[dict[str, Any]] = []
+    left = [fails]
+
+    def deliver(job: Any) -> str:
+        if left[0] > 0:
+            left[0] -= 1
+            raise TransientError("the platform is down")
+        sent.append(dict(job))
+        return "sent"
+
+    engine.overrides["deliver"] = deliver
+    return sent
+
+
+def _run_first(engine: Engine) -> tuple[str, dict[str, Any], list[str]]:
+    """The first turn's execution: how it ended, its last state, the Task states it ran."""
+    workflow = engine.workflow
+    ending, state = workflow.run(engine.starter.started[engine.first()])
+    return ending, state, [s for s in workflow.visited if workflow.asl["States"][s]["Type"] == "Task"]
+
+
+def test_a_turn_without_tools_is_one_task_when_respond_can_send_its_answer() -> None:
+    engine = Engine()
+    sent = _sending_here(engine)
+    engine.send("hello", "e0")
+    ending, state, tasks = _run_first(engine)
+
+    assert ending == "succeeded" and state["next"] == Step.DONE and tasks == ["Respond"]
+    assert [job["text"] for job in sent] == ["re: hello"] and engine.delivered == []
+    assert engine.transcript() == [("user", "hello"), ("assistant", "re: hello")]
+    route = engine.route()
+    assert route.lease_token is None and route.tally.message_count == 2 and route.tally.input_tokens == 5
+
+
+def test_an_answer_respond_could_not_send_is_sent_by_deliver_then_finished_once() -> None:
+    engine = Engine()
+    sent = _sending_here(engine, fails=1)
+    engine.send("hello", "e0")
+    ending, _, tasks = _run_first(engine)
+
+    assert ending == "succeeded" and tasks == ["Respond", "Deliver", "Finish"]
+    assert sent == [] and engine.texts() == ["re: hello"]
+    route = engine.route()
+    assert route.lease_token is None and route.tally.message_count == 2
+
+
+def test_a_finish_that_met_a_throttle_in_respond_is_done_by_the_finish_task() -> None:
+    engine = Engine()
+    sent = _sending_here(engine)
+    leases, throttled = engine.stores.leases, [1]
+    finish = leases.finish
+
+    def finish_once_throttled(*args: Any, **kwargs: Any) -> Any:
+        if throttled[0]:
+            throttled[0] = 0
+            raise TransientError("throttled")
+        return finish(*args, **kwargs)
+
+    leases.finish = finish_once_throttled  # type: ignore[method-assign]
+    engine.send("hello", "e0")
+    ending, _, tasks = _run_first(engine)
+
+    assert ending == "succeeded" and tasks == ["Respond", "Finish"]
+    assert [job["text"] for job in sent] == ["re: hello"] and engine.delivered == []
+    route = engine.route()
+    assert route.lease_token is None and route.tally.message_count == 2  # counted once
+
+
+def test_a_model_that_took_most_of_the_task_leaves_sending_and_finishing_to_the_workflow() -> None:
+    engine = Engine()
+    sent = _sending_here(engine)
+    engine.send("hello", "e0")
+    calls = [0]
+
+    def now() -> float:  # the task starts at NOW; the model answers a minute later
+        calls[0] += 1
+        return NOW if calls[0] == 1 else NOW + 61
+
+    engine.overrides["now"] = now
+    ending, _, tasks = _run_first(engine)
+
+    assert ending == "succeeded" and tasks == ["Respond", "Deliver", "Finish"]
+    assert sent == [] and engine.texts() == ["re: hello"]
+
+
+def test_a_respond_task_that_died_after_sending_and_finishing_gets_no_apology() -> None:
+    # Fail's input is the state before the task that died: no answer in it. The answer's row is in
+    # the transcript: that answer is handed on under the turn's delivery id (the outbox sends it
+    # once), not the apology, and the lease the turn already released is left alone.
+    engine = Engine()
+    sent = _sending_here(engine)
+    engine.send("hello", "e0")
+    started = engine.starter.started[engine.first()]
+    assert run_step("respond", started, engine.deps)["next"] == Step.DONE
+
+    run_step("fail", {**started, "error": {"Error": "Sandbox.Timedout"}}, engine.deps)
+
+    turn_id = started["turn"]["turn_id"]
+    assert [(job["delivery_id"], job["text"]) for job in sent] == [(turn_id, "re: hello")]
+    assert [(job["delivery_id"], job["text"]) for job in engine.deliveries.bodies] == [(turn_id, "re: hello")]
+    assert APOLOGY not in [job["text"] for job in engine.deliveries.bodies]
+    route = engine.route()
+    assert route.lease_token is None and route.tally.message_count == 2
 
 
 # -- busy sessions -------------------------------------------------------------------------------

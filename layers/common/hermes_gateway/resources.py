@@ -304,6 +304,8 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         code_dir="functions/ingress",
         handler="handler.lambda_handler",
         description="Webhooks: verify, normalize, write to the inbox once, acknowledge",
+        # A platform waits on it: a cold start imports in ~0.2 s of CPU, 0.6 s at 512 MB's share
+        # (1.2 s at 256, with Slack retrying at 3 s); its few ms a message cost little either way.
         memory_mb=512,
         timeout_seconds=10,
         grants={
@@ -320,7 +322,10 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         code_dir="functions/router",
         handler="handler.lambda_handler",
         description="Inbox stream consumer: authorize, route to a session, start the turn",
-        memory_mb=512,
+        # About 12 ms of CPU and 40 ms of DynamoDB and Step Functions round trips a message, 65 MB
+        # held (bench/cold_start.py): at 256 MB the waits cost half what they did at 512 and the
+        # CPU the same (its share halves, the time doubles); no webhook waits on it.
+        memory_mb=256,
         timeout_seconds=10,
         grants={
             "routes": Access.READ_WRITE,
@@ -341,8 +346,11 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         name="agent",
         code_dir="functions/agent",
         handler="handler.lambda_handler",
-        description="Turn tasks run by the turn state machine: respond (the model call), tools, finish, fail",
-        memory_mb=512,
+        description="Turn tasks of the turn state machine: respond (model call, answer sent), tools, finish, fail",
+        # It mostly waits, on the model and on the platform (the answer is sent from here): each
+        # second of waiting costs by the memory size. 256 MB holds the interpreter (65 MB), an
+        # attachment up to media.max_bytes' bound of 40 MB with its base64 and the request's copy.
+        memory_mb=256,
         timeout_seconds=120,
         grants={
             "routes": Access.READ_WRITE,
@@ -351,16 +359,20 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
             "delivery": Access.INVOKE,  # the turn's replies, the tools' pushes, cron notices
             # the agent's tools: memory notes, send_message's targets, cronjob
             "memory": Access.READ_WRITE,
-            "directory": Access.READ,
+            # send_message's targets; and a turn's answer sent by the agent itself (finish.py's
+            # respond_and_end) marks a chat the platform says is gone, as the delivery function does
+            "directory": Access.READ_WRITE,
             "jobs": Access.READ_WRITE,
             # continuations of long turns and the turns of queued messages; agent:* events
             "turn": Access.START,
             "events": Access.PUT_EVENTS,
             "media": Access.READ_WRITE,  # a message's attachments, fetched once; their transcripts and text
-            "outbox": Access.READ_WRITE,  # a streamed answer's message: its row, read and written once
+            # a streamed answer's message: its row, read and written once; a turn's answer sent here
+            "outbox": Access.READ_WRITE,
+            "dead-letters": Access.SEND,  # an answer the platform refused for good, with the reason
         },
         # the platforms' send secrets too: a message's attachments are fetched with the bot's token,
-        # and a streamed answer is posted and edited with it
+        # a streamed answer is posted and edited with it, and a turn's answer sent with it
         secrets=("OPENAI_API_KEY", "STT_API_KEY", "HONCHO_API_KEY", *SEND_SECRETS),
         scans=("jobs",),  # the cronjob tool lists a profile's jobs (a handful)
     ),

@@ -12,7 +12,8 @@ import functools
 import hashlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -276,7 +277,31 @@ def turn_deps(profile: str | None = None) -> TurnDeps:
         # a streamed answer: posted and edited by the agent, its message's row in the outbox
         senders=lambda platform, via: sender_for(platform, via, profile),
         outbox=outbox() if "outbox" in bindings().tables else None,
+        deliver=_deliver_here if _sends_here() else None,
     )
+
+
+def _sends_here() -> bool:
+    """The agent sends its turns' answers itself when it is bound to what the delivery function
+    uses for a reply: the outbox, the directory (a chat that is gone) and the dead letters."""
+    from hermes_gateway.resources import DEAD_LETTERS
+
+    found = bindings()
+    return "outbox" in found.tables and "directory" in found.tables and DEAD_LETTERS.name in found.queues
+
+
+def _deliver_here(job: Mapping[str, Any]) -> str:
+    """A turn's delivery job sent by the agent itself (the Respond task that ends its turn), as
+    the delivery function would send it, under the job's profile; its outcome."""
+    from hermes_gateway.services.delivery import TURN_WAIT_BUDGET_SECONDS, run_job
+
+    return run_job(dict(job), _quiet_delivery_deps, dead_letters(), events(), TURN_WAIT_BUDGET_SECONDS)
+
+
+@cache
+def _quiet_delivery_deps(profile: str | None = None) -> DeliveryDeps:
+    """delivery_deps without the `delivered` line: the agent's `agent:end` line says it."""
+    return replace(delivery_deps(profile), logs_delivered=False)
 
 
 def fetch_media(attachment: Attachment, platform: str, profile: str | None, limit: int) -> Fetched:
@@ -307,8 +332,6 @@ def transcriber(profile: str | None = None) -> Transcriber | None:
 def _provider(override: ModelOverride | None, profile: str | None = None) -> Provider:
     """The profile's provider, or the session's override of model, provider and base URL (the
     key always comes from the deployment's secrets, never from the session)."""
-    from dataclasses import replace
-
     from hermes_gateway.domain.model_policy import ModelPolicy
     from hermes_gateway.errors import PermanentError
     from hermes_gateway.providers import make_provider
@@ -610,6 +633,7 @@ def reset() -> None:
         _record_only,
         turn_deps,
         delivery_deps,
+        _quiet_delivery_deps,
         events,
         directory,
         job_store,

@@ -39,6 +39,7 @@ class Step(StrEnum):
     TOOLS = "tools"  # run the tool calls the model asked for
     DELIVER = "deliver"  # send the answer (the delivery function), then finish
     FINISH = "finish"  # nothing to send (silent, a memory flush, stopped): finish
+    DONE = "done"  # the Respond task sent the answer and finished the turn itself: nothing left
     PAUSED = "paused"  # waiting for an approval: the execution ends, the answer resumes it
     CONTINUE = "continue"  # too long for one execution: continue in a new one
 

@@ -36,7 +36,15 @@ from hermes_gateway.domain.session_key import build_session_key
 from hermes_gateway.domain.sessions import TranscriptRow
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.domain.split import split_message
-from hermes_gateway.errors import BadRequest, OutcomeUnknown, PermanentError, RateLimited, TargetGone, TransientError
+from hermes_gateway.errors import (
+    BadRequest,
+    OutcomeUnknown,
+    PermanentError,
+    RateLimited,
+    TargetGone,
+    TransientError,
+    UnknownProfile,
+)
 from hermes_gateway.observability import MetricUnit, hash_id, logger, metrics
 from hermes_gateway.platforms.base import Button, Sender, Target, editor_of
 from hermes_gateway.platforms.catalog import text_limit
@@ -48,6 +56,9 @@ MIRROR_PREFIX = "[Delivered to this chat by the agent]"
 MARK_ATTEMPTS = 4
 MARK_BACKOFF_SECONDS = 0.2
 INLINE_RATE_LIMIT_SECONDS = 5.0  # a 429 asking for at most this long is waited out in the function
+# A turn's answers (the Deliver task's list, or the Respond task sending its own answer) wait out
+# rate limits this long at most, within their task's time limit, and are then tried again.
+TURN_WAIT_BUDGET_SECONDS = 5.0
 # Deployed, a chunk's outbox row keeps this much of its text (with a byte cap for wide characters):
 # with the ids, status and times a row stays under 1 KB, one write unit per write.
 OUTBOX_PREVIEW_CHARS = 300
@@ -161,6 +172,9 @@ class DeliveryDeps:
     reply_to_mode: Callable[[str], str] = lambda platform: "off"
     # How a reply's MEDIA references are fetched into the media bucket (None: no bucket bound)
     media: Fetching | None = None
+    # The `delivered` line at INFO; False: at DEBUG, when the caller's own line says it (the turn
+    # that sends its answer itself: the agent's `agent:end`), one line per function and message.
+    logs_delivered: bool = True
 
 
 def masked(text: str, secrets: tuple[str, ...]) -> str:
@@ -274,6 +288,47 @@ def _cron_run(value: Any) -> tuple[str, str] | None:
         return None
     job_id, run_id = _optional_id(value.get("job_id")), _optional_id(value.get("run_id"))
     return (job_id, run_id) if job_id and run_id else None
+
+
+class DeadLetters(Protocol):
+    def send(self, body: dict[str, Any]) -> str: ...
+
+
+def run_job(
+    raw: Any,
+    deps_for: Callable[[str | None], DeliveryDeps],
+    dead_letters: DeadLetters,
+    events: LifecycleEvents | None,
+    wait_budget: float,
+) -> str:
+    """Deliver one job as it came (a dict): its outcome (sent, recorded, gone, skipped, unknown,
+    dead_lettered). A job that can never succeed (malformed, an unknown profile, refused by the
+    platform) goes to the dead letters at once, with the reason, and is done. Raises RateLimited
+    or TransientError for the caller to retry. `deps_for(profile)`: the profile's delivery ports."""
+    try:
+        job = DeliveryJob.from_dict(raw)
+    except BadRequest as exc:
+        return dead_letter(raw, f"malformed job: {exc}", dead_letters, events)
+    logger.append_keys(correlation_id=job.correlation_id or job.turn_id or job.delivery_id, session=job.session)
+    try:
+        deps = deps_for(job.profile)
+    except UnknownProfile as exc:  # the profile was removed from the deployment since the job was made
+        return dead_letter(raw, str(exc), dead_letters, events)
+    try:
+        return deliver_waiting(job, deps, wait_budget).status
+    except Undeliverable as exc:
+        return dead_letter(raw, str(exc), dead_letters, events)
+
+
+def dead_letter(raw: Any, reason: str, dead_letters: DeadLetters, events: LifecycleEvents | None) -> str:
+    """Put the job on the dead letters now, with the reason; it is done here."""
+    dead_letters.send({"kind": "delivery", "reason": reason[:1000], "job": raw})
+    logger.error("delivery dead-lettered", extra={"reason": reason[:300]})
+    delivery_id = raw.get("delivery_id") if isinstance(raw, dict) else None
+    if events is not None:
+        events.emit("delivery:failed", {"reason": "dead_lettered", "delivery_id": delivery_id})
+    metrics.add_metric(name="DeliveryDeadLettered", unit=MetricUnit.Count, value=1)
+    return "dead_lettered"
 
 
 def deliver_waiting(job: DeliveryJob, deps: DeliveryDeps, budget_seconds: float) -> DeliveryResult:
@@ -529,7 +584,9 @@ def _delivered(
     if sent and deps.targets is not None and job.kind == "push" and job.chat_id:
         deps.targets.clear_gone(job.platform, job.chat_id, job.thread_id)
     status = getattr(sender, "status", "sent")
-    logger.info("delivered", extra={**detail, "chunks": len(entries), "sent_now": sent})
+    (logger.info if deps.logs_delivered else logger.debug)(
+        "delivered", extra={**detail, "chunks": len(entries), "sent_now": sent}
+    )
     _emit(deps, "delivery:sent", {**detail, "chunks": len(entries), "status": status})
     if job.mirror and deps.sessions is not None and sent:
         # Only the delivery that sent it mirrors it: a repeated job (everything already sent)

@@ -2,7 +2,9 @@
 
 Respond (prepare, ask the model, keep its answer) -> RunTools <-> Respond (bounded) -> Deliver
 (the delivery function sends the answer) -> Finish (the session's totals, and the lease released
-or handed on, in one write); Fail on any error, Continue when a turn outruns one execution.
+or handed on, in one write); Fail on any error, Continue when a turn outruns one execution. A
+Respond task that has its answer sends it and finishes the turn itself when it can
+(`finish.respond_and_end`, `next: done`): Deliver and Finish are then the ways back after a failure.
 Each task takes the typed `TurnState` and returns it; `next` (a `Step`) tells the workflow's
 Choice states where to go. Every task is idempotent on the turn id, because an Express execution
 may run a task more than once.
@@ -18,14 +20,14 @@ from hermes_gateway.errors import PermanentError
 from hermes_gateway.observability import hash_id, logger
 from hermes_gateway.services.turn.context import FLUSH_PROMPT, system_prompt
 from hermes_gateway.services.turn.deps import TurnDeps
-from hermes_gateway.services.turn.finish import APOLOGY, continue_turn, fail, finish
-from hermes_gateway.services.turn.respond import SILENT_REPLIES, respond
+from hermes_gateway.services.turn.finish import APOLOGY, continue_turn, fail, finish, respond_and_end
+from hermes_gateway.services.turn.respond import SILENT_REPLIES
 from hermes_gateway.services.turn.tools import DENIED_RESULT, UNATTENDED_DENIED, run_tools
 
 Task = Callable[[TurnState, TurnDeps], TurnState]
 # The workflow's task names (`Parameters.step` in the ASL) and what each runs.
 STEPS: dict[str, Task] = {
-    "respond": respond,
+    "respond": respond_and_end,  # respond, then deliver and finish here when it can
     "tools": run_tools,
     "finish": finish,
     "continue": continue_turn,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -86,6 +86,10 @@ class TurnDeps:
     senders: Callable[[str, str], Sender | None] | None = None
     outbox: StreamRows | None = None
     monotonic: Callable[[], float] = time.monotonic  # a stream's pace
+    # The turn's answer sent from the Respond task itself (services.delivery in this process, the
+    # job as the Deliver task would get it -> its outcome), which then finishes the turn too: a
+    # turn with nothing else to do is one Lambda task. None: the Deliver and Finish tasks do it.
+    deliver: Callable[[Mapping[str, Any]], str] | None = None
 
 
 __all__ = ["FLUSH_WAIT_SECONDS", "JobRecorder", "TurnDeps", "TurnStarter"]

@@ -1,5 +1,6 @@
 """How a turn ends: Finish (the workflow's last task), Fail (any task failed after its retries)
-and Continue (a turn too long for one execution goes on in the next).
+and Continue (a turn too long for one execution goes on in the next); and the Respond task that
+ends its turn itself (`respond_and_end`), so a turn with nothing more to do is one Lambda task.
 
 A chat turn ends with ONE write to its route (`lifecycle.end_turn`): its tokens and cost are
 added to the session's totals and its lease is released, or handed to the messages queued
@@ -9,20 +10,73 @@ finish finds the lease gone (or the same hand-off) and counts nothing twice.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import Any
 
 from hermes_gateway.domain.cost import estimate_cost
 from hermes_gateway.domain.sessions import SessionTally, TokenUsage
 from hermes_gateway.domain.turn_state import Reply, Step, TurnKind, TurnState
-from hermes_gateway.errors import LeaseLost, PermanentError
+from hermes_gateway.errors import LeaseLost, PermanentError, TransientError
 from hermes_gateway.observability import MetricUnit, logger, metrics
 from hermes_gateway.services import lifecycle
 from hermes_gateway.services.cron import finish_run
 from hermes_gateway.services.turn.context import emit, memory_manager, transcript_messages
 from hermes_gateway.services.turn.deps import TurnDeps
-from hermes_gateway.services.turn.respond import SILENT_REPLIES, keep_reply, reply_job
+from hermes_gateway.services.turn.respond import SILENT_REPLIES, keep_reply, reply_job, respond
 
 APOLOGY = "Sorry, something went wrong while I was answering. Please try again in a moment."
+# The Respond task may run 85 s (infra/statemachines/turn.asl.json); it sends its answer and
+# finishes only when it has run less than this, so a send (a platform's answer, the outbox's
+# writes, a short rate limit waited out) and the finish fit in the rest.
+END_HERE_WITHIN_SECONDS = 45.0
+
+
+def respond_and_end(state: TurnState, deps: TurnDeps) -> TurnState:
+    """The Respond task, ending its turn itself where it can (`deps.deliver`): the answer sent
+    from this task (the delivery service in process, through the outbox as the Deliver task
+    would) and the turn finished, so a turn with no tool call left is one Lambda task instead of
+    three (Respond, Deliver, Finish), and `next` is `done`. Whatever does not succeed here is left
+    to the workflow's own task, with its retries: a send that failed goes to Deliver (the outbox
+    skips what was sent), a finish that met a TransientError to Finish (idempotent on the turn).
+    Tool calls, approvals and continuations keep their states."""
+    started = deps.now()
+    state = respond(state, deps)
+    if deps.deliver is None or state.next not in (Step.DELIVER, Step.FINISH):
+        return state
+    if deps.now() - started > END_HERE_WITHIN_SECONDS:
+        return state  # the model took most of the task's time: the workflow's tasks do the rest
+    if state.next is Step.DELIVER:
+        state = _deliver_here(state, deps.deliver)
+        if state.next is Step.DELIVER:
+            return state
+    try:
+        return finish(state, deps).go(Step.DONE)
+    except TransientError as exc:
+        logger.warning("the turn is finished by the Finish task", extra={"error": type(exc).__name__})
+        return state
+
+
+def _deliver_here(state: TurnState, deliver: Callable[[Mapping[str, Any]], str]) -> TurnState:
+    """The turn's deliveries sent in order; on any failure the Deliver task is left to send them
+    (the jobs already sent are skipped there: their chunks are `sent` in the outbox)."""
+    outcomes: list[dict[str, Any]] = []
+    for job in state.deliveries:
+        try:
+            outcomes.append({"delivery_id": job.get("delivery_id"), "status": deliver(job)})
+        except Exception as exc:  # noqa: BLE001 - the Deliver task tries again, with its retries
+            logger.warning("the answer is sent by the Deliver task", extra={"error": type(exc).__name__})
+            return state
+    return state.go(Step.FINISH, delivered={"deliveries": outcomes})
+
+
+def _delivered(state: TurnState) -> str | None:
+    """What the turn's deliveries came to (`sent`, or each job's outcome), for its line."""
+    found = state.delivered.get("deliveries") if isinstance(state.delivered, Mapping) else None
+    if not found:
+        return None
+    statuses = [str(o.get("status")) for o in found if isinstance(o, Mapping)]
+    return statuses[0] if len(set(statuses)) == 1 else ",".join(statuses)
 
 
 def finish(state: TurnState, deps: TurnDeps) -> TurnState:
@@ -49,7 +103,8 @@ def finish(state: TurnState, deps: TurnDeps) -> TurnState:
         "agent:end",
         extra={"turn_id": turn.turn_id, "kind": turn.kind.value, "status": status, "lease": released,
                "iterations": state.loop.iterations, "seconds": round(latency, 2),
-               "tokens_out": state.loop.usage.output_tokens},
+               "tokens_out": state.loop.usage.output_tokens,
+               **({"delivered": found} if (found := _delivered(state)) else {})},
     )  # fmt: skip
     emit(deps, "agent:end", turn, status=status, iterations=state.loop.iterations)
     return state.go(Step.FINISH)
@@ -164,6 +219,12 @@ def _tell(state: TurnState, deps: TurnDeps) -> str:
     apology per turn (its own id); the user's message stays for /retry."""
     turn, reply = state.turn, state.reply
     replies = deps.replies or deps.deliveries
+    if reply is None and (kept := _kept_answer(state, deps)) is not None:
+        # The task that failed had kept its answer (the Respond task dies after sending it and
+        # finishing the turn itself, or before it could send it): that answer, never an apology,
+        # under the turn's delivery id, so one already sent is not sent again.
+        replies.send(reply_job(turn, turn.turn_id, kept))
+        return "reply"
     text = (reply.text if reply is not None else "").strip()
     if text and text not in SILENT_REPLIES and not state.stopped:
         if keep_reply(state, deps) != "stopped":
@@ -174,6 +235,19 @@ def _tell(state: TurnState, deps: TurnDeps) -> str:
         return "none"
     replies.send(reply_job(turn, f"{turn.turn_id}-failed", APOLOGY))
     return "apology"
+
+
+def _kept_answer(state: TurnState, deps: TurnDeps) -> str | None:
+    """This turn's answer if its row is in the transcript at the turn's answer seq (one row read)."""
+    turn = state.turn
+    if turn.session_id is None or turn.reply_seq is None:
+        return None
+    found = deps.transcript.window(turn.session_id, upto_seq=turn.reply_seq, limit=1)
+    if not found:
+        return None
+    row = found[-1]
+    mine = row.seq == turn.reply_seq and row.role == "assistant" and row.turn_id == turn.turn_id
+    return row.content if mine and row.content.strip() not in SILENT_REPLIES else None
 
 
 def continue_turn(state: TurnState, deps: TurnDeps) -> TurnState:
