@@ -225,6 +225,27 @@ def test_a_redelivered_message_is_routed_once() -> None:
     assert engine.send("first", "e0").status == "already_answered"
 
 
+def test_an_answered_message_redriven_into_a_busy_sessions_queue_does_not_hold_the_lease() -> None:
+    # Was a bug (make faults: a lease held after every execution succeeded): an answered message
+    # put back in the inbox long after (the route no longer remembers its event) waited behind a
+    # running turn; the hand-off named its turn as before, the start found that execution, and
+    # the lease stayed with a turn that would never run until it expired.
+    engine = Engine()
+    engine.send("hello", "e0")
+    for n in range(1, 10):  # the route remembers the newest few events only
+        engine.send(f"m{n}", f"e{n}")
+    engine.pump()
+    answered = len(engine.texts())
+    assert engine.send("busy", "e10").status == "started"
+    assert engine.send("hello", "e0").status == "queued"  # the redrive, behind the running turn
+
+    engine.pump()
+
+    assert engine.texts()[answered:] == ["re: busy"]  # e0 is not answered twice
+    assert engine.route().lease_token is None
+    assert engine.send("next", "e11").status == "started"  # the session takes its next message
+
+
 def test_a_message_queued_as_the_turn_finishes_is_never_stranded() -> None:
     # Given a turn just before its Finish, and a message queued just before Finish's write
     engine = Engine()

@@ -120,20 +120,27 @@ def end_turn(
         recovery_failed=recovery_failed,
     )
     if finished.status == "handed_off" and finished.next_turn is not None:
-        hand_on(transcript, starter, finished.next_turn, finished.queued)
+        turn = finished.next_turn
+        if not hand_on(transcript, starter, finished.next_turn, finished.queued) and turn.lease_token:
+            # The queued message was answered before (an answered message put back in the inbox
+            # after the route stopped remembering its event waited in the queue): its execution
+            # exists, so its turn is not run again, and the lease it was handed goes on at once.
+            logger.info("queued message answered before: its turn is not run again", extra={"turn_id": turn.turn_id})
+            end_turn(leases, transcript, starter, successor, turn.lease_token, tally=SessionTally(), succeeded=True)
     return finished.status
 
 
-def hand_on(transcript: Transcript, starter: TurnStarter | None, turn: Turn, queued: Sequence[QueuedInput]) -> None:
+def hand_on(transcript: Transcript, starter: TurnStarter | None, turn: Turn, queued: Sequence[QueuedInput]) -> bool:
     """The queued messages join the transcript (durable even if the start below fails: a
-    repeat writes nothing twice), then their turn starts."""
+    repeat writes nothing twice), then their turn starts. False when its execution existed."""
     assert turn.session_id is not None
     for item, seq in zip(queued, turn.user_seqs, strict=False):
         transcript.put(turn.session_id, user_row(item, seq, turn.session_id))
     if starter is None:
         raise PermanentError("no turn starter: a queued message cannot be answered")
-    start(starter, turn)
+    started = start(starter, turn)
     logger.debug("lease handed to the next queued turn", extra={"next": turn.turn_id})
+    return started
 
 
 # -- turns that are not a chat's ---------------------------------------------------------------
