@@ -135,6 +135,7 @@ class Profile:
     inbox_throttle: float = 0.05  # per inbox write of the ingress (its one call: answered 503, retried)
     sqs_throttle: float = 0.03  # per SendMessage (to the dead letters) a function makes
     lambda_throttle: float = 0.03  # per Invoke (of the delivery function) a function makes
+    task_throttle: float = 0.03  # per invoke of a workflow task (the agent's steps, Deliver's list)
     sfn_throttle: float = 0.03  # per StartExecution
     provider_faults: tuple[tuple[str, float], ...] = (("rate_limited", 0.05), ("server_error", 0.05), ("timeout", 0.03))
     platform_faults: tuple[tuple[str, float], ...] = (
@@ -166,6 +167,9 @@ SIZES = {
         senders=6,
         sqs_throttle=0.06,
         lambda_throttle=0.06,
+        # a turn without tools is one task invoke (Respond): ~24 in a run, so 0.2 for a throttled
+        # one to happen in all but about one run in 200 (each Respond is tried up to 5 times on it)
+        task_throttle=0.2,
         inbox_throttle=0.15,
         sfn_throttle=0.06,
         # ~24 messages make ~25 model calls and ~30 sends: at the full run's rates a run without
@@ -254,7 +258,10 @@ class Faults:
 
     def crash(self, event: dict[str, Any]) -> Exception | None:
         """Once per (turn, task), by a draw of its own: the error the task fails with after its work."""
-        step, turn_id = str(event.get("step")), str((event.get("turn") or {}).get("turn_id"))
+        # the task's event is {"step", "state": {"turn": ...}} (it was read from the top: every turn
+        # drew as "None", so a run crashed each step at most once)
+        turn = ((event.get("state") or {}).get("turn")) or {}
+        step, turn_id = str(event.get("step")), str(turn.get("turn_id"))
         with self._lock:
             if (turn_id, step) in self._crashed:
                 return None
@@ -433,7 +440,7 @@ def instrument(gateway: Any, faults: Faults) -> None:
             # A workflow task's invoke (the agent's steps, Deliver's `deliveries`) refused by Lambda:
             # the task fails with Lambda's throttling error, which its Retry takes
             task = name == "agent" or (name == "delivery" and "deliveries" in event)
-            if task and faults.roll(faults.profile.lambda_throttle):
+            if task and faults.roll(faults.profile.task_throttle):
                 faults.count(f"lambda_throttled:stepfunctions:{name}:{event.get('step') or 'deliver'}")
                 raise type(LAMBDA_THROTTLED, (Exception,), {})("Rate exceeded")
             with faults.inside(name):
