@@ -259,8 +259,11 @@ def test_a_message_queued_as_the_turn_finishes_is_never_stranded() -> None:
     engine.step("finish", state)
     engine.step("finish", state)
 
-    # Then the lease went to the queued message's turn, started once, and it is answered
+    # Then the lease went to the queued message's turn, started once (the repeat found it started:
+    # it is running, and keeps the lease), and it is answered
     assert len(engine.starter.started) == 2
+    late = engine.starter.started[next(n for n in engine.starter.started if n != name)]
+    assert engine.route().lease_token == late["turn"]["lease_token"]
     engine.ran.append(name)
     engine.pump()
     assert engine.texts() == ["re: first", "re: late"]

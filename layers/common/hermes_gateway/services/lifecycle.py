@@ -121,10 +121,12 @@ def end_turn(
     )
     if finished.status == "handed_off" and finished.next_turn is not None:
         turn = finished.next_turn
-        if not hand_on(transcript, starter, finished.next_turn, finished.queued) and turn.lease_token:
+        started = hand_on(transcript, starter, turn, finished.queued)
+        if not started and not finished.repeated and turn.lease_token:
             # The queued message was answered before (an answered message put back in the inbox
             # after the route stopped remembering its event waited in the queue): its execution
             # exists, so its turn is not run again, and the lease it was handed goes on at once.
+            # (A repeated finish finds the execution its first try started: that turn runs.)
             logger.info("queued message answered before: its turn is not run again", extra={"turn_id": turn.turn_id})
             end_turn(leases, transcript, starter, successor, turn.lease_token, tally=SessionTally(), succeeded=True)
     return finished.status
