@@ -66,6 +66,12 @@ class Deliveries(Protocol):
         ...
 
 
+class DeadLetters(Protocol):
+    def send(self, body: dict[str, Any]) -> str:
+        """Put what could not be handled on the shared dead-letter queue (an alarm watches it)."""
+        ...
+
+
 class MediaStore(Protocol):
     """The media bucket (BEHAVIOUR §6a): attachments fetched once, kept `media.retention_days`."""
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from hermes_gateway.domain.ports import DeadLetters
 from hermes_gateway.observability import MetricUnit, logger, metrics
 
 REASON_CHARS = 500
@@ -41,10 +42,6 @@ class Attempts(Protocol):
     def failed(self, key: tuple[str, str], reason: str) -> int | None:
         """Count one failed attempt on the item; the count so far, or None when the item is gone."""
         ...
-
-
-class DeadLetters(Protocol):
-    def send(self, body: dict[str, Any]) -> str: ...
 
 
 @dataclass

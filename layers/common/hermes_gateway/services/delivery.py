@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from hermes_gateway.domain.events import LifecycleEvents
 from hermes_gateway.domain.media import OutboundMedia
 from hermes_gateway.domain.outbox import OutboxEntry
-from hermes_gateway.domain.ports import Leases, Routes, Transcript
+from hermes_gateway.domain.ports import DeadLetters, Leases, Routes, Transcript
 from hermes_gateway.domain.session_key import build_session_key
 from hermes_gateway.domain.sessions import TranscriptRow
 from hermes_gateway.domain.source import SessionSource
@@ -288,10 +288,6 @@ def _cron_run(value: Any) -> tuple[str, str] | None:
         return None
     job_id, run_id = _optional_id(value.get("job_id")), _optional_id(value.get("run_id"))
     return (job_id, run_id) if job_id and run_id else None
-
-
-class DeadLetters(Protocol):
-    def send(self, body: dict[str, Any]) -> str: ...
 
 
 def run_job(
