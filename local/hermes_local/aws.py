@@ -116,20 +116,25 @@ def make_dynamodb_atomic() -> None:
     checks the condition and writes without a lock, so two threads can both "win" the same
     conditional write. Local mode and the tests run handlers on many threads, so without this the
     single-flight and lease guarantees would be tested against a weaker store than the real one.
+    The response handlers hold the lock too: they render the item moto keeps (not a copy) after
+    the backend returns, and another thread's write to it meanwhile failed the read ("dictionary
+    changed size during iteration").
     """
     from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodb.responses import DynamoHandler
 
-    for name in _DYNAMODB_ITEM_OPERATIONS:
-        original = getattr(DynamoDBBackend, name)
-        if getattr(original, "_hermes_atomic", False):
-            continue
+    for owner in (DynamoDBBackend, DynamoHandler):
+        for name in _DYNAMODB_ITEM_OPERATIONS:
+            original = getattr(owner, name)
+            if getattr(original, "_hermes_atomic", False):
+                continue
 
-        def locked(*args: Any, __original: Any = original, **kwargs: Any) -> Any:
-            with _DYNAMODB_LOCK:
-                return __original(*args, **kwargs)
+            def locked(*args: Any, __original: Any = original, **kwargs: Any) -> Any:
+                with _DYNAMODB_LOCK:  # reentrant: the handler's call into the backend takes it again
+                    return __original(*args, **kwargs)
 
-        locked._hermes_atomic = True  # type: ignore[attr-defined]
-        setattr(DynamoDBBackend, name, locked)
+            locked._hermes_atomic = True  # type: ignore[attr-defined]
+            setattr(owner, name, locked)
 
 
 def make_dynamodb_rollback_item_level() -> None:
