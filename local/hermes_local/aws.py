@@ -8,6 +8,7 @@ moto 5.2.x (requirements/dev.txt) and checked by tests/e2e.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -54,6 +55,8 @@ def configure_moto() -> None:
     make_dynamodb_rollback_item_level()
     notify_stream_writes()
     reuse_step_functions_work()
+    skip_repeated_request_work()
+    render_dynamodb_items_directly()
 
 
 def reuse_step_functions_work() -> None:
@@ -92,6 +95,118 @@ def reuse_step_functions_work() -> None:
             return clients[key]
 
     setattr(lambda_eval_utils, "boto_client_for", reused_client)  # noqa: B010 - moto does not export it
+
+
+def skip_repeated_request_work() -> None:
+    """Two lookups moto repeats for every request although their answer never changes while the
+    process runs: which modules moto has (a directory listing and a stat per entry, about 70 per
+    request in routing alone), and which actions a response class has (`inspect.getmembers`).
+    Both are computed once here; yappi put them at a tenth of local mode's CPU."""
+    import functools
+
+    from moto import backends
+    from moto.core import responses
+    from moto.core.utils import method_names_from_class
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]
+
+    if getattr(backends.list_of_moto_modules, "hermes_cached", False):
+        return
+    modules = tuple(backends.list_of_moto_modules())
+
+    def list_of_moto_modules() -> tuple[str, ...]:
+        return modules
+
+    list_of_moto_modules.hermes_cached = True  # type: ignore[attr-defined]
+    backends.list_of_moto_modules = list_of_moto_modules  # type: ignore[assignment]
+    names = functools.lru_cache(maxsize=None)(method_names_from_class)
+    setattr(responses, "method_names_from_class", names)  # noqa: B010 - what moto's call_action reads
+    # An update expression is parsed up to three times per call, the same few strings every time.
+    # moto only reads the parsed tree: its validator works on a deep copy.
+    parse = functools.lru_cache(maxsize=256)(UpdateExpressionParser.make.__func__)
+    UpdateExpressionParser.make = classmethod(parse)  # type: ignore[arg-type]
+    check_update_expressions_once()
+
+
+def check_update_expressions_once() -> None:
+    """Two of the validations moto runs on every update expression depend on nothing but the
+    expression and its attribute names: at most one SET, REMOVE and ADD clause, and no path
+    updated twice. Both walk the tree once per node (quadratic in the clauses), half the cost of
+    the session lease's update. They run the first time an expression is seen with its names,
+    and are skipped when the same parsed expression comes again with the same names (it does:
+    parsing is cached above). Every other validation and the evaluation still run every time."""
+    import weakref
+
+    from moto.dynamodb.parsing.validators import (
+        ActionCountValidator,
+        OverlappingPathsValidator,
+        UpdateExpressionValidator,
+    )
+
+    if getattr(UpdateExpressionValidator.__init__, "hermes_once", False):
+        return
+    structural = (ActionCountValidator, OverlappingPathsValidator)
+    passed: weakref.WeakKeyDictionary[Any, set[tuple[tuple[str, str], ...]]] = weakref.WeakKeyDictionary()
+    passed_lock = threading.Lock()
+    original_init, original_validate = UpdateExpressionValidator.__init__, UpdateExpressionValidator.validate
+
+    def __init__(self: Any, expression: Any, expression_attribute_names: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, expression, expression_attribute_names, *args, **kwargs)
+        names = tuple(sorted((expression_attribute_names or {}).items()))
+        with passed_lock:
+            seen = names in passed.get(expression, ())
+        if seen:
+            self.processors = [p for p in self.processors if not isinstance(p, structural)]
+        self.hermes_checking = None if seen else (expression, names)
+
+    def validate(self: Any) -> Any:
+        validated = original_validate(self)  # raises when the expression is invalid: nothing is recorded
+        if self.hermes_checking is not None:
+            expression, names = self.hermes_checking
+            with passed_lock:
+                passed.setdefault(expression, set()).add(names)
+        return validated
+
+    __init__.hermes_once = True  # type: ignore[attr-defined]
+    UpdateExpressionValidator.__init__ = __init__  # type: ignore[method-assign]
+    UpdateExpressionValidator.validate = validate  # type: ignore[method-assign]
+
+
+# Operations whose result is items, keys, counts and consumed capacity, nothing else.
+_ITEM_RESULTS = frozenset(
+    {"GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "BatchGetItem", "TransactGetItems"}
+)
+
+
+def render_dynamodb_items_directly() -> None:
+    """moto renders an item operation's result through the service model, member by member,
+    trying several spellings of each attribute name: about a third of the CPU of a DynamoDB call
+    here. For these operations the result is already the wire's JSON (attribute values in
+    DynamoDB's typed form, binaries as bytes), so it is written with `json` directly: botocore
+    parses the same answer from it (tests/integration/test_local_moto_shortcuts.py compares
+    the two). Any other value falls back to moto's renderer."""
+    from moto.dynamodb.responses import DynamoResult
+
+    original = DynamoResult.execute_result
+    if getattr(original, "hermes_direct", False):
+        return
+
+    def binary(value: Any) -> str:
+        if isinstance(value, bytes):
+            return base64.b64encode(value).decode("ascii")
+        raise TypeError(type(value).__name__)
+
+    def execute_result(self: Any, context: Any) -> Any:
+        if context.operation_model.name in _ITEM_RESULTS:
+            try:
+                body = json.dumps(self.result, default=binary)
+            except (TypeError, ValueError):
+                return original(self, context)
+            return 200, {"Content-Type": "application/x-amz-json-1.0"}, body
+        return original(self, context)
+
+    execute_result.hermes_direct = True  # type: ignore[attr-defined]
+    execute_result.hermes_original = original  # type: ignore[attr-defined]
+    DynamoResult.execute_result = execute_result  # type: ignore[method-assign]
 
 
 _DYNAMODB_LOCK = threading.RLock()
@@ -532,21 +647,111 @@ class LoopbackOnly:
 
 def loopback_moto_server(port: int) -> Any:
     """moto's threaded server on 127.0.0.1, without CORS (moto allows every origin by default)
-    and behind `LoopbackOnly`. The server's entry point is replaced, as pinned to moto 5.2.x."""
+    and behind `LoopbackOnly`. The server's entry point is replaced, as pinned to moto 5.2.x.
+    Its WSGI application is `server.app`, which `IN_PROCESS` serves to this process's clients."""
     from moto.moto_server import werkzeug_app
     from moto.server import ThreadedMotoServer
     from werkzeug.serving import make_server
 
     werkzeug_app.DISABLE_GLOBAL_CORS = True  # type: ignore[attr-defined]  # read for every backend built
+    app = LoopbackOnly(werkzeug_app.DomainDispatcherApplication(werkzeug_app.create_backend_app), port)
 
     class Server(ThreadedMotoServer):
         def _server_entry(self) -> None:
-            app = werkzeug_app.DomainDispatcherApplication(werkzeug_app.create_backend_app)
             self._server = make_server(
-                self._ip_address, self._port, LoopbackOnly(app, self._port), True,
-                request_handler=werkzeug_app.MotoRequestHandler,
-            )  # fmt: skip
+                self._ip_address, self._port, app, True, request_handler=werkzeug_app.MotoRequestHandler
+            )
             self._server_ready_event.set()
             self._server.serve_forever()
 
-    return Server(ip_address="127.0.0.1", port=port, verbose=False)
+    server = Server(ip_address="127.0.0.1", port=port, verbose=False)
+    server.app = app  # type: ignore[attr-defined]
+    return server
+
+
+class InProcessAws:
+    """botocore's `before-send` hook for this process's own clients: a request for the embedded
+    AWS is answered by the server's WSGI application in the calling thread, with no socket.
+
+    The request is the one botocore signed for the wire and the response is parsed by botocore
+    as one from the wire, so the functions see what the server would have answered; only the
+    loopback HTTP (urllib3 and http.client on one side, werkzeug's server and its thread on the
+    other) is left out. That was about a third of local mode's CPU (py-spy, 100 sessions at
+    once), and local mode runs in one interpreter: its messages per second are bounded by it.
+    Clients of other processes (the CLI's `--local`, the AWS CLI) still reach the server."""
+
+    def __init__(self) -> None:
+        self._apps: dict[str, Any] = {}  # "http://127.0.0.1:PORT" -> the WSGI application there
+
+    def serve(self, base_url: str, app: Any) -> None:
+        """Answer requests for `base_url` in-process, in every botocore session (made already
+        or later): the default boto3 session's, and those that register the built-in handlers."""
+        import boto3
+        import botocore.handlers
+
+        self._apps[base_url.rstrip("/")] = app
+        if ("before-send", self) in botocore.handlers.BUILTIN_HANDLERS:
+            return
+        botocore.handlers.BUILTIN_HANDLERS.append(("before-send", self))  # sessions made from now on
+        if boto3.DEFAULT_SESSION is not None:  # made before: it has the handler once, not twice
+            boto3.DEFAULT_SESSION.events.register("before-send", self, unique_id="hermes-local-in-process-aws")
+
+    def forget(self, base_url: str) -> None:
+        self._apps.pop(base_url.rstrip("/"), None)
+
+    def __call__(self, request: Any, **_: Any) -> Any:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(request.url)
+        app = self._apps.get(f"{parts.scheme}://{parts.netloc}")
+        if app is None:
+            return None  # not ours: botocore sends it
+        return self._answer(app, request, parts)
+
+    @staticmethod
+    def _answer(app: Any, request: Any, parts: Any) -> Any:
+        from botocore.awsrequest import AWSResponse
+        from moto.core.botocore_stubber import MockRawResponse
+        from moto.core.request import (
+            PRESERVED_HEADER_NAMES_ENVIRON_KEY,
+            environ_key_for_header,
+            should_preserve_original_header_name,
+        )
+        from werkzeug.test import EnvironBuilder
+
+        body = request.body
+        if body is None:
+            body = b""
+        elif hasattr(body, "read"):
+            body = body.read()
+        elif isinstance(body, str):
+            body = body.encode("utf-8")
+        headers = [(name, v.decode("latin-1") if isinstance(v, bytes) else v) for name, v in request.headers.items()]
+        environ = EnvironBuilder(
+            method=request.method,
+            base_url=f"{parts.scheme}://{parts.netloc}",
+            path=parts.path or "/",
+            query_string=parts.query,
+            headers=headers,
+            data=body,
+        ).get_environ()
+        # As moto's request handler does on the server: S3 metadata may have "_" in its names.
+        names = {environ_key_for_header(n): n for n, _ in headers if should_preserve_original_header_name(n)}
+        environ[PRESERVED_HEADER_NAMES_ENVIRON_KEY] = names
+        written: list[bytes] = []
+        started: dict[str, Any] = {}
+
+        def start_response(status: str, response_headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            started["status"], started["headers"] = int(status.split(" ", 1)[0]), response_headers
+            return written.append
+
+        chunks = app(environ, start_response)
+        try:
+            content = b"".join(written) + b"".join(chunks)
+        finally:
+            if hasattr(chunks, "close"):
+                chunks.close()
+        return AWSResponse(request.url, started["status"], started["headers"], MockRawResponse(content))
+
+
+IN_PROCESS = InProcessAws()

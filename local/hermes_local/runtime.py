@@ -232,6 +232,7 @@ class LocalGateway:
     def start(self) -> LocalGateway:
         from hermes_gateway import wiring
         from hermes_local.aws import (
+            IN_PROCESS,
             AsyncInvokes,
             configure_moto,
             create_resources,
@@ -285,6 +286,7 @@ class LocalGateway:
         install_lambda_dispatch(self.functions.resolve, self.functions.context, self.asynchronous)
         self._moto = loopback_moto_server(self.moto_port)
         self._moto.start()
+        IN_PROCESS.serve(f"http://127.0.0.1:{self.moto_port}", self._moto.app)
         # moto's state lives in this interpreter; a fresh start must not see an earlier run's data.
         urllib.request.urlopen(
             urllib.request.Request(f"http://127.0.0.1:{self.moto_port}/moto-api/reset", method="POST"), timeout=10
@@ -420,6 +422,9 @@ class LocalGateway:
         if self.asynchronous is not None:
             self.asynchronous.close()
         if getattr(self, "_moto", None) is not None:
+            from hermes_local.aws import IN_PROCESS
+
+            IN_PROCESS.forget(f"http://127.0.0.1:{self.moto_port}")
             self._moto.stop()
             remove_local_state(os.getpid())
         if self._saved_environ is not None:
