@@ -467,6 +467,18 @@ def check_rows_are_written_once_and_read_in_bounded_windows(make: Make) -> None:
     assert [r.content for r in hidden] == ["m5", "m6", "m7"]
 
 
+def check_a_withdrawn_user_row_is_gone_and_answers_are_never_withdrawn(make: Make) -> None:
+    stores = make(SessionRules())
+    entry = stores.routes.open(DM, KEY, T0)
+    chat(stores, "q1", "a1", "q2", "a2")
+    stores.transcript.withdraw(entry.session_id, 3)  # q2: its turn was not run
+    stores.transcript.withdraw(entry.session_id, 4)  # a2 is an answer: kept
+    stores.transcript.withdraw(entry.session_id, 3)  # again, and a seq with no row: nothing
+    stores.transcript.withdraw(entry.session_id, 99)
+    assert rows(stores, entry.session_id) == ["q1", "a1", "a2"]
+    assert stores.transcript.put(entry.session_id, TranscriptRow(3, "user", "q2", T0))  # its seq is free again
+
+
 # -- catalogue and edits ------------------------------------------------------------------------
 
 

@@ -210,6 +210,8 @@ def test_an_answered_message_routed_again_after_the_route_forgot_it_gives_the_le
     # is free at once, not held until the lease would expire
     assert again.status == "already_answered" and again.turn_id == first.turn_id
     assert len(starter.started) == 10
+    # and the transcript holds the message once: the model is not shown it twice
+    assert rows(stores, first.session_id).count("hello") == 1
     assert stores.routes.get(KEY).lease_token is None  # type: ignore[union-attr]
     assert route(message("telegram:default:11", "next", message_id="11"), stores, starter, now=NOW + 91).status == (
         "started"

@@ -30,6 +30,12 @@ class DynamoTranscript:
             return False
         return True
 
+    def withdraw(self, session_id: str, seq: int) -> None:
+        try:
+            self.t.messages.delete({"session_id": session_id, "seq": seq}, condition(None, "{role} = {:u}", u="user"))
+        except ConditionFailed:
+            pass
+
     def put_reply(self, session_id: str, transcript_row: TranscriptRow) -> str:
         try:
             self.t.messages.put(

@@ -210,6 +210,11 @@ class Transcript(Protocol):
         already (a repeated write of the same message is harmless)."""
         ...
 
+    def withdraw(self, session_id: str, seq: int) -> None:
+        """Take back the user row at `seq` (written for a turn that then did not run: its message
+        was answered before); nothing when that seq holds no user row."""
+        ...
+
     def put_reply(self, session_id: str, row: TranscriptRow) -> str:
         """Write a turn's answer at its seq: "written", "repeated" (this turn wrote it already)
         or "stopped" (/stop left its marker there first: the answer is neither sent nor kept)."""

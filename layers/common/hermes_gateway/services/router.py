@@ -270,7 +270,7 @@ def _begin(routing: Routing, entry: SessionEntry, text: str) -> RouteOutcome | N
         return _behind_stranded_queue(routing, begun.entry, token, text)
     # Written once the lease is held, so the transcript reads in turn order: a message that
     # waited for a running turn comes after that turn's answer.
-    stores.transcript.put(entry.session_id, _user_row(message, text, begun.user_seq, entry.session_id))
+    wrote = stores.transcript.put(entry.session_id, _user_row(message, text, begun.user_seq, entry.session_id))
     turn = lifecycle.chat_turn(
         session_key=routing.session_key,
         session_id=entry.session_id,
@@ -287,6 +287,8 @@ def _begin(routing: Routing, entry: SessionEntry, text: str) -> RouteOutcome | N
         prompt_ratio=entry.tally.prompt_ratio,
     )
     if not lifecycle.start(routing.starter, turn):
+        if wrote:  # the message is in the transcript once already, from the turn that answered it
+            stores.transcript.withdraw(entry.session_id, begun.user_seq)
         return _ran_before(routing, entry, turn_id, token)
     metrics.add_metric(name="TurnStarted", unit=MetricUnit.Count, value=1)
     logger.info("turn started", extra={"turn_id": turn_id})
