@@ -117,6 +117,7 @@ class Meter:
 
         import botocore.client
 
+        from hermes_local.aws import InProcessAws
         from hermes_local.runtime import Functions
 
         original_call = botocore.client.BaseClient._make_api_call
@@ -142,8 +143,14 @@ class Meter:
             meter._external(request)
             return original_open(opener, request, *args, **kwargs)
 
+        def over_http(handler: Any, request: Any, **_: Any) -> None:
+            return None
+
         self._patch(ThreadPoolExecutor, "submit", submit)
         self._patch(urllib.request.OpenerDirector, "open", open_url)
+        # A function's CPU is its thread's: moto answers on the server's threads while metered, as
+        # AWS answers elsewhere (local mode otherwise answers this process's calls in the caller).
+        self._patch(InProcessAws, "__call__", over_http)
         self._patch_pooled_http()
         self._patch_provider()
         return self

@@ -92,3 +92,30 @@ def test_work_handed_to_a_thread_is_the_invocations_own(table: str) -> None:
     (invocation,) = meter.invocations
     assert invocation.aws_calls == 1
     assert invocation.round_trips == []  # beside the handler's own work, not on its path
+
+
+def test_metered_functions_reach_moto_over_http_so_their_cpu_is_their_own() -> None:
+    """Local mode answers its own calls in the calling thread; a metered run must not, or moto's
+    work would count as the function's CPU (the Lambda cost model reads the thread's CPU)."""
+    from botocore.awsrequest import AWSPreparedRequest
+
+    from hermes_local.aws import IN_PROCESS
+
+    url = "http://127.0.0.1:9"  # discard: nothing is sent there
+
+    def app(environ: dict[str, object], start_response: object) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "application/x-amz-json-1.0")])  # type: ignore[operator]
+        return [b"{}"]
+
+    request = AWSPreparedRequest("POST", f"{url}/", {}, b"{}", False)
+    IN_PROCESS.serve(url, app)
+    try:
+        assert IN_PROCESS(request) is not None
+        meter = Meter().install()
+        try:
+            assert IN_PROCESS(request) is None  # botocore sends it to the server
+        finally:
+            meter.uninstall()
+        assert IN_PROCESS(request) is not None
+    finally:
+        IN_PROCESS.forget(url)
