@@ -56,6 +56,7 @@ def configure_moto() -> None:
     notify_stream_writes()
     reuse_step_functions_work()
     skip_repeated_request_work()
+    check_update_expressions_once()
     render_dynamodb_items_directly()
 
 
@@ -124,7 +125,6 @@ def skip_repeated_request_work() -> None:
     # moto only reads the parsed tree: its validator works on a deep copy.
     parse = functools.lru_cache(maxsize=256)(UpdateExpressionParser.make.__func__)
     UpdateExpressionParser.make = classmethod(parse)  # type: ignore[arg-type]
-    check_update_expressions_once()
 
 
 def check_update_expressions_once() -> None:

@@ -242,6 +242,7 @@ def test_an_answered_message_redriven_into_a_busy_sessions_queue_does_not_hold_t
     engine.pump()
 
     assert engine.texts()[answered:] == ["re: busy"]  # e0 is not answered twice
+    assert [text for role, text in engine.transcript() if role == "user"].count("hello") == 1  # nor kept twice
     assert engine.route().lease_token is None
     assert engine.send("next", "e11").status == "started"  # the session takes its next message
 

@@ -9,6 +9,7 @@ fails raises, never an empty history.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from hermes_gateway.adapters.dynamo_table import Condition, ConditionFailed, condition
@@ -31,10 +32,8 @@ class DynamoTranscript:
         return True
 
     def withdraw(self, session_id: str, seq: int) -> None:
-        try:
+        with contextlib.suppress(ConditionFailed):  # no user row there: nothing to take back
             self.t.messages.delete({"session_id": session_id, "seq": seq}, condition(None, "{role} = {:u}", u="user"))
-        except ConditionFailed:
-            pass
 
     def put_reply(self, session_id: str, transcript_row: TranscriptRow) -> str:
         try:

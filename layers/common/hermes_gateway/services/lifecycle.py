@@ -132,15 +132,29 @@ def end_turn(
     return finished.status
 
 
-def hand_on(transcript: Transcript, starter: TurnStarter | None, turn: Turn, queued: Sequence[QueuedInput]) -> bool:
-    """The queued messages join the transcript (durable even if the start below fails: a
-    repeat writes nothing twice), then their turn starts. False when its execution existed."""
+def start_after_rows(
+    transcript: Transcript, starter: TurnStarter | None, turn: Turn, rows: Sequence[TranscriptRow]
+) -> bool:
+    """The turn's user rows join the transcript (durable even if the start below fails: a repeat
+    writes nothing twice), then the turn starts. False when its execution existed: its messages
+    were answered before (routed again after the route stopped remembering them), so the rows
+    this call wrote are taken back and the transcript holds each message once."""
     assert turn.session_id is not None
-    for item, seq in zip(queued, turn.user_seqs, strict=False):
-        transcript.put(turn.session_id, user_row(item, seq, turn.session_id))
+    written = [row.seq for row in rows if transcript.put(turn.session_id, row)]
     if starter is None:
         raise PermanentError("no turn starter: a queued message cannot be answered")
     started = start(starter, turn)
+    if not started:
+        for seq in written:
+            transcript.withdraw(turn.session_id, seq)
+    return started
+
+
+def hand_on(transcript: Transcript, starter: TurnStarter | None, turn: Turn, queued: Sequence[QueuedInput]) -> bool:
+    """The queued messages join the transcript and their turn starts (`start_after_rows`)."""
+    assert turn.session_id is not None
+    rows = [user_row(item, seq, turn.session_id) for item, seq in zip(queued, turn.user_seqs, strict=False)]
+    started = start_after_rows(transcript, starter, turn, rows)
     logger.debug("lease handed to the next queued turn", extra={"next": turn.turn_id})
     return started
 

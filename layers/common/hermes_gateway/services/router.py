@@ -268,9 +268,6 @@ def _begin(routing: Routing, entry: SessionEntry, text: str) -> RouteOutcome | N
         return None  # the route changed since it was read: read it again
     if begun.took_over and entry.queued:
         return _behind_stranded_queue(routing, begun.entry, token, text)
-    # Written once the lease is held, so the transcript reads in turn order: a message that
-    # waited for a running turn comes after that turn's answer.
-    wrote = stores.transcript.put(entry.session_id, _user_row(message, text, begun.user_seq, entry.session_id))
     turn = lifecycle.chat_turn(
         session_key=routing.session_key,
         session_id=entry.session_id,
@@ -286,9 +283,10 @@ def _begin(routing: Routing, entry: SessionEntry, text: str) -> RouteOutcome | N
         notes=_notes(entry, message.source.platform, resumed_by_takeover=begun.took_over),
         prompt_ratio=entry.tally.prompt_ratio,
     )
-    if not lifecycle.start(routing.starter, turn):
-        if wrote:  # the message is in the transcript once already, from the turn that answered it
-            stores.transcript.withdraw(entry.session_id, begun.user_seq)
+    # The row is written once the lease is held, so the transcript reads in turn order: a message
+    # that waited for a running turn comes after that turn's answer.
+    row = _user_row(message, text, begun.user_seq, entry.session_id)
+    if not lifecycle.start_after_rows(stores.transcript, routing.starter, turn, [row]):
         return _ran_before(routing, entry, turn_id, token)
     metrics.add_metric(name="TurnStarted", unit=MetricUnit.Count, value=1)
     logger.info("turn started", extra={"turn_id": turn_id})
