@@ -48,7 +48,10 @@ BENCHES: dict[str, tuple[str, list[str], list[str], dict[str, str], str]] = {
     "throughput": ("throughput.py", [], ["--quick"], {}, "throughput-latest.json"),
 }
 DELIVERY_FAULTS = "delivery-faults-latest.json"
-DELIVERY_FAULT_KEYS = ("jobs", "jobs_sent", "jobs_dead_lettered", "gone", "unknown", "duplicated", "lost")
+DELIVERY_FAULT_KEYS = (
+    "jobs", "jobs_sent", "jobs_dead_lettered", "gone", "unknown", "duplicated", "lost",
+    "order_violations", "order_violations_unexplained",
+)  # fmt: skip
 
 
 def run_bench(name: str, quick: bool) -> tuple[bool, float]:
