@@ -17,11 +17,10 @@ from hermes_gateway.domain.media import Attachment, attachments_of
 from hermes_gateway.domain.sessions import SessionEntry
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.domain.targets import ReplyTarget
+from hermes_gateway.domain.turn_modes import APPROVAL_SCOPES, BUSY_MODES, FOLLOWUP_MODES
 from hermes_gateway.domain.turn_state import Turn
 
-BUSY_MODES = ("queue", "interrupt", "steer")
-FOLLOWUP_MODES = ("each", "one")
-APPROVAL_SCOPES = ("once", "session", "always")
+__all__ = ["APPROVAL_SCOPES", "BUSY_MODES", "FOLLOWUP_MODES"]  # and the types below
 
 
 @dataclass(frozen=True)

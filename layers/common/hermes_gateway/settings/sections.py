@@ -15,7 +15,7 @@ from typing import Any
 from hermes_gateway.domain.media import FETCHED_KINDS, MEDIA_KINDS
 from hermes_gateway.domain.reset_policy import MODES as RESET_MODES
 from hermes_gateway.domain.reset_policy import ResetPolicy, parse_policy_map
-from hermes_gateway.domain.turns import BUSY_MODES, FOLLOWUP_MODES
+from hermes_gateway.domain.turn_modes import BUSY_MODES, FOLLOWUP_MODES
 from hermes_gateway.platforms.catalog import STREAMING_PLATFORMS
 from hermes_gateway.resources import INBOX_SOURCE
 from hermes_gateway.settings.declare import (
