@@ -17,10 +17,7 @@ from hermes_gateway.domain.media import Attachment, attachments_of
 from hermes_gateway.domain.sessions import SessionEntry
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.domain.targets import ReplyTarget
-from hermes_gateway.domain.turn_modes import APPROVAL_SCOPES, BUSY_MODES, FOLLOWUP_MODES
 from hermes_gateway.domain.turn_state import Turn
-
-__all__ = ["APPROVAL_SCOPES", "BUSY_MODES", "FOLLOWUP_MODES"]  # and the types below
 
 
 @dataclass(frozen=True)
@@ -32,7 +29,7 @@ class QueuedInput:
     received_at: float
     source: SessionSource
     reply_to: ReplyTarget  # fixed when the message arrived
-    mode: str = "queue"  # queue | interrupt | steer (BUSY_MODES)
+    mode: str = "queue"  # queue | interrupt | steer (turn_modes.BUSY_MODES)
     attachments: tuple[Attachment, ...] = ()  # the message's media, as references (domain.media)
 
     def to_dict(self) -> dict[str, Any]:
