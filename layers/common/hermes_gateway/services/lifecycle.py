@@ -142,7 +142,7 @@ def start_after_rows(
     assert turn.session_id is not None
     written = [row.seq for row in rows if transcript.put(turn.session_id, row)]
     if starter is None:
-        raise PermanentError("no turn starter: a queued message cannot be answered")
+        raise PermanentError("no turn starter: the turn's messages cannot be answered")
     started = start(starter, turn)
     if not started:
         for seq in written:
