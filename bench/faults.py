@@ -23,8 +23,13 @@ Faults are injected at the adapters:
   whose SDK retries were exhausted would (`botocore.client.BaseClient._make_api_call`
   is wrapped; the calls of local mode's pollers and of this harness are left alone);
 - the model answers some requests with 429, 500 or too slowly (GATEWAY_PROVIDER_TIMEOUT_SECONDS);
-- Telegram answers some sends with 429, 500, too slowly (the sender's timeout is 1 s here; the fake
-  posts nothing before a timed-out answer) or a permanent 400 (dead-lettered at once, by design);
+- Telegram answers some sends with 429, 500, too slowly (the sender's timeout is 3 s here; the fake
+  posts nothing before a timed-out answer) or a permanent 400 (dead-lettered at once, by design).
+  A send the fake does post can still be answered after the timeout when this machine is loaded:
+  the platform posted, the sender counted it failed and the outbox sent it again (BEHAVIOUR §6
+  retries timeouts; the Bot API has no idempotency key). The report counts those duplicates apart
+  (`duplicates_after_a_late_platform_answer`, from each send's time span as the sender saw it);
+  `duplicate_replies_unexplained` is every other duplicate;
 - a turn task crashes once after doing its work: with an error Step Functions retries
   (`Lambda.ServiceException`: the task runs twice) or with one it does not (`Sandbox.Timedout`, a
   function that timed out after its write: the workflow's Fail state runs);
@@ -48,6 +53,8 @@ the turn engine works inside:
   queued behind a running turn are answered together), apologies (an outbox row of a turn) and
   notices (the router's own replies, such as "still working on your previous message");
 - duplicate_replies: a reply (answer, apology or notice) posted more than once for one message;
+  duplicates_after_a_late_platform_answer: of those, the ones the platform posted during a send
+  that timed out at the sender; duplicate_replies_unexplained: the others (must be 0);
   answered_and_apologized: messages that got both;
 - lost: acknowledged, never answered (no answer, no apology) and in no dead-letter queue;
 - order_violations: answers that reached a chat after the answer to a later message of that chat;
@@ -84,7 +91,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -110,7 +117,10 @@ BOTS = {  # bot -> (webhook path, webhook secret, bot token)
     CODER: (f"/p/{CODER}/webhooks/telegram", CODER_WEBHOOK_SECRET, CODER_BOT_TOKEN),
 }
 API_KEY = "sk-faults-" + hashlib.sha256(b"key").hexdigest()[:32]
-PLATFORM_TIMEOUT_SECONDS = 1.0
+# The sender's timeout (10 s deployed). Not compressed tenfold like the retry pauses: the fake's own
+# latency is not, and on 2 loaded cores it reached 1.9 s (p95 0.86 s), so a 1-s timeout made the
+# harness answer late sends it had not chosen to fault (each one a duplicate, by the rule above).
+PLATFORM_TIMEOUT_SECONDS = 3.0
 PROVIDER_TIMEOUT_SECONDS = 1
 DYNAMODB_OPERATIONS = frozenset(
     {"GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "TransactWriteItems", "TransactGetItems"}
@@ -153,6 +163,9 @@ class Profile:
     delivery_job_duplicate: float = 0.1  # per asynchronous delivery invoke: run twice
     delivery_workers: int = 3  # instances of the delivery function (copies of its module)
     coder_every: int = 4  # sessions 1, 1 + n, 1 + 2n, … talk to the coder bot, the others to the deployment's
+    # Each kind of fault is forced at its n-th chance when the dice have not drawn it by then (0:
+    # never), so a short run has every kind however the threads' timing hands out the draws
+    sure_by: int = 0
     time_scale: int = 10  # retry pauses, Lambda's async retry delays and the outbox's stale-claim age: divided by this
     think_seconds: float = 0.3  # at most this long between two messages of a chat
     deadline_seconds: float = 420.0  # to reach quiescence after the last message
@@ -183,6 +196,7 @@ SIZES = {
         crash_retried=0.06,
         crash_unretried=0.03,
         think_seconds=0.1,
+        sure_by=4,
         time_scale=20,
         deadline_seconds=120.0,
     ),
@@ -204,24 +218,43 @@ class Faults:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._crashed: set[tuple[str, str]] = set()
+        self._chances: Counter[str] = Counter()  # kind of fault -> draws made for it
+        self._drawn: Counter[str] = Counter()  # kind of fault -> draws that injected it
+        # each text send the gateway made: chat id, text, started, ended (time.time()), how it ended
+        self.sends: list[tuple[str, str, float, float, str]] = []
 
-    def roll(self, probability: float) -> bool:
+    def roll(self, probability: float, kind: str) -> bool:
+        """One chance of a fault of `kind`: the dice, or `profile.sure_by`."""
         with self._lock:
-            return self._rng.random() < probability
+            return self._decide(kind, self._rng.random() < probability)
 
-    def pick(self, table: tuple[tuple[str, float], ...]) -> str | None:
+    def pick(self, table: tuple[tuple[str, float], ...], kind: str) -> str | None:
+        """One chance of a fault of `kind`: which fault of the table, if any (forced: the first)."""
         with self._lock:
             roll = self._rng.random()
-        edge = 0.0
-        for name, probability in table:
-            edge += probability
-            if roll < edge:
-                return name
-        return None
+            edge = 0.0
+            for name, probability in table:
+                edge += probability
+                if roll < edge:
+                    return name if self._decide(kind, True) else None
+            return table[0][0] if self._decide(kind, False) else None
+
+    def _decide(self, kind: str, drawn: bool) -> bool:
+        """The draw for one chance of `kind`, forced true at its `sure_by`-th chance if it never
+        came true before; called with the lock held."""
+        self._chances[kind] += 1
+        forced = self.profile.sure_by == self._chances[kind] and not self._drawn[kind]
+        if drawn or forced:
+            self._drawn[kind] += 1
+        return drawn or forced
 
     def count(self, name: str) -> None:
         with self._lock:
             self.injected[name] += 1
+
+    def sent(self, chat_id: str, text: str, started: float, outcome: str) -> None:
+        with self._lock:
+            self.sends.append((chat_id, text, started, time.time(), outcome))
 
     @property
     def function(self) -> str | None:
@@ -242,16 +275,21 @@ class Faults:
         if self.function is None:
             return None
         odds = self.profile.inbox_throttle if self.function == "ingress" else self.profile.dynamodb_throttle
-        if service == "dynamodb" and operation in DYNAMODB_OPERATIONS and self.roll(odds):
+        chance = "dynamodb:ingress" if self.function == "ingress" else "dynamodb"
+        if service == "dynamodb" and operation in DYNAMODB_OPERATIONS and self.roll(odds, chance):
             self.count(f"dynamodb_throttled:{self.function}:{operation}:{_what(params)}")
             return _dynamodb_throttle(operation, params)
-        if service == "sqs" and operation in SQS_OPERATIONS and self.roll(self.profile.sqs_throttle):
+        if service == "sqs" and operation in SQS_OPERATIONS and self.roll(self.profile.sqs_throttle, "sqs"):
             self.count(f"sqs_throttled:{self.function}:{operation}")
             return _client_error(operation, "ThrottlingException", "Rate exceeded")
-        if service == "lambda" and operation in LAMBDA_OPERATIONS and self.roll(self.profile.lambda_throttle):
+        if service == "lambda" and operation in LAMBDA_OPERATIONS and self.roll(self.profile.lambda_throttle, "lambda"):
             self.count(f"lambda_throttled:{self.function}:{operation}:{params.get('InvocationType')}")
             return _client_error(operation, "TooManyRequestsException", "Rate exceeded")
-        if service == "stepfunctions" and operation in SFN_OPERATIONS and self.roll(self.profile.sfn_throttle):
+        if (
+            service == "stepfunctions"
+            and operation in SFN_OPERATIONS
+            and self.roll(self.profile.sfn_throttle, "stepfunctions")
+        ):
             self.count(f"stepfunctions_throttled:{self.function}:{operation}")
             return _client_error(operation, "ThrottlingException", "Rate exceeded")
         return None
@@ -266,12 +304,11 @@ class Faults:
             if (turn_id, step) in self._crashed:
                 return None
             draw = random.Random(f"{self.seed}:{turn_id}:{step}").random()
-            if draw < self.profile.crash_retried:
-                kind = RETRIED_CRASH
-            elif draw < self.profile.crash_retried + self.profile.crash_unretried:
-                kind = UNRETRIED_CRASH
-            else:
+            limit = self.profile.crash_retried + self.profile.crash_unretried
+            if not self._decide("crash", draw < limit):
                 return None
+            unretried = self.profile.crash_retried <= draw < limit  # a forced crash is a retried one
+            kind = UNRETRIED_CRASH if unretried else RETRIED_CRASH
             self._crashed.add((turn_id, step))
             self.injected[f"crash_after_work:{kind}:{step}"] += 1
         crash: Exception = type(kind, (Exception,), {})(f"injected: the {step} task failed after doing its work")
@@ -327,7 +364,7 @@ class FaultyTelegram(FakeTelegram):
     faults: Faults | None = None
 
     def _default_answer(self, request: Any) -> ScriptedAnswer:
-        fault = self.faults.pick(self.faults.profile.platform_faults) if self.faults else None
+        fault = self.faults.pick(self.faults.profile.platform_faults, "platform") if self.faults else None
         if request.api_method != "sendMessage" or fault is None:
             posted = len(self.sent)
             answer = super()._default_answer(request)
@@ -354,7 +391,7 @@ class EchoingOpenAI(FakeOpenAI):
     def _default_answer(self, request: Any) -> ScriptedAnswer:
         messages = (request.json or {}).get("messages") or [{}]
         answer = ScriptedAnswer(200, completion("Echo: " + str(messages[-1].get("content"))))
-        fault = self.faults.pick(self.faults.profile.provider_faults) if self.faults else None
+        fault = self.faults.pick(self.faults.profile.provider_faults, "provider") if self.faults else None
         if fault is None:
             return answer
         self.faults.count(f"provider:{fault}")  # type: ignore[union-attr]
@@ -400,19 +437,33 @@ def patched(faults: Faults) -> Iterator[None]:
 
     def submit(runner: Any, name: str, handler: Any, event: dict[str, Any], context_for: Any) -> None:
         original_submit(runner, name, handler, event, context_for)
-        if faults.roll(faults.profile.delivery_job_duplicate):
+        if faults.roll(faults.profile.delivery_job_duplicate, "delivery_invoked_twice"):
             faults.count("delivery_invoked_twice")  # Lambda runs an asynchronous event at least once
             original_submit(runner, name, handler, event, context_for)
 
     def invoke_batch(poller: Any, lane: Any, batch: list[dict[str, Any]]) -> int:
-        if faults.roll(faults.profile.stream_batch_duplicate):
+        if faults.roll(faults.profile.stream_batch_duplicate, "stream_record_delivered_twice"):
             faults.count("stream_record_delivered_twice")  # the same batch once more, before it counts
             original_batch(poller, lane, batch)
         return int(original_batch(poller, lane, batch))
 
+    class TimedSender(telegram.TelegramSender):
+        """Records each text send's time span and outcome, so a post the platform made after the
+        sender had timed out can be told from one the gateway sent twice."""
+
+        def send_text(self, chat_id: str, text: str, **options: Any) -> str:
+            started, outcome = time.time(), "sent"
+            try:
+                return super().send_text(chat_id, text, **options)
+            except Exception as exc:
+                outcome = f"{type(exc).__name__}: {exc}"[:120]
+                raise
+            finally:
+                faults.sent(str(chat_id), text, started, outcome)
+
     def build_sender(context: Any) -> Any:
         token = context.secret("TELEGRAM_BOT_TOKEN")
-        return telegram.TelegramSender(context.platform.api_base_url, token, timeout=PLATFORM_TIMEOUT_SECONDS)
+        return TimedSender(context.platform.api_base_url, token, timeout=PLATFORM_TIMEOUT_SECONDS)
 
     BaseClient._make_api_call = make_api_call  # type: ignore[method-assign,assignment]
     consumer.retry_pause_seconds = retry_pause_seconds  # type: ignore[assignment]
@@ -440,7 +491,7 @@ def instrument(gateway: Any, faults: Faults) -> None:
             # A workflow task's invoke (the agent's steps, Deliver's `deliveries`) refused by Lambda:
             # the task fails with Lambda's throttling error, which its Retry takes
             task = name == "agent" or (name == "delivery" and "deliveries" in event)
-            if task and faults.roll(faults.profile.task_throttle):
+            if task and faults.roll(faults.profile.task_throttle, "lambda"):
                 faults.count(f"lambda_throttled:stepfunctions:{name}:{event.get('step') or 'deliver'}")
                 raise type(LAMBDA_THROTTLED, (Exception,), {})("Rate exceeded")
             with faults.inside(name):
@@ -763,7 +814,7 @@ def run(profile: Profile, seed: int = 7, logs: Path | None = None) -> dict[str, 
         _send_all(traffic, profile, seed, send_deadline, _redeliverer(faults))
         sent_seconds = time.perf_counter() - started
         settled = _wait_quiet(gateway, time.time() + profile.deadline_seconds)
-        report = account(traffic, telegram, sfn)
+        report = account(traffic, telegram, sfn, faults.sends)
         report["log_scan"] = capture.scan(
             {
                 "TELEGRAM_BOT_TOKEN": BOT_TOKEN,
@@ -865,9 +916,13 @@ class Turns:
         return turns
 
 
-def account(traffic: Traffic, telegram: FakeTelegram, sfn: Any) -> dict[str, Any]:
+def account(
+    traffic: Traffic, telegram: FakeTelegram, sfn: Any, sends: Sequence[tuple[str, str, float, float, str]] = ()
+) -> dict[str, Any]:
     """What became of every message, from what the platform accepted, the outbox, the dead-letter
-    queues and the executions."""
+    queues and the executions. `sends` are the gateway's send attempts as its sender saw them (chat,
+    text, start, end, outcome): a post the platform made during an attempt that timed out is a late
+    answer, which no Bot API call can tell from a lost send."""
     from hermes_gateway import wiring
 
     by_ref = {m.ref: m for m in traffic.messages}
@@ -877,6 +932,8 @@ def account(traffic: Traffic, telegram: FakeTelegram, sfn: Any) -> dict[str, Any
     bot_of = {token: bot for bot, (_, _, token) in BOTS.items()}
     with telegram._lock:
         sent = [{**s, "bot": bot_of.get(t, t[:8])} for s, t in zip(telegram.sent, telegram.sent_tokens, strict=True)]
+    for posted in sent:
+        posted["late"] = _posted_after_timeout(posted, sends)
     ledger = Ledger.read(sent, traffic.messages, rows, turns)
     dead = _dead_letters(by_ref)
     wrong_bot = _wrong_bot(sent, traffic.messages)
@@ -900,6 +957,12 @@ def account(traffic: Traffic, telegram: FakeTelegram, sfn: Any) -> dict[str, Any
         "busy_notices": kinds.count("notice"),
         "unexpected_replies": ledger.unexpected,
         "duplicate_replies": sum(n - 1 for n in ledger.counts().values() if n > 1),
+        # of those, replies the platform posted while the sender was timing out on them: the
+        # gateway retried a send it had to count as failed (BEHAVIOUR §6: timeouts retry)
+        "duplicates_after_a_late_platform_answer": ledger.late_duplicates(),
+        "duplicate_replies_unexplained": sum(n - 1 for n in ledger.counts().values() if n > 1)
+        - ledger.late_duplicates(),
+        "platform_sends": _send_spans(sends, sent),
         "duplicated": ledger.evidence([k for k, n in ledger.counts().items() if n > 1]),
         "answered_and_apologized": ledger.evidence(ledger.answered_and_apologized()),
         "lost": len(lost),
@@ -913,6 +976,35 @@ def account(traffic: Traffic, telegram: FakeTelegram, sfn: Any) -> dict[str, Any
         "dead_lettered": dead["count"],
         "dlq": dead["entries"],
         "dlq_reasons": dict(Counter(e["reason"] for e in dead["entries"])),
+    }
+
+
+def _posted_after_timeout(posted: dict[str, Any], sends: Sequence[tuple[str, str, float, float, str]]) -> bool:
+    """Whether the platform accepted this post during a send of the same text to the same chat
+    that the sender gave up on as timed out."""
+    at = float(posted.get("at") or 0.0)
+    chat, text = str(posted["chat_id"]), posted["text"]
+    return any(
+        c == chat and t == text and started <= at <= ended and "timed out" in outcome
+        for c, t, started, ended, outcome in sends
+    )
+
+
+def _send_spans(sends: Sequence[tuple[str, str, float, float, str]], sent: list[dict[str, Any]]) -> dict[str, Any]:
+    """The gateway's text sends as its sender saw them: how long they took, how many timed out, and
+    how many of those the platform had posted all the same (it answered after the timeout)."""
+    spans = sorted(ended - started for _, _, started, ended, _ in sends)
+    if not spans:
+        return {"count": 0}
+
+    def pick(q: float) -> float:
+        return round(spans[min(len(spans) - 1, int(q * len(spans)))], 2)
+
+    return {
+        "count": len(spans),
+        "seconds": {"p50": pick(0.5), "p95": pick(0.95), "max": round(spans[-1], 2)},
+        "timed_out": sum(1 for *_, outcome in sends if "timed out" in outcome),
+        "timed_out_but_posted": sum(1 for posted in sent if posted.get("late")),
     }
 
 
@@ -935,6 +1027,10 @@ class Ledger:
     first_reply_at: dict[str, float] = field(default_factory=dict)
     turn_of: dict[str, str] = field(default_factory=dict)  # message key -> turn id
     turn_times: dict[str, tuple[float, float]] = field(default_factory=dict)  # turn id -> started, stopped
+    # message key -> each reply: its time, and the outbox row the platform's message id names
+    # (its turn and chunk), so a duplicated answer shows which turns sent it
+    posts: dict[str, list[tuple[str, float, Any, bool]]] = field(default_factory=lambda: defaultdict(list))
+    turns_of: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # key -> every turn answering it
 
     @classmethod
     def read(cls, sent: list[dict[str, Any]], messages: list[Message], rows: list[Any], turns: Turns) -> Ledger:
@@ -948,6 +1044,9 @@ class Ledger:
                 rows_of[message.key].append(row)
         ledger = cls({m.key: m for m in messages}, rows_of, turn_times=turns.times)
         ledger.turn_of = {m.key: turn for turn, ms in of_turn.items() for m in ms}
+        for turn, answered_by_turn in of_turn.items():
+            for message in answered_by_turn:
+                ledger.turns_of[message.key].append(turn[-8:])
         by_platform_id = {(r.chat_id, r.platform_message_id): r for r in rows if r.platform_message_id}
         by_event_hash = {hashlib.sha256(m.event_id.encode()).hexdigest()[:32]: m for m in messages if m.event_id}
         # An apology posted but never marked with its id (the mark failed; the row was settled
@@ -972,10 +1071,11 @@ class Ledger:
             if not answered:
                 ledger.unexpected.append({"chat": posted["chat_id"], "text": posted["text"][:80]})
                 continue
-            ledger.record(kind, answered, float(posted.get("at") or 0.0), row.turn_id if row else None)
+            ledger.record(kind, answered, float(posted.get("at") or 0.0), row, late=bool(posted.get("late")))
         return ledger
 
-    def record(self, kind: str, answered: list[Message], at: float, turn: str | None) -> None:
+    def record(self, kind: str, answered: list[Message], at: float, row: Any, late: bool = False) -> None:
+        turn = row.turn_id if row is not None else None
         self.posted.append(kind)
         if kind != "notice":
             self.covered.append(len(answered))
@@ -984,6 +1084,7 @@ class Ledger:
                 self.per_chat[message.chat_id].append(message.n)
                 self.first_reply_at[message.key] = at
             self.replies[message.key].append(kind)
+            self.posts[message.key].append((kind, at, row, late))
             if turn:
                 self.by_turn[message.key].add((kind, turn))
 
@@ -1038,8 +1139,35 @@ class Ledger:
                 }
                 for r in self.rows_of.get(key, [])
             ]
-            found.append({"message": key, "replies": self.replies.get(key, []), "outbox": rows, **self.timeline(key)})
+            found.append(
+                {
+                    "message": key,
+                    "replies": self.replies.get(key, []),
+                    "outbox": rows,
+                    **self.timeline(key),
+                    "turns": sorted(self.turns_of.get(key, [])),
+                    "sent_by": [self.sender(key, at, row, late) for _, at, row, late in self.posts.get(key, [])],
+                }
+            )
         return found
+
+    def sender(self, key: str, at: float, row: Any, late: bool) -> dict[str, Any]:
+        """One reply: seconds after the message's acknowledgement, the turn and chunk of the outbox
+        row that recorded it (none when no row holds the platform's message id), and whether the
+        platform posted it while the sender was timing out on it."""
+        message = self.messages.get(key)
+        after = round(at - message.accepted_at, 1) if message is not None and message.accepted_at and at else None
+        found = {"turn": (row.turn_id or "")[-8:] or None, "chunk": row.delivery_id[-12:]} if row is not None else {}
+        return {"seconds": after, "turn": None, "chunk": None, **found, "late_answer": late}
+
+    def late_duplicates(self) -> int:
+        """Extra replies explained by a late platform answer: per message and kind of reply, at most
+        one per post the platform made while the sender was timing out (that send counted as
+        failed, and was retried)."""
+        late: Counter[tuple[str, str]] = Counter(
+            (key, kind) for key, posts in self.posts.items() for kind, _, _, was_late in posts if was_late
+        )
+        return sum(min(n - 1, late[pair]) for pair, n in self.counts().items() if n > 1)
 
     def timeline(self, key: str) -> dict[str, Any]:
         """Seconds after the webhook's acknowledgement: the turn's start and end, the first reply."""
@@ -1176,8 +1304,9 @@ def main() -> None:
 
 
 SUMMARY = (
-    "received", "received_by_bot", "turns", "replies", "replies_by_bot", "duplicate_replies", "lost",
-    "order_violations", "wrong_bot", "dead_lettered", "dlq_reasons", "turn_outcomes", "quiescent", "seconds",
+    "received", "received_by_bot", "turns", "replies", "replies_by_bot", "duplicate_replies",
+    "duplicate_replies_unexplained", "lost", "order_violations", "wrong_bot", "dead_lettered", "dlq_reasons",
+    "turn_outcomes", "quiescent", "seconds",
 )  # fmt: skip
 
 
