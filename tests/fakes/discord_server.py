@@ -6,6 +6,7 @@ or `FakeDiscord` as a context manager, and point a sender (or `DISCORD_API_BASE_
 
 - `POST /channels/{id}/messages` needs `Authorization: Bot <fake.token>`; channels in
   `fake.gone_channels` answer 404 Unknown Channel, in `fake.forbidden_channels` 403 Missing Access.
+  A `nonce` seen before with `enforce_nonce` answers the message it created, and posts nothing.
   `POST /channels/{id}/typing` (the typing indicator, `fake.typing()`) answers 204 the same way;
   an answer scripted without `only` never goes to it (`only=is_typing` scripts one for it).
 - `fake.defer(token, channel_id)` stands for an interaction acknowledged with a deferred response:
@@ -75,6 +76,7 @@ class FakeDiscord(LoopbackFake[DiscordRequest]):
     _channels: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     _originals: dict[str, dict[str, Any]] = field(default_factory=dict)  # interaction token → message
     _next_id: int = 1_200_000_000_000_000_001
+    _by_nonce: dict[str, dict[str, Any]] = field(default_factory=dict)  # an enforced nonce -> its message
     edits: list[dict[str, Any]] = field(default_factory=list)
     posted_at: list[float] = field(default_factory=list)
 
@@ -147,7 +149,17 @@ class FakeDiscord(LoopbackFake[DiscordRequest]):
         if channel_id in self.forbidden_channels:
             return ScriptedAnswer(403, MISSING_ACCESS)
         invalid = _invalid_content(request.json)
-        return invalid or ScriptedAnswer(200, self._post(channel_id, request.json["content"]))
+        if invalid:
+            return invalid
+        nonce = request.json.get("nonce") if request.json.get("enforce_nonce") is True else None
+        if isinstance(nonce, str) and len(nonce) > 25:
+            return ScriptedAnswer(400, {"message": "Invalid Form Body", "code": 50035})
+        created = self._by_nonce.get(nonce) if nonce else None
+        if created is None:
+            created = self._post(channel_id, request.json["content"])
+            if nonce:
+                self._by_nonce[nonce] = created
+        return ScriptedAnswer(200, dict(created))
 
     def _channel_typing(self, channel_id: str) -> ScriptedAnswer:
         if channel_id in self.gone_channels:

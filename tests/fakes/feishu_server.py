@@ -72,6 +72,7 @@ class FakeFeishu(LoopbackFake[RecordedRequest]):
     edit_times: list[float] = field(default_factory=list)
     _texts: dict[str, str] = field(default_factory=dict)
     _edits: dict[str, int] = field(default_factory=dict)
+    _by_uuid: dict[str, str] = field(default_factory=dict)  # a send's uuid -> the message it created
 
     def text_of(self, message_id: str) -> str | None:
         with self._lock:
@@ -137,8 +138,13 @@ class FakeFeishu(LoopbackFake[RecordedRequest]):
     def _accept(self, body: dict[str, Any], reply_to: str | None) -> ScriptedAnswer:
         if body.get("msg_type") != "text" or not isinstance(body.get("content"), str):
             return error(230001, "Your request contains an invalid request parameter.")
+        once = body.get("uuid")
+        if isinstance(once, str) and once in self._by_uuid:  # at most one message per uuid (an hour)
+            return ScriptedAnswer(200, {"code": 0, "msg": "success", "data": {"message_id": self._by_uuid[once]}})
         message_id = f"om_{self._next_message}"
         self._next_message += 1
+        if isinstance(once, str) and once:
+            self._by_uuid[once] = message_id
         self.roots.add(message_id)
         self.sent.append({**body, "message_id": message_id, "reply_to": reply_to})
         self.posted_at.append(time.monotonic())

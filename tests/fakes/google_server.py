@@ -7,7 +7,8 @@
   chat.bot scope, a lifetime of at most an hour), then issues `ya29.fake-1`, `ya29.fake-2`, …;
 - `POST /v1/spaces/<id>/messages`: the Chat API. It requires an issued token, and answers the
   created message with name `spaces/<id>/messages/m1`, `m2`, …; `fake.messages` lists
-  (space, query, body);
+  (space, query, body). A `requestId` seen before answers the message it created (Chat's
+  idempotent create), and creates nothing;
 - `GET /v1/media/<resource name>?alt=media`: an attachment's bytes from `fake.media` (resource
   name -> answer), with an issued token.
 `service_account_json()` is a key file for the sender, with the private key in memory only.
@@ -40,6 +41,7 @@ class FakeGoogle(LoopbackFake[RecordedRequest]):
     assertions: list[dict[str, Any]] = field(default_factory=list)  # the verified claims of each assertion
     messages: list[tuple[str, dict[str, str], Any]] = field(default_factory=list)
     media: dict[str, ScriptedAnswer] = field(default_factory=dict)
+    _by_request_id: dict[str, dict[str, Any]] = field(default_factory=dict)  # requestId -> its answer
 
     @property
     def certs_url(self) -> str:
@@ -128,6 +130,12 @@ class FakeGoogle(LoopbackFake[RecordedRequest]):
         body = request.json if isinstance(request.json, dict) else {}
         if not isinstance(body.get("text"), str) or not body["text"]:
             return ScriptedAnswer(400, {"error": {"code": 400, "message": "Message cannot be empty."}})
+        request_id = query.get("requestId")
+        if request_id and request_id in self._by_request_id:
+            return ScriptedAnswer(200, self._by_request_id[request_id])
         self.messages.append((space, query, body))
         name = f"{space}/messages/m{len(self.messages)}"
-        return ScriptedAnswer(200, {"name": name, "text": body["text"], "thread": body.get("thread") or {}})
+        created = {"name": name, "text": body["text"], "thread": body.get("thread") or {}}
+        if request_id:
+            self._by_request_id[request_id] = created
+        return ScriptedAnswer(200, created)

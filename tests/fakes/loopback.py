@@ -15,7 +15,9 @@ A `ScriptedAnswer` body that is a dict (or any other JSON value) is sent as JSON
 they are; a Content-Type among its headers replaces the one the body's type implies. A scripted
 answer goes to the next request its `only` admits; without one, to the next request
 `_scripted_by_default` admits (all, unless a fake says otherwise: a typing indicator running
-beside a send does not take the error a test scripted for the send).
+beside a send does not take the error a test scripted for the send). `answer_late` makes the next
+request the fake's default handles (recorded, posted) wait before its answer is written: a
+platform that took a send but answered after the sender's timeout.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import time
 import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -42,6 +44,7 @@ class ScriptedAnswer:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     only: Callable[[Any], bool] | None = None  # the recorded requests it may answer (None: the fake's default)
+    late: bool = False  # not an answer of its own: the default one, written after `delay`
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,12 @@ class LoopbackFake(ABC, Generic[RequestT]):
         with self._lock:
             self._script.extend(ScriptedAnswer(status, body, dict(headers or {}), delay, only) for _ in range(times))
 
+    def answer_late(self, delay: float, *, times: int = 1, only: Callable[[RequestT], bool] | None = None) -> None:
+        """The next `times` requests (that `only` admits) are handled as usual (a send is posted)
+        but answered only after `delay` seconds: past a sender's timeout, a send that took effect."""
+        with self._lock:
+            self._script.extend(ScriptedAnswer(0, None, delay=delay, only=only, late=True) for _ in range(times))
+
     def start(self) -> Self:
         self._server = _LoopbackServer(self)
         threading.Thread(target=self._server.serve_forever, args=(0.05,), name=self.thread_name, daemon=True).start()
@@ -120,7 +129,10 @@ class LoopbackFake(ABC, Generic[RequestT]):
             self.requests.append(request)
             for index, scripted in enumerate(self._script):
                 if scripted.only(request) if scripted.only is not None else self._scripted_by_default(request):
-                    return self._script.pop(index)
+                    self._script.pop(index)
+                    if scripted.late:
+                        return replace(self._default_answer(request), delay=scripted.delay)
+                    return scripted
             return self._default_answer(request)
 
     def _scripted_by_default(self, request: RequestT) -> bool:

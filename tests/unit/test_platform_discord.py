@@ -567,3 +567,20 @@ def test_a_sender_without_the_application_setting_uses_the_targets(fake_discord:
     discord = DiscordSender(fake_discord.base_url, bot_token=None, application_id=None, timeout=2.0)
     discord.send(interaction_target(), "answer")
     assert fake_discord.channel_texts(CHANNEL_ID) == ["answer"]
+
+
+def test_every_try_of_one_outbox_chunk_carries_one_enforced_nonce(fake_discord: FakeDiscord) -> None:
+    # Discord answers a repeated enforced nonce (of the last few minutes) with the message it
+    # created, so the outbox's retry after a timeout Discord had taken posts nothing new
+    discord = sender(fake_discord)
+    chunk = Target("discord", CHANNEL_ID, delivery_id="turn-1#1")
+    first = discord.send(chunk, "answer")
+    assert discord.send(chunk, "answer") == first
+    assert fake_discord.channel_texts(CHANNEL_ID) == ["answer"]
+    body = fake_discord.calls("POST", f"/channels/{CHANNEL_ID}/messages")[0].json
+    assert body["enforce_nonce"] is True and len(body["nonce"]) == 25
+    assert discord.send(Target("discord", CHANNEL_ID, delivery_id="turn-1#2"), "more") != first
+    # a send with no outbox row has no nonce
+    discord.send(Target("discord", CHANNEL_ID), "plain")
+    assert "nonce" not in fake_discord.calls("POST", f"/channels/{CHANNEL_ID}/messages")[-1].json
+    assert fake_discord.channel_texts(CHANNEL_ID) == ["answer", "more", "plain"]

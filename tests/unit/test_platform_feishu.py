@@ -702,3 +702,18 @@ def test_build_sender_needs_the_app_id_and_secret(fake_feishu: FakeFeishu) -> No
 
 def test_the_default_api_base_url_is_feishu_open_apis() -> None:
     assert make_settings(ENV).platforms["feishu"].api_base_url == "https://open.feishu.cn/open-apis"
+
+
+def test_every_try_of_one_outbox_chunk_carries_one_uuid(fake_feishu: FakeFeishu, sender: FeishuSender) -> None:
+    # Feishu sends at most one message per uuid within an hour: the outbox's retry after a timeout
+    # Feishu had taken answers the first message
+    chunk = Target("feishu", "oc_group", delivery_id="turn-1#1")
+    first = sender.send(chunk, "answer")
+    assert sender.send(chunk, "answer") == first
+    assert [json.loads(s["content"])["text"] for s in fake_feishu.sent] == ["answer"]
+    uuids = {call.json["uuid"] for call in fake_feishu.calls(SEND_PATH)}
+    assert len(uuids) == 1 and len(next(iter(uuids))) <= 50
+    assert sender.send(Target("feishu", "oc_group", delivery_id="turn-1#2"), "more") != first
+    sender.send(Target("feishu", "oc_group"), "plain")  # no outbox row: no uuid
+    assert "uuid" not in fake_feishu.calls(SEND_PATH)[-1].json
+    assert len(fake_feishu.sent) == 3

@@ -660,3 +660,20 @@ def test_build_sender_needs_the_service_account(fake_google: FakeGoogle) -> None
     assert isinstance(built, google_chat.GoogleChatSender)
     assert "PRIVATE KEY" not in repr(built)
     assert built.send(Target("google_chat", SPACE), "hi") == f"{SPACE}/messages/m1"
+
+
+def test_every_try_of_one_outbox_chunk_carries_one_request_id(
+    fake_google: FakeGoogle, sender: GoogleChatSender
+) -> None:
+    # Chat answers a request id it has seen with the message it created: the outbox's retry after a
+    # timeout Chat had taken posts nothing new
+    chunk = Target("google_chat", SPACE, THREAD, delivery_id="turn-1#1")
+    first = sender.send(chunk, "answer")
+    assert sender.send(chunk, "answer") == first
+    assert len(fake_google.messages) == 1
+    _, query, _ = fake_google.messages[0]
+    assert query["messageReplyOption"] == "REPLY_MESSAGE_FALLBACK_TO_NEW_THREAD" and len(query["requestId"]) == 32
+    assert sender.send(Target("google_chat", SPACE, delivery_id="turn-1#2"), "more") != first
+    sender.send(Target("google_chat", SPACE), "plain")  # no outbox row: no request id
+    assert fake_google.messages[-1][1] == {}
+    assert len(fake_google.messages) == 3

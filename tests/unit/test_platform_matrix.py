@@ -466,3 +466,24 @@ def test_build_sender_needs_the_as_token_and_the_homeserver_url(fake_matrix: Fak
     assert built.send(Target("matrix", ROOM), "wired") == "$1"
     assert fake_matrix.requests[0].query == {"user_id": BOT}
     assert AS_TOKEN not in repr(built)
+
+
+def test_every_try_of_one_outbox_chunk_has_one_transaction_id(sender: MatrixSender, fake_matrix: FakeMatrix) -> None:
+    # The outbox sends a chunk again after a timeout; the homeserver may have taken the first try,
+    # and answers a transaction id it has seen with that event instead of posting again
+    chunk = Target("matrix", ROOM, delivery_id="turn-1#1")
+    first = sender.send(chunk, "answer")
+    assert sender.send(chunk, "answer") == first
+    assert [event["body"] for event in fake_matrix.sent] == ["answer"]
+    assert sender.send(Target("matrix", ROOM, delivery_id="turn-1#2"), "more") != first
+    # sends with no outbox row (a streamed answer's first post) each get a fresh transaction id
+    assert sender.send(Target("matrix", ROOM), "x") != sender.send(Target("matrix", ROOM), "x")
+    assert len(fake_matrix.sent) == 4
+
+
+def test_each_edit_of_a_chunk_is_an_event_of_its_own(sender: MatrixSender, fake_matrix: FakeMatrix) -> None:
+    chunk = Target("matrix", ROOM, delivery_id="turn-1#1")
+    event_id = sender.send(chunk, "ans")
+    sender.edit(chunk, event_id, "answer")
+    sender.edit(chunk, event_id, "answer!")
+    assert [event["body"] for event in fake_matrix.sent] == ["ans", "* answer", "* answer!"]

@@ -42,6 +42,7 @@ from hermes_gateway.platforms.base import (
     object_field,
     optional_str,
     retry_after_seconds,
+    send_key,
 )
 from hermes_gateway.platforms.outbound_media import MediaFile
 from hermes_gateway.services.ingress import (
@@ -298,6 +299,9 @@ class _InteractionExpired(Exception):
     """The interaction webhook refused its token: tokens live 15 minutes."""
 
 
+NONCE_LENGTH = 25  # the longest nonce Discord takes
+
+
 class DiscordSender:
     """Replies to an interaction through its webhook (no bot token needed), or posts in a channel.
 
@@ -399,6 +403,11 @@ class DiscordSender:
         if _is_snowflake(target.reply_to):
             # A reply to a message deleted meanwhile is posted all the same, as a plain message.
             body["message_reference"] = {"message_id": target.reply_to, "fail_if_not_exists": False}
+        nonce = send_key(target, NONCE_LENGTH)
+        if nonce:
+            # Discord answers a repeated nonce of the last few minutes with the message it created
+            # then: a retried send (a timeout after Discord took it) is not posted twice.
+            body.update(nonce=nonce, enforce_nonce=True)
         answer = self._http.request("POST", f"/channels/{channel}/messages", json_body=body, headers=headers)
         return self._message_id(answer, None)
 

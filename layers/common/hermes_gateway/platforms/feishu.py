@@ -48,6 +48,7 @@ from hermes_gateway.platforms.base import (
     optional_str,
     required_str,
     retry_after_seconds,
+    send_key,
 )
 from hermes_gateway.platforms.tokens import CachedToken
 from hermes_gateway.services.ingress import (
@@ -337,15 +338,18 @@ class FeishuSender:
 
     def send(self, target: Target, text: str) -> str:
         content = json.dumps({"text": text}, ensure_ascii=False)
+        # Feishu sends at most one message per uuid within an hour: every try of one outbox chunk
+        # carries the same one, so a retried send Feishu already took is not posted twice.
+        once = {"uuid": key} if (key := send_key(target)) else {}
         if target.thread_id:
             try:
-                return self._reply_in_thread(target.thread_id, content)
+                return self._reply_in_thread(target.thread_id, content, once)
             except _RootGone:
                 logger.warning("feishu thread root is gone; sending to the chat instead")
         return self._message_id(
             self._call(
                 "/im/v1/messages?receive_id_type=chat_id",
-                {"receive_id": target.chat_id, "msg_type": "text", "content": content},
+                {"receive_id": target.chat_id, "msg_type": "text", "content": content, **once},
             )
         )
 
@@ -360,12 +364,12 @@ class FeishuSender:
         path = f"/im/v1/messages/{urllib.parse.quote(message_id, safe='')}"
         self._call(path, {"msg_type": "text", "content": content}, method="PUT")
 
-    def _reply_in_thread(self, root_message_id: str, content: str) -> str:
+    def _reply_in_thread(self, root_message_id: str, content: str, once: Mapping[str, str]) -> str:
         import urllib.parse
 
         path = f"/im/v1/messages/{urllib.parse.quote(root_message_id, safe='')}/reply"
         try:
-            data = self._call(path, {"msg_type": "text", "content": content, "reply_in_thread": True})
+            data = self._call(path, {"msg_type": "text", "content": content, "reply_in_thread": True, **once})
         except FeishuRejected as exc:
             if exc.code in ROOT_GONE_CODES:
                 raise _RootGone from None

@@ -43,6 +43,7 @@ from hermes_gateway.platforms.base import (
     object_field,
     object_or_empty,
     optional_str,
+    send_key,
 )
 from hermes_gateway.platforms.jwt_keys import JwksCache, verify_bearer
 from hermes_gateway.platforms.tokens import CachedToken, oauth_token
@@ -299,14 +300,22 @@ class GoogleChatSender:
     def send(self, target: Target, text: str) -> str:
         if not _SPACE.match(target.chat_id):
             raise PermanentError("google chat: the target is not a space name (spaces/<id>)")
-        path = f"/{target.chat_id}/messages"
+        import urllib.parse
+
         body: dict[str, Any] = {"text": text}
+        query: dict[str, str] = {}
         if target.thread_id:
             matched = _THREAD.match(target.thread_id)
             if matched is None or matched.group(1) != target.chat_id:
                 raise PermanentError("google chat: the target thread is not a thread of its space")
-            path += f"?messageReplyOption={REPLY_IN_THREAD}"
+            query["messageReplyOption"] = REPLY_IN_THREAD
             body["thread"] = {"name": target.thread_id}
+        key = send_key(target)
+        if key:
+            # Chat answers a repeated request id with the message it created then: a retried send
+            # (a timeout after Chat took it) is not posted twice.
+            query["requestId"] = key
+        path = f"/{target.chat_id}/messages" + (f"?{urllib.parse.urlencode(query)}" if query else "")
         answer = self._post(path, body)
         if answer.status == 401:
             # The token may have been revoked before its expiry: one fresh token, one retry.

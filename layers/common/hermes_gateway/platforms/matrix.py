@@ -28,6 +28,7 @@ from hermes_gateway.platforms.base import (
     header,
     optional_str,
     retry_after_seconds,
+    send_key,
 )
 from hermes_gateway.platforms.outbound_media import MediaFile
 from hermes_gateway.services.ingress import (
@@ -339,7 +340,8 @@ class MatrixSender:
             "m.new_content": {"msgtype": "m.text", "body": text},
             "m.relates_to": {"rel_type": "m.replace", "event_id": message_id},
         }
-        self._send_content(replace(target, thread_id=None), content)  # an edit relates to its message only
+        # an edit relates to its message only, and is a new event each time (a transaction id of its own)
+        self._send_content(replace(target, thread_id=None, delivery_id=None), content)
 
     caption_limit = 0  # the text goes as its own message before the file
 
@@ -379,8 +381,11 @@ class MatrixSender:
                 "m.in_reply_to": {"event_id": latest},
             }
         room = urllib.parse.quote(target.chat_id, safe="")
-        # A fresh transaction id per request: the homeserver de-duplicates on it per access token.
-        path = f"/_matrix/client/v3/rooms/{room}/send/m.room.message/hermes.{uuid.uuid4().hex}"
+        # The homeserver de-duplicates on the transaction id per access token: every try of one
+        # outbox chunk uses the same one, so a retried send the homeserver already took is not posted
+        # again (it answers the first event's id); a send with no outbox row gets a fresh one.
+        txn = send_key(target) or uuid.uuid4().hex
+        path = f"/_matrix/client/v3/rooms/{room}/send/m.room.message/hermes.{txn}"
         if self._bot:
             path += "?" + urllib.parse.urlencode({"user_id": self._bot})
         answer = self._http.request("PUT", path, json_body=content, headers={"Authorization": f"Bearer {self._token}"})
