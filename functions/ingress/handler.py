@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
-from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from hermes_gateway import wiring
+from hermes_gateway.adapters.api_gateway import HttpApiEvent
 from hermes_gateway.errors import BadRequest, PayloadTooLarge
 from hermes_gateway.observability import logger, metrics
 from hermes_gateway.services.ingress import HttpRequest, HttpResponse, decode_body, handle_webhook, webhook_route
 
 
-def platform_of(path_parameters: dict[str, str], raw_path: str) -> str:
+def platform_of(path_parameters: Mapping[str, str], raw_path: str) -> str:
     """`[/p/<profile>]/webhooks/{platform}[/{proxy+}]`: the segment after `webhooks`."""
     if path_parameters.get("platform"):
         return path_parameters["platform"]
@@ -29,11 +30,11 @@ def _respond(response: HttpResponse) -> dict[str, Any]:
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     received_at = time.time()
-    http = APIGatewayProxyEventV2(event)
-    platform = platform_of(http.path_parameters or {}, http.raw_path)
+    http = HttpApiEvent.of(event)
+    platform = platform_of(http.path_parameters, http.raw_path)
     settings = wiring.settings()
     try:
-        body = decode_body(http.get("body"), bool(http.is_base64_encoded), settings.max_body_bytes)
+        body = decode_body(http.body, http.is_base64_encoded, settings.max_body_bytes)
     except PayloadTooLarge as exc:
         logger.warning("webhook rejected", extra={"platform": platform, "status": 413, "reason": str(exc)})
         return _respond(HttpResponse(413, {"ok": False, "error": str(exc)}))
@@ -41,12 +42,12 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         logger.warning("webhook rejected", extra={"platform": platform, "status": 400, "reason": str(exc)})
         return _respond(HttpResponse(400, {"ok": False, "error": str(exc)}))
     request = HttpRequest(
-        method=http.request_context.http.method.upper(),
+        method=http.method,
         path=http.raw_path,
-        headers={k.lower(): v for k, v in (http.headers or {}).items()},
+        headers=http.headers,
         body=body,
-        query=dict(http.query_string_parameters or {}),
-        raw_query=http.raw_query_string or "",
+        query=http.query,
+        raw_query=http.raw_query,
     )
     response = handle_webhook(
         platform,

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from hermes_gateway import wiring
+from hermes_gateway.adapters.api_gateway import HttpApiEvent
 from hermes_gateway.errors import BadRequest, PayloadTooLarge
 from hermes_gateway.observability import logger, metrics
 from hermes_gateway.services.ingress import decode_body, read_json
@@ -38,9 +38,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     caller = caller_of(event)
     if caller is None:
         return _respond(ApiResponse.error(ApiError("permission_denied", "the request is not signed")))
-    http = APIGatewayProxyEventV2(event)
+    http = HttpApiEvent.of(event)
     try:
-        raw = decode_body(http.get("body"), bool(http.is_base64_encoded), wiring.settings().max_body_bytes)
+        raw = decode_body(http.body, http.is_base64_encoded, wiring.settings().max_body_bytes)
         body = read_json(raw) if raw else None
     except PayloadTooLarge:
         return _respond(ApiResponse.error(ApiError("invalid", "the body is too large")))
@@ -54,4 +54,4 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         caller=caller,
         starter=wiring.turn_starter() if "turn" in wiring.bindings().state_machines else None,
     )
-    return _respond(handle_request(body, deps, route_profile(http.raw_path or "")))
+    return _respond(handle_request(body, deps, route_profile(http.raw_path)))
