@@ -312,14 +312,30 @@ class GatewayFunction(Construct):
         self._add_environment(spec.env_var, bus.event_bus_name)
 
     def _grant_state_machine(self, spec: StateMachineSpec, machine: sfn.StateMachine, access: Access) -> None:
-        if access is not Access.START:
+        if access not in (Access.START, Access.START_DESCRIBE):
             raise ValueError(f"function {self.spec.name}: state machine {spec.name} cannot be granted {access.value}")
-        from infra.capabilities.workflow import state_machine_arn
+        from infra.capabilities.workflow import state_machine_arn, state_machine_name
 
         # The ARN from the machine's fixed name, not a reference to it: the agent, which the
         # machine invokes, starts executions too, and a reference would make a cycle.
         arn = state_machine_arn(self, spec)
         self.role.add_to_principal_policy(iam.PolicyStatement(actions=["states:StartExecution"], resources=[arn]))
+        if access is Access.START_DESCRIBE:
+            executions = Stack.of(self).format_arn(
+                service="states",
+                resource="execution",
+                resource_name=f"{state_machine_name(self, spec)}:*",
+                arn_format=ArnFormat.COLON_RESOURCE_NAME,
+            )
+            self.role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["states:DescribeExecution"], resources=[executions])
+            )
+            acknowledge(
+                self.role,
+                f"IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:"
+                f"{state_machine_name(self, spec)}:*]",
+                "DescribeExecution on the executions of the one state machine (each named after its turn).",
+            )
         self._add_environment(spec.env_var, arn)
 
     def grant_model(self, provider: ProviderSettings) -> None:

@@ -50,14 +50,20 @@ class FakeEnqueue:
 
 
 class FakeStarter:
-    """`TurnStarter`: one execution per name; a repeated name answers False."""
+    """`TurnStarter`: one execution per name; a repeated name answers False. `fail_next_start`
+    is raised by the next start, once (Step Functions throttling it)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.started: dict[str, dict[str, Any]] = {}
         self.running: set[str] = set()
+        self.done: set[str] = set()  # executions that ran to their end and succeeded
+        self.fail_next_start: Exception | None = None
 
     def start(self, name: str, turn: dict[str, Any]) -> bool:
+        if self.fail_next_start is not None:
+            failure, self.fail_next_start = self.fail_next_start, None
+            raise failure
         self.calls.append((name, turn))
         if name in self.started:
             return False
@@ -68,8 +74,13 @@ class FakeStarter:
     def is_running(self, name: str) -> bool:
         return name in self.running
 
-    def finish(self, name: str) -> None:
+    def finish(self, name: str, *, succeeded: bool = True) -> None:
         self.running.discard(name)
+        if succeeded:
+            self.done.add(name)
+
+    def succeeded(self, name: str) -> bool:
+        return name in self.done
 
 
 class FakeDeliveryQueue:

@@ -242,8 +242,12 @@ def test_grants_follow_the_specs(synthesized: Synthesized) -> None:
                     "sqs:SendMessage" in as_list(s["Action"]) and target in {ref(r) for r in as_list(s["Resource"])}
                     for s in statements
                 )
-            elif access is Access.START:
+            elif access in (Access.START, Access.START_DESCRIBE):
                 assert any(s["Action"] == "states:StartExecution" for s in statements)
+                described = [s for s in statements if s["Action"] == "states:DescribeExecution"]
+                assert bool(described) is (access is Access.START_DESCRIBE), spec.name
+                for statement in described:
+                    assert ":execution:" in json.dumps(statement["Resource"]), statement
             elif access in (Access.PUT, Access.CONSUME, Access.MARK):
                 action = {
                     Access.PUT: "dynamodb:PutItem",

@@ -18,6 +18,7 @@ from hermes_gateway.domain.ports import SessionStores
 from hermes_gateway.domain.sessions import SessionTally
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.domain.turn_state import TurnState
+from hermes_gateway.errors import TransientError
 from hermes_gateway.services.lifecycle import Successor, lease_token_for, turn_id_for
 from hermes_gateway.services.router import Access, RouteOutcome, route_message
 from hermes_gateway.settings import LEASE_MARGIN_SECONDS, Settings
@@ -240,6 +241,46 @@ def test_a_retry_after_a_crash_before_the_start_starts_the_turn() -> None:
 
     assert again.status == "already_started" and len(starter.started) == 1
     assert rows(stores, again.session_id) == ["hello"]
+
+
+def test_an_answered_message_routed_again_whose_start_was_throttled_gives_the_lease_back_on_its_retry() -> None:
+    # Given a message answered long ago (its execution ran to its end), then more than the route
+    # remembers
+    stores, starter, _ = world()
+    first = route(message(), stores, starter)
+    starter.finish(first.turn_id or "")
+    assert release(stores, first, NOW + 1) == "released"
+    for n in range(2, 11):
+        later = route(message(f"telegram:default:{n}", f"m{n}", message_id=str(n)), stores, starter, now=NOW + n)
+        starter.finish(later.turn_id or "")
+        assert release(stores, later, NOW + n + 0.5) == "released"
+
+    # When a redrive routes it again and the router takes the lease but its start is throttled
+    starter.fail_next_start = TransientError("Step Functions is throttling")
+    with pytest.raises(TransientError):
+        route(message(), stores, starter, now=NOW + 90)
+    assert stores.routes.get(KEY).lease_token == lease_token_for(first.turn_id or "")  # type: ignore[union-attr]
+    # and the stream hands the message over again (the route now remembers it)
+    again = route(message(), stores, starter, now=NOW + 91)
+
+    # Then the turn that ran before is not taken for one about to start: the lease goes at once
+    # and the message's second row is taken back
+    assert again.status == "already_answered" and again.turn_id == first.turn_id
+    assert stores.routes.get(KEY).lease_token is None  # type: ignore[union-attr]
+    assert rows(stores, first.session_id).count("hello") == 1
+    assert route(message("telegram:default:11", "next", message_id="11"), stores, starter, now=NOW + 92).status == (
+        "started"
+    )
+
+
+def test_a_redelivered_message_whose_turn_still_runs_leaves_it_running() -> None:
+    stores, starter, _ = world()
+    first = route(message(), stores, starter)
+    # the stream hands the message over again while its turn runs: nothing ends it
+    again = route(message(), stores, starter, now=NOW + 5)
+    assert again.status == "already_started"
+    assert stores.routes.get(KEY).lease_token == lease_token_for(first.turn_id or "")  # type: ignore[union-attr]
+    assert rows(stores, first.session_id) == ["hello"]
 
 
 def test_turn_ids_are_deterministic_and_differ_per_event_and_session() -> None:

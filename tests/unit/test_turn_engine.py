@@ -247,6 +247,30 @@ def test_an_answered_message_redriven_into_a_busy_sessions_queue_does_not_hold_t
     assert engine.send("next", "e11").status == "started"  # the session takes its next message
 
 
+def test_a_redriven_answered_message_whose_hand_off_start_was_throttled_does_not_hold_the_lease() -> None:
+    # Was a bug (make faults: a lease held by a turn whose one execution had succeeded): as above,
+    # but the start of the turn the lease was handed to was throttled, so the Finish task did the
+    # hand-off again; the repeat found that turn's execution and took it for the one its first
+    # try had started, still running.
+    engine = Engine()
+    engine.send("hello", "e0")
+    for n in range(1, 10):
+        engine.send(f"m{n}", f"e{n}")
+    engine.pump()
+    answered = len(engine.texts())
+    assert engine.send("busy", "e10").status == "started"
+    assert engine.send("hello", "e0").status == "queued"
+    engine.starter.fail_next_start = TransientError("Step Functions is throttling")
+
+    engine.pump()
+
+    assert engine.starter.fail_next_start is None  # the hand-off's start met it
+    assert engine.texts()[answered:] == ["re: busy"]
+    assert [text for role, text in engine.transcript() if role == "user"].count("hello") == 1
+    assert engine.route().lease_token is None
+    assert engine.send("next", "e11").status == "started"
+
+
 def test_a_message_queued_as_the_turn_finishes_is_never_stranded() -> None:
     # Given a turn just before its Finish, and a message queued just before Finish's write
     engine = Engine()

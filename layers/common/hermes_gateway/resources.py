@@ -30,6 +30,9 @@ class Access(StrEnum):
     # table's items (it counts a message's failed attempts on its item)
     CONSUME = "consume"
     START = "start"  # state machine: StartExecution
+    # StartExecution, and DescribeExecution of its executions (the router: did the turn a repeated
+    # start found already run to its end?)
+    START_DESCRIBE = "start_describe"
     PUT_EVENTS = "put_events"  # event bus: events:PutEvents
     INVOKE = "invoke"  # function: lambda:InvokeFunction
 
@@ -338,7 +341,7 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
             "inbox": Access.CONSUME,
             "dead-letters": Access.SEND,  # a message it cannot route after its attempts
             "delivery": Access.INVOKE,  # replies, command answers, notices: asynchronous invokes
-            "turn": Access.START,
+            "turn": Access.START_DESCRIBE,
         },
         consumes=INBOX_SOURCE,
     ),

@@ -207,6 +207,19 @@ class StepFunctionsStarter:
             raise
         return True
 
+    def succeeded(self, name: str) -> bool:
+        """DescribeExecution of the execution `name` (a Standard workflow's: an Express one never
+        answers a start with False, so nothing asks). False when it is not found."""
+        arn = self.arn.replace(":stateMachine:", ":execution:", 1) + ":" + name
+        try:
+            return bool(self._client.describe_execution(executionArn=arn)["status"] == "SUCCEEDED")
+        except self._client.exceptions.ExecutionDoesNotExist:
+            return False
+        except Exception as exc:
+            if is_throttle(exc):
+                raise TransientError("Step Functions is throttling") from exc
+            raise
+
 
 class EventBridgeEvents:
     """Lifecycle events (BEHAVIOUR §8) on the deployment's EventBridge bus: `source` is the

@@ -59,6 +59,11 @@ class TurnStarter(Protocol):
         False when an execution of that name already exists."""
         ...
 
+    def succeeded(self, name: str) -> bool:
+        """Whether the execution `name` is known to have run to its end and succeeded (a start of
+        it answered False, and none of it runs now). False when it runs, failed, or is unknown."""
+        ...
+
 
 class Deliveries(Protocol):
     def send(self, body: dict[str, Any]) -> str:

@@ -371,6 +371,12 @@ def _redelivered(routing: Routing, entry: SessionEntry) -> RouteOutcome:
         notes=_notes(entry, message.source.platform), prompt_ratio=entry.tally.prompt_ratio,
     )  # fmt: skip
     started = lifecycle.start(routing.starter, turn)
+    if not started and routing.starter.succeeded(turn_id):
+        # The execution ran to its end before this lease was taken: an answered message routed
+        # again after the route forgot it, whose first routing stopped between the lease and the
+        # start. Its row is taken back and its lease goes on, as `_begin` does when it sees so.
+        routing.stores.transcript.withdraw(entry.session_id, user_seq)
+        return _ran_before(routing, entry, turn_id, entry.lease_token)
     logger.info("redelivered message: its turn started again" if started else "turn already started")
     return RouteOutcome("already_started", "ok", turn_id, entry.session_id)
 
