@@ -932,8 +932,12 @@ def account(
     bot_of = {token: bot for bot, (_, _, token) in BOTS.items()}
     with telegram._lock:
         sent = [{**s, "bot": bot_of.get(t, t[:8])} for s, t in zip(telegram.sent, telegram.sent_tokens, strict=True)]
+    # A late answer: a post the outbox never learned the id of (its send timed out), of a text a
+    # timed-out send carried
+    recorded = {(r.chat_id, r.platform_message_id) for r in rows if r.platform_message_id}
     for posted in sent:
-        posted["late"] = _posted_after_timeout(posted, sends)
+        unrecorded = (str(posted["chat_id"]), str(posted["message_id"])) not in recorded
+        posted["late"] = unrecorded and _posted_after_timeout(posted, sends)
     ledger = Ledger.read(sent, traffic.messages, rows, turns)
     dead = _dead_letters(by_ref)
     wrong_bot = _wrong_bot(sent, traffic.messages)
@@ -979,13 +983,17 @@ def account(
     }
 
 
+LATE_POST_SECONDS = 30.0  # how long after the sender gave up a loaded fake may still handle its request
+
+
 def _posted_after_timeout(posted: dict[str, Any], sends: Sequence[tuple[str, str, float, float, str]]) -> bool:
-    """Whether the platform accepted this post during a send of the same text to the same chat
-    that the sender gave up on as timed out."""
+    """Whether the platform accepted this post for a send of the same text to the same chat that
+    the sender gave up on as timed out: while it waited, or after (the request was sent whole; a
+    loaded server may read and handle it only once the sender has closed the connection)."""
     at = float(posted.get("at") or 0.0)
     chat, text = str(posted["chat_id"]), posted["text"]
     return any(
-        c == chat and t == text and started <= at <= ended and "timed out" in outcome
+        c == chat and t == text and started <= at <= ended + LATE_POST_SECONDS and "timed out" in outcome
         for c, t, started, ended, outcome in sends
     )
 
