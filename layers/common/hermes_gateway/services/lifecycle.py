@@ -122,26 +122,28 @@ def end_turn(
     if finished.status == "handed_off" and finished.next_turn is not None:
         turn = finished.next_turn
         started = hand_on(transcript, starter, turn, finished.queued)
-        if not started and turn.lease_token and (not finished.repeated or _ran_to_its_end(starter, turn, transcript)):
+        if not started and turn.lease_token and (not finished.repeated or _succeeded_before(starter, turn)):
             # The queued message was answered before (an answered message put back in the inbox
             # after the route stopped remembering its event waited in the queue): its execution
             # exists, so its turn is not run again, and the lease it was handed goes on at once.
+            if finished.repeated:  # the rows are this finish's first try's: `hand_on` wrote none now
+                _withdraw_rows(transcript, turn)
             logger.info("queued message answered before: its turn is not run again", extra={"turn_id": turn.turn_id})
             end_turn(leases, transcript, starter, successor, turn.lease_token, tally=SessionTally(), succeeded=True)
     return finished.status
 
 
-def _ran_to_its_end(starter: TurnStarter | None, turn: Turn, transcript: Transcript) -> bool:
+def _succeeded_before(starter: TurnStarter | None, turn: Turn) -> bool:
     """A repeated finish whose hand-off still stands found the next turn's execution: mostly the
-    one its first try started, which runs. Only if that execution already succeeded is it an
-    older one (the first try stopped before its start, and the queued message had been answered
-    before): then the rows that try wrote are taken back, and the caller hands the lease on."""
-    if starter is None or not starter.succeeded(turn.turn_id):
-        return False
+    one its first try started, which runs. Only an execution that already succeeded is an older
+    one (the first try stopped before its start, and the queued message had been answered before)."""
+    return starter is not None and starter.succeeded(turn.turn_id)
+
+
+def _withdraw_rows(transcript: Transcript, turn: Turn) -> None:
     assert turn.session_id is not None
     for seq in turn.user_seqs:
         transcript.withdraw(turn.session_id, seq)
-    return True
 
 
 def start_after_rows(
