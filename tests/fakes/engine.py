@@ -147,7 +147,7 @@ class Engine:
         """Run one execution as the state machine would; how it ended: ok | failed | paused."""
         self.ran.append(name)
         ending, state = self.workflow.run(self.starter.started[name])
-        self.starter.finish(name, succeeded=ending != "failed")
+        self.starter.finish(name, succeeded=ending != "failed", at=self.clock)
         if ending == "failed":
             return "failed"
         return "paused" if state.get("next") == "paused" else "ok"

@@ -57,7 +57,7 @@ class FakeStarter:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.started: dict[str, dict[str, Any]] = {}
         self.running: set[str] = set()
-        self.done: set[str] = set()  # executions that ran to their end and succeeded
+        self.done: dict[str, float] = {}  # executions that ran to their end and succeeded -> when
         self.fail_next_start: Exception | None = None
 
     def start(self, name: str, turn: dict[str, Any]) -> bool:
@@ -74,13 +74,13 @@ class FakeStarter:
     def is_running(self, name: str) -> bool:
         return name in self.running
 
-    def finish(self, name: str, *, succeeded: bool = True) -> None:
+    def finish(self, name: str, *, succeeded: bool = True, at: float = 0.0) -> None:
         self.running.discard(name)
         if succeeded:
-            self.done.add(name)
+            self.done[name] = at
 
-    def succeeded(self, name: str) -> bool:
-        return name in self.done
+    def ended_before(self, name: str, at: float) -> bool:
+        return name in self.done and self.done[name] < at
 
 
 class FakeDeliveryQueue:

@@ -248,11 +248,11 @@ def test_an_answered_message_routed_again_whose_start_was_throttled_gives_the_le
     # remembers
     stores, starter, _ = world()
     first = route(message(), stores, starter)
-    starter.finish(first.turn_id or "")
+    starter.finish(first.turn_id or "", at=NOW + 1)
     assert release(stores, first, NOW + 1) == "released"
     for n in range(2, 11):
         later = route(message(f"telegram:default:{n}", f"m{n}", message_id=str(n)), stores, starter, now=NOW + n)
-        starter.finish(later.turn_id or "")
+        starter.finish(later.turn_id or "", at=NOW + n + 0.5)
         assert release(stores, later, NOW + n + 0.5) == "released"
 
     # When a redrive routes it again and the router takes the lease but its start is throttled
@@ -273,9 +273,14 @@ def test_an_answered_message_routed_again_whose_start_was_throttled_gives_the_le
     )
 
 
-def test_a_redelivered_message_whose_turn_still_runs_leaves_it_running() -> None:
+@pytest.mark.parametrize("first_execution_ended", [False, True])
+def test_a_redelivered_message_whose_turn_still_runs_leaves_it_running(first_execution_ended: bool) -> None:
     stores, starter, _ = world()
     first = route(message(), stores, starter)
+    if first_execution_ended:
+        # the turn goes on in a continuation (or waits on an approval): its first execution
+        # succeeded after the lease was taken, and the lease is still the turn's
+        starter.finish(first.turn_id or "", at=NOW + 2)
     # the stream hands the message over again while its turn runs: nothing ends it
     again = route(message(), stores, starter, now=NOW + 5)
     assert again.status == "already_started"

@@ -258,6 +258,7 @@ def test_a_redriven_answered_message_whose_hand_off_start_was_throttled_does_not
         engine.send(f"m{n}", f"e{n}")
     engine.pump()
     answered = len(engine.texts())
+    engine.clock += 60  # a redrive comes later
     assert engine.send("busy", "e10").status == "started"
     assert engine.send("hello", "e0").status == "queued"
     engine.starter.fail_next_start = TransientError("Step Functions is throttling")

@@ -207,18 +207,25 @@ class StepFunctionsStarter:
             raise
         return True
 
-    def succeeded(self, name: str) -> bool:
+    # A stop this close to the lease's start is not "before" it (the two clocks are not one)
+    CLOCK_MARGIN_SECONDS = 1.0
+
+    def ended_before(self, name: str, at: float) -> bool:
         """DescribeExecution of the execution `name` (a Standard workflow's: an Express one never
         answers a start with False, so nothing asks). False when it is not found."""
         arn = self.arn.replace(":stateMachine:", ":execution:", 1) + ":" + name
         try:
-            return bool(self._client.describe_execution(executionArn=arn)["status"] == "SUCCEEDED")
+            described = self._client.describe_execution(executionArn=arn)
         except self._client.exceptions.ExecutionDoesNotExist:
             return False
         except Exception as exc:
             if is_throttle(exc):
                 raise TransientError("Step Functions is throttling") from exc
             raise
+        stopped = described.get("stopDate")
+        if described.get("status") != "SUCCEEDED" or stopped is None:
+            return False
+        return bool(stopped.timestamp() + self.CLOCK_MARGIN_SECONDS < at)
 
 
 class EventBridgeEvents:

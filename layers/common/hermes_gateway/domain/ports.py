@@ -59,9 +59,11 @@ class TurnStarter(Protocol):
         False when an execution of that name already exists."""
         ...
 
-    def succeeded(self, name: str) -> bool:
-        """Whether the execution `name` is known to have run to its end and succeeded (a start of
-        it answered False, and none of it runs now). False when it runs, failed, or is unknown."""
+    def ended_before(self, name: str, at: float) -> bool:
+        """Whether the execution `name` is known to have succeeded and stopped before `at` (epoch
+        seconds): a turn's first execution that ended before the lease it is found under was
+        taken. False when it runs, failed, stopped later (the turn goes on in a continuation or
+        after an approval, under other names), or is unknown."""
         ...
 
 

@@ -135,9 +135,10 @@ def end_turn(
 
 def _succeeded_before(starter: TurnStarter | None, turn: Turn) -> bool:
     """A repeated finish whose hand-off still stands found the next turn's execution: mostly the
-    one its first try started, which runs. Only an execution that already succeeded is an older
-    one (the first try stopped before its start, and the queued message had been answered before)."""
-    return starter is not None and starter.succeeded(turn.turn_id)
+    one its first try started, which runs (or goes on in a continuation). Only one that succeeded
+    before the hand-off is an older one (the first try stopped before its start, and the queued
+    message had been answered before)."""
+    return starter is not None and starter.ended_before(turn.turn_id, turn.started_at)
 
 
 def _withdraw_rows(transcript: Transcript, turn: Turn) -> None:

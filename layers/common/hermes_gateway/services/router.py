@@ -371,10 +371,12 @@ def _redelivered(routing: Routing, entry: SessionEntry) -> RouteOutcome:
         notes=_notes(entry, message.source.platform), prompt_ratio=entry.tally.prompt_ratio,
     )  # fmt: skip
     started = lifecycle.start(routing.starter, turn)
-    if not started and routing.starter.succeeded(turn_id):
+    if not started and entry.lease_started_at and routing.starter.ended_before(turn_id, entry.lease_started_at):
         # The execution ran to its end before this lease was taken: an answered message routed
         # again after the route forgot it, whose first routing stopped between the lease and the
         # start. Its row is taken back and its lease goes on, as `_begin` does when it sees so.
+        # (A turn still going on in a continuation or after an approval ended its first
+        # execution after the lease was taken: it is left alone.)
         routing.stores.transcript.withdraw(entry.session_id, user_seq)
         return _ran_before(routing, entry, turn_id, entry.lease_token)
     logger.info("redelivered message: its turn started again" if started else "turn already started")
