@@ -28,7 +28,9 @@ Faults are injected at the adapters:
   A send the fake does post can still be answered after the timeout when this machine is loaded:
   the platform posted, the sender counted it failed and the outbox sent it again (BEHAVIOUR §6
   retries timeouts; the Bot API has no idempotency key). The report counts those duplicates apart
-  (`duplicates_after_a_late_platform_answer`, from each send's time span as the sender saw it);
+  (`duplicates_after_a_late_platform_answer`: a post no outbox row holds, of a text a send that
+  timed out carried, during that send or up to 30 s after it, from each send's span as the sender
+  saw it);
   `duplicate_replies_unexplained` is every other duplicate;
 - a turn task crashes once after doing its work: with an error Step Functions retries
   (`Lambda.ServiceException`: the task runs twice) or with one it does not (`Sandbox.Timedout`, a
@@ -53,8 +55,8 @@ the turn engine works inside:
   queued behind a running turn are answered together), apologies (an outbox row of a turn) and
   notices (the router's own replies, such as "still working on your previous message");
 - duplicate_replies: a reply (answer, apology or notice) posted more than once for one message;
-  duplicates_after_a_late_platform_answer: of those, the ones the platform posted during a send
-  that timed out at the sender; duplicate_replies_unexplained: the others (must be 0);
+  duplicates_after_a_late_platform_answer: of those, the ones the platform posted for a send that
+  timed out at the sender; duplicate_replies_unexplained: the others (must be 0);
   answered_and_apologized: messages that got both;
 - lost: acknowledged, never answered (no answer, no apology) and in no dead-letter queue;
 - order_violations: answers that reached a chat after the answer to a later message of that chat;
@@ -961,7 +963,7 @@ def account(
         "busy_notices": kinds.count("notice"),
         "unexpected_replies": ledger.unexpected,
         "duplicate_replies": sum(n - 1 for n in ledger.counts().values() if n > 1),
-        # of those, replies the platform posted while the sender was timing out on them: the
+        # of those, replies the platform posted for a send that timed out at the sender: the
         # gateway retried a send it had to count as failed (BEHAVIOUR §6: timeouts retry)
         "duplicates_after_a_late_platform_answer": ledger.late_duplicates(),
         "duplicate_replies_unexplained": sum(n - 1 for n in ledger.counts().values() if n > 1)
@@ -1162,7 +1164,7 @@ class Ledger:
     def sender(self, key: str, at: float, row: Any, late: bool) -> dict[str, Any]:
         """One reply: seconds after the message's acknowledgement, the turn and chunk of the outbox
         row that recorded it (none when no row holds the platform's message id), and whether the
-        platform posted it while the sender was timing out on it."""
+        platform posted it for a send that timed out at the sender (a late answer)."""
         message = self.messages.get(key)
         after = round(at - message.accepted_at, 1) if message is not None and message.accepted_at and at else None
         found = {"turn": (row.turn_id or "")[-8:] or None, "chunk": row.delivery_id[-12:]} if row is not None else {}
@@ -1170,8 +1172,8 @@ class Ledger:
 
     def late_duplicates(self) -> int:
         """Extra replies explained by a late platform answer: per message and kind of reply, at most
-        one per post the platform made while the sender was timing out (that send counted as
-        failed, and was retried)."""
+        one per post the platform made for a send that timed out at the sender (that send counted
+        as failed, and was retried)."""
         late: Counter[tuple[str, str]] = Counter(
             (key, kind) for key, posts in self.posts.items() for kind, _, _, was_late in posts if was_late
         )

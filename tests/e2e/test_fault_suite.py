@@ -79,8 +79,8 @@ def test_no_secret_or_message_text_reaches_a_log_line(report: dict[str, Any]) ->
 
 def test_no_reply_is_duplicated_reordered_or_contradicted(report: dict[str, Any]) -> None:
     # A duplicate is allowed only where the platform posted a send after the sender had timed out
-    # on it (a retried timeout, BEHAVIOUR §6): each such reply is one the platform made during a
-    # timed-out attempt at that very text
+    # on it (a retried timeout, BEHAVIOUR §6): each such reply is one no outbox row holds, made for
+    # a timed-out attempt at that very text
     assert report["duplicate_replies_unexplained"] == 0, report["duplicated"]
     late = [post for entry in report["duplicated"] for post in entry["sent_by"] if post["late_answer"]]
     assert report["duplicates_after_a_late_platform_answer"] <= len(late)

@@ -1,4 +1,4 @@
-"""bench/faults.py's accounting: a reply the platform posted while the sender was timing out on it
+"""bench/faults.py's accounting: a reply the platform posted for a send that timed out at the sender
 is told from a reply the gateway sent twice, and a short run is sure to draw every kind of fault."""
 
 from __future__ import annotations
