@@ -9,6 +9,7 @@ moto 5.2.x (requirements/dev.txt) and checked by tests/e2e.
 from __future__ import annotations
 
 import base64
+import contextvars
 import json
 import logging
 import os
@@ -392,7 +393,9 @@ def install_lambda_dispatch(
             asynchronous.submit(name, handler, event, context_for)
             return b""
         try:
-            result = handler(event, context_for(name))
+            # In a copy of the caller's context, as if in a process of its own: the handler sets
+            # (and clears) its log keys there, not under the caller that waits for it.
+            result = contextvars.copy_context().run(handler, event, context_for(name))
         except Exception as exc:  # noqa: BLE001 - every failure becomes a function error, as in Lambda
             response_headers["x-amz-function-error"] = "Unhandled"
             return json.dumps(

@@ -76,3 +76,47 @@ def test_an_info_line_drops_what_says_nothing_and_a_warning_keeps_its_place() ->
     assert warm_warning["location"] == "_begin:291" and "cold_start" not in warm_warning
     cold = json.loads(log_json({"level": "INFO", "message": "event accepted", "cold_start": True, **base}))
     assert cold["cold_start"] is True and "service" not in cold
+
+
+def test_invocations_in_flight_together_each_keep_their_own_correlation_keys() -> None:
+    # Given two invocations running at once in one process (local mode runs every function as
+    # threads), each logging before and after the other set its keys, and a thread one of them
+    # starts in a copy of its context (as the typing indicator and the event publisher do)
+    import contextvars
+    import threading
+
+    from hermes_gateway.observability import correlate
+
+    raw = io.StringIO()
+    handler = logger.registered_handler
+    assert isinstance(handler, logging.StreamHandler)
+    previous = handler.setStream(raw)
+    first_set, second_set = threading.Event(), threading.Event()
+
+    def invocation(event_id: str, mine: threading.Event, other: threading.Event) -> None:
+        logger.thread_safe_clear_keys()
+        correlate(event_id, f"session-of-{event_id}")
+        mine.set()
+        other.wait(5)  # the other invocation has set its keys too
+        logger.info("routed")
+        helper = threading.Thread(target=contextvars.copy_context().run, args=(logger.info, "helper"))
+        helper.start()
+        helper.join()
+
+    threads = [
+        threading.Thread(target=invocation, args=("e1", first_set, second_set)),
+        threading.Thread(target=invocation, args=("e2", second_set, first_set)),
+    ]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+    finally:
+        handler.setStream(previous)
+    lines = [json.loads(text) for text in raw.getvalue().strip().splitlines()]
+    # Then every line names its own invocation's event and session, the helper's lines too
+    assert len(lines) == 4
+    for line in lines:
+        assert line["session"] == f"session-of-{line['correlation_id']}", line
+    assert sorted(line["correlation_id"] for line in lines) == ["e1", "e1", "e2", "e2"]

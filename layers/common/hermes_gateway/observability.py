@@ -74,7 +74,17 @@ class GatewayMetrics(Metrics):
 logger = Logger(service="hermes-gateway", json_serializer=log_json)
 metrics = GatewayMetrics(namespace="HermesGateway", service="hermes-gateway")
 
-__all__ = ["MetricUnit", "hash_id", "logger", "metrics"]
+__all__ = ["MetricUnit", "correlate", "hash_id", "logger", "metrics"]
+
+
+def correlate(correlation_id: str | None, session: str | None) -> None:
+    """The keys every following line of this invocation carries: the platform event id (or the
+    delivery's) and the hashed session key. Kept per thread (a context variable), not process-wide:
+    local mode runs every function as threads of one process, where process-wide keys mixed up the
+    lines of invocations in flight together. Each handler's `inject_lambda_context(clear_state=True)`
+    clears them when the next invocation begins; a thread a handler starts carries them if it runs
+    in a copy of the context (`contextvars.copy_context`)."""
+    logger.thread_safe_append_keys(correlation_id=correlation_id, session=session)
 
 
 def hash_id(value: str | None) -> str | None:

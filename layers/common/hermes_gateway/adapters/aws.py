@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import threading
@@ -290,7 +291,8 @@ class EventBridgeEvents:
         if not self._background:
             self._publish(name, detail)
             return
-        future = self._publisher.submit(self._publish, name, dict(detail))
+        # in a copy of this thread's context: its log lines carry the message's keys
+        future = self._publisher.submit(contextvars.copy_context().run, self._publish, name, dict(detail))
         with self._pending_lock:
             self._pending = [f for f in self._pending if not f.done()] + [future]
 

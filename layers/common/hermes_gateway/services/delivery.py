@@ -45,7 +45,7 @@ from hermes_gateway.errors import (
     TransientError,
     UnknownProfile,
 )
-from hermes_gateway.observability import MetricUnit, hash_id, logger, metrics
+from hermes_gateway.observability import MetricUnit, correlate, hash_id, logger, metrics
 from hermes_gateway.platforms.base import Button, Sender, Target, editor_of
 from hermes_gateway.platforms.catalog import text_limit
 from hermes_gateway.platforms.outbound_media import MediaFile, link_line, media_sender_of
@@ -305,7 +305,7 @@ def run_job(
         job = DeliveryJob.from_dict(raw)
     except BadRequest as exc:
         return dead_letter(raw, f"malformed job: {exc}", dead_letters, events)
-    logger.append_keys(correlation_id=job.correlation_id or job.turn_id or job.delivery_id, session=job.session)
+    correlate(job.correlation_id or job.turn_id or job.delivery_id, job.session)
     try:
         deps = deps_for(job.profile)
     except UnknownProfile as exc:  # the profile was removed from the deployment since the job was made

@@ -33,7 +33,7 @@ from hermes_gateway.errors import (
     Unauthorized,
     UnknownProfile,
 )
-from hermes_gateway.observability import MetricUnit, hash_id, logger, metrics
+from hermes_gateway.observability import MetricUnit, correlate, hash_id, logger, metrics
 from hermes_gateway.platforms import catalog
 from hermes_gateway.settings import Settings
 
@@ -447,7 +447,7 @@ def _enqueue_one(platform: str, item: InboundMessage | Ignored, settings: Settin
         thread_sessions_per_user=settings.sessions.thread_sessions_per_user,
         profile=settings.profile,
     )
-    logger.append_keys(correlation_id=item.event_id, session=hash_id(session_key))
+    correlate(item.event_id, hash_id(session_key))
     envelope = item.to_dict()
     envelope["session_key"] = session_key
     if not enqueue_once(envelope):

@@ -31,7 +31,7 @@ from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.domain.targets import Channel, ReplyTarget
 from hermes_gateway.domain.turn_state import TurnNotes
 from hermes_gateway.errors import SessionBusy
-from hermes_gateway.observability import MetricUnit, hash_id, logger, metrics
+from hermes_gateway.observability import MetricUnit, correlate, hash_id, logger, metrics
 from hermes_gateway.services import lifecycle
 from hermes_gateway.services.commands import CommandContext, CommandResult, HomeStore, answer_command, parse_command
 from hermes_gateway.services.turn_commands import (
@@ -162,7 +162,7 @@ def route_message(
          "profile": settings.profile},
         {"source": source.to_dict(), "text": message.text},
     )  # fmt: skip
-    logger.append_keys(correlation_id=message.event_id, session=hash_id(session_key))
+    correlate(message.event_id, hash_id(session_key))
     routing = Routing(message, session_key, settings, stores, starter, access, now)
     read = stores.routes.get(session_key)
     if read is not None and event_mark(message.event_id) in read.recent_events:

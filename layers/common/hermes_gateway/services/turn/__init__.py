@@ -17,7 +17,7 @@ from typing import Any
 
 from hermes_gateway.domain.turn_state import TurnState
 from hermes_gateway.errors import PermanentError
-from hermes_gateway.observability import hash_id, logger
+from hermes_gateway.observability import correlate, hash_id
 from hermes_gateway.services.turn.context import FLUSH_PROMPT, system_prompt
 from hermes_gateway.services.turn.deps import TurnDeps
 from hermes_gateway.services.turn.finish import APOLOGY, continue_turn, fail, finish, respond_and_end
@@ -50,7 +50,7 @@ def run_step(step: str, payload: Mapping[str, Any], deps: TurnDeps) -> dict[str,
     except KeyError:
         raise PermanentError(f"unknown turn step {step!r}") from None
     state = TurnState.from_json(payload)
-    logger.append_keys(correlation_id=state.turn.event_id, session=hash_id(state.turn.session_key))
+    correlate(state.turn.event_id, hash_id(state.turn.session_key))
     return task(state, deps).to_json()
 
 

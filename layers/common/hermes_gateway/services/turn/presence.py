@@ -11,6 +11,7 @@ shows it (a cron run or a memory flush has nobody waiting), and only where the p
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -59,7 +60,9 @@ class TypingIndicator:
         self._presence = presence
         self._target = target
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="typing-indicator", daemon=True)
+        # in a copy of the turn's context: its log lines carry the turn's keys
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(target=context.run, args=(self._run,), name="typing-indicator", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
