@@ -7,7 +7,8 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
 
@@ -34,6 +35,18 @@ def is_throttle(exc: Exception) -> bool:
     return code in _THROTTLES or code.endswith("ThrottlingException")
 
 
+@contextmanager
+def throttling_is_transient(what: str) -> Iterator[None]:
+    """A throttled AWS call in this block raises TransientError(`what`), so the caller's retry
+    policy applies; any other error goes on as it was."""
+    try:
+        yield
+    except Exception as exc:
+        if is_throttle(exc):
+            raise TransientError(what) from exc
+        raise
+
+
 def group_id_for(session_key: str) -> str:
     """The inbox partition of a session: its messages in order, sessions in parallel, no raw ids."""
     return hashlib.sha256(session_key.encode("utf-8")).hexdigest()[:40]
@@ -53,12 +66,8 @@ class SqsQueue:
         return boto3.client("sqs", region_name=self._region)
 
     def send(self, body: dict[str, Any]) -> str:
-        try:
+        with throttling_is_transient("the queue is throttling"):
             response = self._client.send_message(QueueUrl=self.url, MessageBody=json.dumps(body, separators=(",", ":")))
-        except Exception as exc:
-            if is_throttle(exc):
-                raise TransientError("the queue is throttling") from exc
-            raise
         return str(response["MessageId"])
 
     def receive(
@@ -108,16 +117,12 @@ class LambdaDeliveries:
         return str(response.get("ResponseMetadata", {}).get("RequestId", ""))
 
     def _invoke(self, payload: dict[str, Any], invocation_type: str) -> dict[str, Any]:
-        try:
+        with throttling_is_transient("Lambda is throttling the delivery function's invokes"):
             response: dict[str, Any] = self._client.invoke(
                 FunctionName=self.function_arn,
                 InvocationType=invocation_type,
                 Payload=json.dumps(payload, separators=(",", ":")).encode("utf-8"),
             )
-        except Exception as exc:
-            if is_throttle(exc):
-                raise TransientError("Lambda is throttling the delivery function's invokes") from exc
-            raise
         return response
 
 
@@ -197,15 +202,12 @@ class StepFunctionsStarter:
     def start(self, name: str, state: Mapping[str, Any]) -> bool:
         """True when this call started the execution, False when it already existed (Standard
         workflows say so; Express ones start every request, so their tasks are idempotent on the
-        turn instead). Nothing here needs to describe an execution."""
+        turn instead)."""
         try:
-            self._client.start_execution(stateMachineArn=self.arn, name=name, input=json.dumps(state))
+            with throttling_is_transient("Step Functions is throttling"):
+                self._client.start_execution(stateMachineArn=self.arn, name=name, input=json.dumps(state))
         except self._client.exceptions.ExecutionAlreadyExists:
             return False
-        except Exception as exc:
-            if is_throttle(exc):
-                raise TransientError("Step Functions is throttling") from exc
-            raise
         return True
 
     # A stop this close to the lease's start is not "before" it (the two clocks are not one)
@@ -216,13 +218,10 @@ class StepFunctionsStarter:
         answers a start with False, so nothing asks). False when it is not found."""
         arn = self.arn.replace(":stateMachine:", ":execution:", 1) + ":" + name
         try:
-            described = self._client.describe_execution(executionArn=arn)
+            with throttling_is_transient("Step Functions is throttling"):
+                described = self._client.describe_execution(executionArn=arn)
         except self._client.exceptions.ExecutionDoesNotExist:
             return False
-        except Exception as exc:
-            if is_throttle(exc):
-                raise TransientError("Step Functions is throttling") from exc
-            raise
         stopped = described.get("stopDate")
         if described.get("status") != "SUCCEEDED" or stopped is None:
             return False
