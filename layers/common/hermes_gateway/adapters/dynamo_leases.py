@@ -217,7 +217,7 @@ class DynamoLeases:
         handoff = item.get("handoff") or {}
         if handoff.get("from_token") == token and handoff.get("turn"):
             control = ri.control(item)
-            return Finished("handed_off", control.handoff_turn, ri.handoff_queued(item), repeated=True)
+            return Finished("handed_off", control.handoff_turn, ri.handoff_queued(item))
         return Finished("lost")
 
     def _hand_off(

@@ -159,8 +159,6 @@ class Finished:
     status: Literal["released", "handed_off", "lost"]
     next_turn: Turn | None = None  # handed_off: the turn to start (again, on a repeat)
     queued: tuple[QueuedInput, ...] = ()  # handed_off: the messages it answers, to append
-    # handed_off by an earlier try of this finish (a repeat): the turn may be running already
-    repeated: bool = False
 
 
 @dataclass(frozen=True)

@@ -122,54 +122,50 @@ def end_turn(
     if finished.status == "handed_off" and finished.next_turn is not None:
         turn = finished.next_turn
         started = hand_on(transcript, starter, turn, finished.queued)
-        if not started and turn.lease_token and (not finished.repeated or _succeeded_before(starter, turn)):
+        if not started and turn.lease_token:
             # The queued message was answered before (an answered message put back in the inbox
             # after the route stopped remembering its event waited in the queue): its execution
-            # exists, so its turn is not run again, and the lease it was handed goes on at once.
-            if finished.repeated:  # the rows are this finish's first try's: `hand_on` wrote none now
-                _withdraw_rows(transcript, turn)
+            # ran, so its turn is not run again, and the lease it was handed goes on at once.
             logger.info("queued message answered before: its turn is not run again", extra={"turn_id": turn.turn_id})
             end_turn(leases, transcript, starter, successor, turn.lease_token, tally=SessionTally(), succeeded=True)
     return finished.status
 
 
-def _succeeded_before(starter: TurnStarter | None, turn: Turn) -> bool:
-    """A repeated finish whose hand-off still stands found the next turn's execution: mostly the
-    one its first try started, which runs (or goes on in a continuation). Only one that succeeded
-    before the hand-off is an older one (the first try stopped before its start, and the queued
-    message had been answered before)."""
-    return starter is not None and starter.ended_before(turn.turn_id, turn.started_at)
-
-
-def _withdraw_rows(transcript: Transcript, turn: Turn) -> None:
-    assert turn.session_id is not None
-    for seq in turn.user_seqs:
-        transcript.withdraw(turn.session_id, seq)
-
-
 def start_after_rows(
-    transcript: Transcript, starter: TurnStarter | None, turn: Turn, rows: Sequence[TranscriptRow]
+    transcript: Transcript,
+    starter: TurnStarter | None,
+    turn: Turn,
+    rows: Sequence[TranscriptRow],
+    leased_at: float | None,
 ) -> bool:
     """The turn's user rows join the transcript (durable even if the start below fails: a repeat
-    writes nothing twice), then the turn starts. False when its execution existed: its messages
-    were answered before (routed again after the route stopped remembering them), so the rows
-    this call wrote are taken back and the transcript holds each message once."""
+    writes nothing twice), then the turn starts. True when it runs: started now, or by an earlier
+    try of the same step. False when its execution ran before: its messages were answered before
+    (routed again after the route stopped remembering them), so the rows are taken back and the
+    transcript holds each message once.
+
+    An execution the start finds ran before when this call wrote every row: no earlier try got as
+    far as the start (the rows go first). When an earlier try wrote them, it may have started the
+    execution, which runs or goes on in a continuation; it ran before only if it succeeded before
+    the lease was taken, at `leased_at` (None: unknown, so it is taken to run)."""
     assert turn.session_id is not None
     written = [row.seq for row in rows if transcript.put(turn.session_id, row)]
     if starter is None:
         raise PermanentError("no turn starter: the turn's messages cannot be answered")
-    started = start(starter, turn)
-    if not started:
-        for seq in written:
-            transcript.withdraw(turn.session_id, seq)
-    return started
+    if start(starter, turn):
+        return True
+    if len(written) < len(rows) and (leased_at is None or not starter.ended_before(turn.turn_id, leased_at)):
+        return True
+    for row in rows:
+        transcript.withdraw(turn.session_id, row.seq)
+    return False
 
 
 def hand_on(transcript: Transcript, starter: TurnStarter | None, turn: Turn, queued: Sequence[QueuedInput]) -> bool:
     """The queued messages join the transcript and their turn starts (`start_after_rows`)."""
     assert turn.session_id is not None
     rows = [user_row(item, seq, turn.session_id) for item, seq in zip(queued, turn.user_seqs, strict=False)]
-    started = start_after_rows(transcript, starter, turn, rows)
+    started = start_after_rows(transcript, starter, turn, rows, leased_at=turn.started_at)  # handed on then
     logger.debug("lease handed to the next queued turn", extra={"next": turn.turn_id})
     return started
 

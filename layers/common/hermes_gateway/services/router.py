@@ -286,7 +286,7 @@ def _begin(routing: Routing, entry: SessionEntry, text: str) -> RouteOutcome | N
     # The row is written once the lease is held, so the transcript reads in turn order: a message
     # that waited for a running turn comes after that turn's answer.
     row = _user_row(message, text, begun.user_seq, entry.session_id)
-    if not lifecycle.start_after_rows(stores.transcript, routing.starter, turn, [row]):
+    if not lifecycle.start_after_rows(stores.transcript, routing.starter, turn, [row], leased_at=routing.now):
         return _ran_before(routing, entry, turn_id, token)
     metrics.add_metric(name="TurnStarted", unit=MetricUnit.Count, value=1)
     logger.info("turn started", extra={"turn_id": turn_id})
@@ -356,30 +356,28 @@ def _behind_stranded_queue(routing: Routing, entry: SessionEntry, token: str, te
 def _redelivered(routing: Routing, entry: SessionEntry) -> RouteOutcome:
     """The route remembers this event: it began a turn, or joined one's queue. Only when its turn
     still holds the lease may its start be missing (the router stopped between the two): the
-    row and the start are repeated, each harmless twice."""
+    row and the start are repeated, each harmless twice. An execution the start finds that ran to
+    its end before this lease was taken is an older one (`start_after_rows`): an answered message
+    routed again after the route forgot it, whose first routing stopped before its start; its
+    lease goes on, as `_begin`'s does."""
     message = routing.message
     turn_id = lifecycle.turn_id_for(entry.session_id, message.event_id)
     if entry.lease_token != lifecycle.lease_token_for(turn_id) or entry.reply_seq is None:
         logger.info("message already routed", extra={"turn_id": turn_id})
         return RouteOutcome("already_answered", "ok", turn_id, entry.session_id)
     user_seq = entry.reply_seq - 1
-    routing.stores.transcript.put(entry.session_id, _user_row(message, message.text, user_seq, entry.session_id))
+    row = _user_row(message, message.text, user_seq, entry.session_id)
     turn = lifecycle.chat_turn(
         session_key=routing.session_key, session_id=entry.session_id, event_id=message.event_id,
         source=message.source, reply_to=reply_target(message), user_seq=user_seq, reply_seq=entry.reply_seq,
         text=message.text, now=routing.now, hidden=entry.hidden, model_override=entry.model_override,
         notes=_notes(entry, message.source.platform), prompt_ratio=entry.tally.prompt_ratio,
     )  # fmt: skip
-    started = lifecycle.start(routing.starter, turn)
-    if not started and entry.lease_started_at and routing.starter.ended_before(turn_id, entry.lease_started_at):
-        # The execution ran to its end before this lease was taken: an answered message routed
-        # again after the route forgot it, whose first routing stopped between the lease and the
-        # start. Its row is taken back and its lease goes on, as `_begin` does when it sees so.
-        # (A turn still going on in a continuation or after an approval ended its first
-        # execution after the lease was taken: it is left alone.)
-        routing.stores.transcript.withdraw(entry.session_id, user_seq)
+    if not lifecycle.start_after_rows(
+        routing.stores.transcript, routing.starter, turn, [row], leased_at=entry.lease_started_at
+    ):
         return _ran_before(routing, entry, turn_id, entry.lease_token)
-    logger.info("redelivered message: its turn started again" if started else "turn already started")
+    logger.info("redelivered message: its turn runs")
     return RouteOutcome("already_started", "ok", turn_id, entry.session_id)
 
 
