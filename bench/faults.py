@@ -934,13 +934,7 @@ def account(
     bot_of = {token: bot for bot, (_, _, token) in BOTS.items()}
     with telegram._lock:
         sent = [{**s, "bot": bot_of.get(t, t[:8])} for s, t in zip(telegram.sent, telegram.sent_tokens, strict=True)]
-    # A late answer: a post the outbox never learned the id of (its send timed out), of a text a
-    # timed-out send carried
-    recorded = {(r.chat_id, r.platform_message_id) for r in rows if r.platform_message_id}
-    for posted in sent:
-        unrecorded = (str(posted["chat_id"]), str(posted["message_id"])) not in recorded
-        posted["late"] = unrecorded and _posted_after_timeout(posted, sends)
-    ledger = Ledger.read(sent, traffic.messages, rows, turns)
+    ledger = Ledger.read(sent, traffic.messages, rows, turns, sends)
     dead = _dead_letters(by_ref)
     wrong_bot = _wrong_bot(sent, traffic.messages)
     accepted = [m for m in traffic.messages if m.accepted]
@@ -968,7 +962,7 @@ def account(
         "duplicates_after_a_late_platform_answer": ledger.late_duplicates(),
         "duplicate_replies_unexplained": sum(n - 1 for n in ledger.counts().values() if n > 1)
         - ledger.late_duplicates(),
-        "platform_sends": _send_spans(sends, sent),
+        "platform_sends": _send_spans(sends, ledger.late_posts),
         "duplicated": ledger.evidence([k for k, n in ledger.counts().items() if n > 1]),
         "answered_and_apologized": ledger.evidence(ledger.answered_and_apologized()),
         "lost": len(lost),
@@ -1000,7 +994,7 @@ def _posted_after_timeout(posted: dict[str, Any], sends: Sequence[tuple[str, str
     )
 
 
-def _send_spans(sends: Sequence[tuple[str, str, float, float, str]], sent: list[dict[str, Any]]) -> dict[str, Any]:
+def _send_spans(sends: Sequence[tuple[str, str, float, float, str]], late_posts: int) -> dict[str, Any]:
     """The gateway's text sends as its sender saw them: how long they took, how many timed out, and
     how many of those the platform had posted all the same (it answered after the timeout)."""
     spans = sorted(ended - started for _, _, started, ended, _ in sends)
@@ -1014,7 +1008,7 @@ def _send_spans(sends: Sequence[tuple[str, str, float, float, str]], sent: list[
         "count": len(spans),
         "seconds": {"p50": pick(0.5), "p95": pick(0.95), "max": round(spans[-1], 2)},
         "timed_out": sum(1 for *_, outcome in sends if "timed out" in outcome),
-        "timed_out_but_posted": sum(1 for posted in sent if posted.get("late")),
+        "timed_out_but_posted": late_posts,
     }
 
 
@@ -1041,9 +1035,17 @@ class Ledger:
     # (its turn and chunk), so a duplicated answer shows which turns sent it
     posts: dict[str, list[tuple[str, float, Any, bool]]] = field(default_factory=lambda: defaultdict(list))
     turns_of: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # key -> every turn answering it
+    late_posts: int = 0  # posts the platform made for a send that timed out, no row holding their id
 
     @classmethod
-    def read(cls, sent: list[dict[str, Any]], messages: list[Message], rows: list[Any], turns: Turns) -> Ledger:
+    def read(
+        cls,
+        sent: list[dict[str, Any]],
+        messages: list[Message],
+        rows: list[Any],
+        turns: Turns,
+        sends: Sequence[tuple[str, str, float, float, str]] = (),
+    ) -> Ledger:
         from hermes_gateway.services.turn import APOLOGY
 
         by_ref = {m.ref: m for m in messages}
@@ -1065,6 +1067,10 @@ class Ledger:
         for posted in sent:
             chat = str(posted["chat_id"])
             row = by_platform_id.get((chat, str(posted["message_id"])))
+            # a late answer: a post the outbox never learned the id of (its send timed out), of a
+            # text a timed-out send carried
+            late = row is None and _posted_after_timeout(posted, sends)
+            ledger.late_posts += late
             if posted["text"].startswith("Echo: "):
                 kind = "answer"
                 answered = [m for m in messages if str(m.chat_id) == chat and m.text in posted["text"]]
@@ -1081,7 +1087,7 @@ class Ledger:
             if not answered:
                 ledger.unexpected.append({"chat": posted["chat_id"], "text": posted["text"][:80]})
                 continue
-            ledger.record(kind, answered, float(posted.get("at") or 0.0), row, late=bool(posted.get("late")))
+            ledger.record(kind, answered, float(posted.get("at") or 0.0), row, late=late)
         return ledger
 
     def record(self, kind: str, answered: list[Message], at: float, row: Any, late: bool = False) -> None:
