@@ -166,3 +166,174 @@ def test_this_process_clients_are_answered_without_a_socket(monkeypatch: pytest.
             IN_PROCESS.forget(url)
         with pytest.raises(EndpointConnectionError):  # forgotten: the call goes to the (absent) server
             boto3.client("s3", region_name="us-east-1", endpoint_url=url).list_buckets()
+
+
+def test_json_protocol_calls_are_answered_in_process_under_either_loopback_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """DynamoDB, SQS and Step Functions calls go straight to moto's response classes: their
+    answers and errors are what the server gives. moto's Step Functions names the server
+    localhost, the functions 127.0.0.1: both are answered without a socket."""
+    from moto.moto_server import werkzeug_app
+
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    configure_moto()
+    port = _unused_port()
+    app = LoopbackOnly(werkzeug_app.DomainDispatcherApplication(werkzeug_app.create_backend_app), port)
+    with mock_aws():
+        IN_PROCESS.serve(f"http://127.0.0.1:{port}", app)
+        try:
+            for host in ("127.0.0.1", "localhost"):
+                url = f"http://{host}:{port}"
+                ddb = boto3.client("dynamodb", region_name="us-east-1", endpoint_url=url)
+                if host == "127.0.0.1":
+                    ddb.create_table(
+                        TableName="t",
+                        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                        BillingMode="PAY_PER_REQUEST",
+                    )
+                ddb.put_item(TableName="t", Item={"pk": {"S": host}}, ConditionExpression="attribute_not_exists(pk)")
+                with pytest.raises(ClientError) as refused:
+                    ddb.put_item(
+                        TableName="t", Item={"pk": {"S": host}}, ConditionExpression="attribute_not_exists(pk)"
+                    )
+                assert refused.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
+                with pytest.raises(ClientError, match="ResourceNotFoundException"):
+                    ddb.get_item(TableName="absent", Key={"pk": {"S": "x"}})
+                sqs = boto3.client("sqs", region_name="us-east-1", endpoint_url=url)
+                queue = sqs.create_queue(QueueName=f"q-{host.replace('.', '-')}")["QueueUrl"]
+                sqs.send_message(QueueUrl=queue, MessageBody="hello")
+                assert [m["Body"] for m in sqs.receive_message(QueueUrl=queue)["Messages"]] == ["hello"]
+                sfn = boto3.client("stepfunctions", region_name="us-east-1", endpoint_url=url)
+                with pytest.raises(ClientError, match="StateMachineDoesNotExist"):
+                    sfn.describe_state_machine(stateMachineArn="arn:aws:states:us-east-1:123456789012:stateMachine:x")
+            assert sorted(i["pk"]["S"] for i in ddb.scan(TableName="t")["Items"]) == ["127.0.0.1", "localhost"]
+        finally:
+            IN_PROCESS.forget(f"http://127.0.0.1:{port}")
+        for host in ("127.0.0.1", "localhost"):  # both names forgotten
+            with pytest.raises(EndpointConnectionError):
+                boto3.client("dynamodb", region_name="us-east-1", endpoint_url=f"http://{host}:{port}").list_tables()
+
+
+def _query_answers(client: Any) -> list[Any]:
+    """Queries of one partition among several, paged, reversed, filtered, limited, and of an index."""
+    answers: list[Any] = []
+    for params in (
+        {"KeyConditionExpression": "pk = :p", "ExpressionAttributeValues": {":p": {"S": "b"}}},
+        {
+            "KeyConditionExpression": "pk = :p",
+            "ExpressionAttributeValues": {":p": {"S": "b"}},
+            "ScanIndexForward": False,
+            "Limit": 3,
+        },
+        {
+            "KeyConditionExpression": "pk = :p AND sk > :s",
+            "ExpressionAttributeValues": {":p": {"S": "c"}, ":s": {"N": "2"}},
+        },
+        {
+            "KeyConditionExpression": "pk = :p",
+            "FilterExpression": "tag = :t",
+            "ExpressionAttributeValues": {":p": {"S": "a"}, ":t": {"S": "odd"}},
+        },
+        {"KeyConditionExpression": "pk = :p", "ExpressionAttributeValues": {":p": {"S": "none"}}},
+        {
+            "IndexName": "by-tag",
+            "KeyConditionExpression": "tag = :t",
+            "ExpressionAttributeValues": {":t": {"S": "even"}},
+        },
+    ):
+        pages, start = [], None
+        while True:
+            page = client.query(
+                TableName="t", **{"Limit": 2, **params, **({"ExclusiveStartKey": start} if start else {})}
+            )
+            page.pop("ResponseMetadata")
+            pages.append(page)
+            start = page.get("LastEvaluatedKey")
+            if not start or len(pages) > 20:
+                break
+        answers.append(pages)
+    return answers
+
+
+def test_a_table_query_reads_its_partition_only_and_answers_as_before(
+    dynamodb: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moto.dynamodb.models.table import Table
+
+    dynamodb.update_table(
+        TableName="t",
+        AttributeDefinitions=[{"AttributeName": "tag", "AttributeType": "S"}],
+        GlobalSecondaryIndexUpdates=[
+            {
+                "Create": {
+                    "IndexName": "by-tag",
+                    "KeySchema": [{"AttributeName": "tag", "KeyType": "HASH"}],
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+            }
+        ],
+    )
+    for pk in "cab":
+        for sk in (5, 1, 4, 2, 3):
+            dynamodb.put_item(
+                TableName="t", Item={"pk": {"S": pk}, "sk": {"N": str(sk)}, "tag": {"S": "odd" if sk % 2 else "even"}}
+            )
+    read: list[int] = []
+    shortcut, moto_query, moto_all_items = Table.all_items, Table.query.hermes_original, Table.all_items.hermes_original
+
+    def counting(self: Any) -> Any:
+        items = shortcut(self)
+        read.append(len(items))
+        return items
+
+    monkeypatch.setattr(Table, "all_items", counting)
+    answers = _query_answers(dynamodb)
+    assert [i["sk"]["N"] for p in answers[0] for i in p["Items"]] == ["1", "2", "3", "4", "5"]
+    assert [[i["sk"]["N"] for i in p["Items"]] for p in answers[1]] == [["5", "4", "3"], ["2", "1"]]
+    assert {i["pk"]["S"] for p in answers[5] for i in p["Items"]} == {"a", "b", "c"}
+    assert max(read[:-3]) == 5  # a table query saw its own partition; the index query saw all 15
+    assert read[-1] == 15
+    monkeypatch.setattr(Table, "query", moto_query)
+    monkeypatch.setattr(Table, "all_items", moto_all_items)
+    assert _query_answers(dynamodb) == answers
+
+
+def test_update_expressions_copied_by_pickle_update_as_moto_does(
+    dynamodb: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import copy
+
+    from moto.dynamodb.parsing import validators
+
+    key = {"pk": {"S": "a"}, "sk": {"N": "1"}}
+
+    def updates() -> list[Any]:
+        dynamodb.put_item(TableName="t", Item={**key, "l": {"L": [{"N": "1"}]}, "m": {"M": {"x": {"S": "y"}}}})
+        answers = []
+        for _ in range(2):  # the second time from the cached copy
+            answers.append(
+                dynamodb.update_item(
+                    TableName="t",
+                    Key=key,
+                    UpdateExpression="SET l = list_append(l, :l), m.#x = :v, c = if_not_exists(c, :z) + :one"
+                    " REMOVE gone",
+                    ExpressionAttributeNames={"#x": "x"},
+                    ExpressionAttributeValues={
+                        ":l": {"L": [{"S": "two"}]},
+                        ":v": {"S": "w"},
+                        ":z": {"N": "0"},
+                        ":one": {"N": "1"},
+                    },
+                    ReturnValues="ALL_NEW",
+                )["Attributes"]
+            )
+        return answers
+
+    pickled = updates()
+    assert pickled[1]["l"] == {"L": [{"N": "1"}, {"S": "two"}, {"S": "two"}]} and pickled[1]["c"] == {"N": "2"}
+    monkeypatch.setattr(validators, "deepcopy", copy.deepcopy)
+    assert updates() == pickled
