@@ -87,7 +87,11 @@ class PlatformStub:
     def __init__(self) -> None:
         self.received: dict[tuple[str, str], list[tuple[float, str]]] = defaultdict(list)
         self.requests = 0
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
+        # One condition per chat, on one lock: a reply wakes the client waiting for that chat only
+        # (with one for all, each post woke all 100 waiting conversations, GIL churn on the
+        # interpreter the gateway runs in).
+        self._replied: dict[tuple[str, str], threading.Condition] = {}
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -95,13 +99,13 @@ class PlatformStub:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
-                with stub._changed:
+                with stub._lock:
                     stub.requests += 1
                     message_id = stub.requests
                     if self.path.endswith("/sendMessage"):
                         key = (str(body.get("chat_id")), str(body.get("message_thread_id") or ""))
                         stub.received[key].append((time.perf_counter(), str(body.get("text"))))
-                    stub._changed.notify_all()
+                        stub._replied_to(key).notify_all()
                 answer = json.dumps({"ok": True, "result": {"message_id": message_id, "date": 0}}).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
@@ -117,15 +121,22 @@ class PlatformStub:
         threading.Thread(target=self._server.serve_forever, name="platform-stub", daemon=True).start()
         self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}"
 
+    def _replied_to(self, key: tuple[str, str]) -> threading.Condition:
+        """The chat's condition (made on first use; the caller holds the lock)."""
+        if key not in self._replied:
+            self._replied[key] = threading.Condition(self._lock)
+        return self._replied[key]
+
     def wait(self, chat_id: str, thread_id: str, count: int, timeout: float) -> list[tuple[float, str]]:
         deadline = time.monotonic() + timeout
-        with self._changed:
-            while len(self.received[(chat_id, thread_id)]) < count:
+        key = (chat_id, thread_id)
+        with self._lock:
+            while len(self.received[key]) < count:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"no reply #{count} to chat {chat_id} thread {thread_id or '-'} in {timeout} s")
-                self._changed.wait(left)
-            return list(self.received[(chat_id, thread_id)])
+                self._replied_to(key).wait(left)
+            return list(self.received[key])
 
     def close(self) -> None:
         self._server.shutdown()

@@ -86,7 +86,7 @@ def run(levels: dict[int, int] | None = None) -> dict[str, Any]:
                 plans.append([(s, telegram_update(next(update_ids), f"message {m}", s)) for m, s in enumerate(turns)])
             messages = concurrent * per_conversation
             expected += messages
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             with ThreadPoolExecutor(max_workers=concurrent, thread_name_prefix="client") as pool:
                 latencies = [
                     x for f in [pool.submit(conversation, gateway.url, platform, p) for p in plans] for x in f.result()
@@ -95,16 +95,22 @@ def run(levels: dict[int, int] | None = None) -> dict[str, Any]:
                 if time.perf_counter() - started > 300:
                     raise RuntimeError(f"{concurrent} concurrent sessions: replies missing from the outbox")
                 time.sleep(0.05)
-            seconds = time.perf_counter() - started
+            seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
             results[str(concurrent)] = {
                 "messages": messages,
                 "seconds": round(seconds, 2),
                 "messages_per_second": round(messages / seconds, 2),
+                # the interpreter's CPU (every thread: gateway, embedded AWS, stub, clients) per
+                # message: steadier than the rate on a shared machine, whose speed varies
+                "cpu_ms_per_message": round(cpu_seconds / messages * 1000, 1),
                 "reply_p50_seconds": round(statistics.median(latencies), 3),
                 "reply_max_seconds": round(max(latencies), 3),
             }
             rate = messages / seconds
-            print(f"  {concurrent:>3} concurrent sessions: {rate:6.2f} messages/s ({messages} in {seconds:.1f} s)")
+            print(
+                f"  {concurrent:>3} concurrent sessions: {rate:6.2f} messages/s ({messages} in {seconds:.1f} s,"
+                f" {cpu_seconds / messages * 1000:.1f} ms CPU each)"
+            )
             time.sleep(1.0)  # the last turns commit before the next level starts
     return {
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
