@@ -337,3 +337,49 @@ def test_update_expressions_copied_by_pickle_update_as_moto_does(
     assert pickled[1]["l"] == {"L": [{"N": "1"}, {"S": "two"}, {"S": "two"}]} and pickled[1]["c"] == {"N": "2"}
     monkeypatch.setattr(validators, "deepcopy", copy.deepcopy)
     assert updates() == pickled
+
+
+def test_update_expressions_traversed_directly_update_and_refuse_as_moto_does(
+    dynamodb: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser
+
+    key = {"pk": {"S": "a"}, "sk": {"N": "1"}}
+    updates: list[dict[str, Any]] = [
+        {
+            "UpdateExpression": "SET m.#x = :v, l[1] = :v, n = if_not_exists(n, :z) + :one, s = :s REMOVE gone, l[0]",
+            "ExpressionAttributeNames": {"#x": "x"},
+            "ExpressionAttributeValues": {":v": {"S": "w"}, ":z": {"N": "0"}, ":one": {"N": "1"}, ":s": {"SS": ["q"]}},
+        },
+        {
+            "UpdateExpression": "ADD n :one, s :s DELETE t :s",
+            "ExpressionAttributeValues": {":one": {"N": "2"}, ":s": {"SS": ["r"]}},
+        },
+        {"UpdateExpression": "SET pk = :v", "ExpressionAttributeValues": {":v": {"S": "b"}}},  # a key: refused
+        {"UpdateExpression": "SET n = n + :v", "ExpressionAttributeValues": {":v": {"S": "text"}}},  # a type mismatch
+        {
+            "UpdateExpression": "SET m.missing.deeper = :v",
+            "ExpressionAttributeValues": {":v": {"S": "x"}},
+        },  # no such path
+    ]
+
+    def outcomes() -> list[Any]:
+        dynamodb.put_item(
+            TableName="t",
+            Item={**key, "m": {"M": {"x": {"S": "y"}}}, "l": {"L": [{"N": "1"}, {"N": "2"}]}, "t": {"SS": ["r", "u"]}},
+        )
+        found: list[Any] = []
+        for update in updates:
+            try:
+                found.append(
+                    dynamodb.update_item(TableName="t", Key=key, ReturnValues="ALL_NEW", **update)["Attributes"]
+                )
+            except ClientError as exc:
+                found.append((exc.response["Error"]["Code"], exc.response["Error"]["Message"]))
+        return found
+
+    direct = outcomes()
+    assert direct[1]["n"] == {"N": "3"} and direct[1]["l"] == {"L": [{"S": "w"}]}
+    assert [type(o) for o in direct[2:]] == [tuple, tuple, tuple]
+    monkeypatch.setattr(DepthFirstTraverser, "traverse", DepthFirstTraverser.traverse.hermes_original)
+    assert outcomes() == direct
