@@ -661,6 +661,9 @@ class Traffic:
 # --- the run ----------------------------------------------------------------------------------
 
 
+HANDED_TO_DELIVERY = "delivery failed in the turn; handed to the delivery function"  # turn/finish.py
+
+
 class LogCapture(logging.Handler):
     """Every line the functions log, at every level, as CloudWatch would get it, and what the
     process writes to standard error (local mode's notes on crashed invocations)."""
@@ -693,6 +696,20 @@ class LogCapture(logging.Handler):
             std.setLevel(level)
             for handler, handler_level in quiet:
                 handler.setLevel(handler_level)
+
+    def correlations(self, message: str) -> list[str]:
+        """The correlation ids (a turn's platform event id) of the lines logging `message`."""
+        found = []
+        for line in self.lines:
+            if message not in line:
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("message") == message:
+                found.append(str(record.get("correlation_id")))
+        return sorted(set(found))
 
     def scan(self, secrets: dict[str, str], texts: list[str]) -> dict[str, Any]:
         logged = "\n".join(self.lines)
@@ -827,6 +844,9 @@ def run(profile: Profile, seed: int = 7, logs: Path | None = None) -> dict[str, 
             },
             [m.text for m in traffic.messages],
         )
+        # Turns whose answer went to the asynchronous retries after the Deliver task's (Finish):
+        # the one case a later answer may pass it (infra/statemachines/turn.asl.json, Deliver)
+        report["handed_to_delivery_function"] = capture.correlations(HANDED_TO_DELIVERY)
         if logs is not None:
             logs.write_text("\n".join(capture.lines) + "\n" + capture.stderr.getvalue(), encoding="utf-8")
         report.update(
@@ -1158,6 +1178,7 @@ class Ledger:
             found.append(
                 {
                     "message": key,
+                    "update_id": self.messages[key].update_id if key in self.messages else None,
                     "replies": self.replies.get(key, []),
                     "outbox": rows,
                     **self.timeline(key),

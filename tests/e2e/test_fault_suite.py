@@ -88,7 +88,10 @@ def test_no_reply_is_duplicated_reordered_or_contradicted(report: dict[str, Any]
     assert len(late) <= report["platform_sends"]["timed_out_but_posted"] <= report["platform_sends"]["timed_out"]
     if report["order_violations"]:  # the whole evidence (an assertion's message is cut short)
         pytest.fail(
-            "replies out of order: " + json.dumps({k: report[k] for k in ("out_of_order", "reply_order")}, default=str)
+            "replies out of order: "
+            + json.dumps(
+                {k: report[k] for k in ("out_of_order", "reply_order", "handed_to_delivery_function")}, default=str
+            )
         )
     assert report["answered_and_apologized"] == []
     assert report["wrong_bot"] == 0, report["wrong_bot_replies"]

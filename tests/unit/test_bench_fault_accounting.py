@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bench.faults import SIZES, Faults, Ledger, Message, _posted_after_timeout
+from bench.faults import HANDED_TO_DELIVERY, SIZES, Faults, Ledger, LogCapture, Message, _posted_after_timeout
 
 TIMED_OUT = "TransientError: telegram: timed out: no answer within 3 s"
 
@@ -68,3 +68,22 @@ def test_a_forced_crash_is_one_the_workflow_retries() -> None:
 
 def test_the_full_run_is_left_to_the_dice() -> None:
     assert SIZES["full"].sure_by == 0 and SIZES["ci"].sure_by > 0
+
+
+def test_turns_handed_to_the_delivery_function_are_read_off_their_warning_lines() -> None:
+    import json
+
+    capture = LogCapture()
+    capture.lines = [
+        json.dumps({"level": "WARNING", "message": HANDED_TO_DELIVERY, "correlation_id": "telegram:100002"}),
+        json.dumps({"level": "INFO", "message": "agent:end", "correlation_id": "telegram:100003"}),
+        json.dumps({"level": "WARNING", "message": HANDED_TO_DELIVERY, "correlation_id": "telegram:100002"}),
+        json.dumps({"level": "INFO", "message": "quoted: " + HANDED_TO_DELIVERY, "correlation_id": "telegram:9"}),
+        "not json " + HANDED_TO_DELIVERY,
+    ]
+    assert capture.correlations(HANDED_TO_DELIVERY) == ["telegram:100002"]
+    # the line the Finish task writes when it hands the answer over (the bench looks for this text)
+    from pathlib import Path
+
+    finish = Path(__file__).resolve().parents[2] / "layers/common/hermes_gateway/services/turn/finish.py"
+    assert f'logger.warning("{HANDED_TO_DELIVERY}"' in finish.read_text(encoding="utf-8")
