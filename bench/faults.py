@@ -60,6 +60,9 @@ the turn engine works inside:
   answered_and_apologized: messages that got both;
 - lost: acknowledged, never answered (no answer, no apology) and in no dead-letter queue;
 - order_violations: answers that reached a chat after the answer to a later message of that chat;
+  handed_to_delivery_function: the turns (their event ids) whose answer Finish handed to the
+  asynchronous retries after the Deliver task's ran out, the one case the workflow lets a later
+  answer pass (infra/statemachines/turn.asl.json);
 - wrong_bot: replies (answers, apologies, notices) the platform accepted for a session's chat
   through a bot other than the session's (the deployment's token on a coder chat, or the
   reverse); replies_by_bot and received_by_bot count each bot's share;
