@@ -664,9 +664,6 @@ class Traffic:
 # --- the run ----------------------------------------------------------------------------------
 
 
-HANDED_TO_DELIVERY = "delivery failed in the turn; handed to the delivery function"  # turn/finish.py
-
-
 class LogCapture(logging.Handler):
     """Every line the functions log, at every level, as CloudWatch would get it, and what the
     process writes to standard error (local mode's notes on crashed invocations)."""
@@ -849,6 +846,8 @@ def run(profile: Profile, seed: int = 7, logs: Path | None = None) -> dict[str, 
         )
         # Turns whose answer went to the asynchronous retries after the Deliver task's (Finish):
         # the one case a later answer may pass it (infra/statemachines/turn.asl.json, Deliver)
+        from hermes_gateway.services.turn.finish import HANDED_TO_DELIVERY
+
         report["handed_to_delivery_function"] = capture.correlations(HANDED_TO_DELIVERY)
         if logs is not None:
             logs.write_text("\n".join(capture.lines) + "\n" + capture.stderr.getvalue(), encoding="utf-8")

@@ -26,6 +26,8 @@ from hermes_gateway.services.turn.deps import TurnDeps
 from hermes_gateway.services.turn.respond import SILENT_REPLIES, keep_reply, reply_job, respond
 
 APOLOGY = "Sorry, something went wrong while I was answering. Please try again in a moment."
+# The warning Finish logs when it hands a turn's answer to the asynchronous retries (bench/faults.py reads it)
+HANDED_TO_DELIVERY = "delivery failed in the turn; handed to the delivery function"
 # The Respond task may run 85 s (infra/statemachines/turn.asl.json); it sends its answer and
 # finishes only when it has run less than this, so a send (a platform's answer, the outbox's
 # writes, a short rate limit waited out) and the finish fit in the rest.
@@ -180,7 +182,7 @@ def _deliver_later(state: TurnState, deps: TurnDeps) -> None:
     """Deliver failed after its retries (a platform outage): the jobs go to the delivery function
     asynchronously, which retries them twice more and then dead-letters them with an alarm."""
     error = (state.delivery_error or {}).get("Error", "unknown")
-    logger.warning("delivery failed in the turn; handed to the delivery function", extra={"error": str(error)[:80]})
+    logger.warning(HANDED_TO_DELIVERY, extra={"error": str(error)[:80]})
     for job in state.deliveries:
         deps.deliveries.send(dict(job))
 
