@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import base64
 import contextvars
+import functools
+import importlib
 import json
 import logging
 import os
@@ -73,7 +75,6 @@ def reuse_step_functions_work() -> None:
     The parsed program is reused per definition: its components keep each execution's state in
     that execution's environment (retry attempts, the data stack), never in themselves. The
     Lambda client is reused per region and endpoint: boto3 clients are safe across threads."""
-    import functools
 
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
     from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
@@ -108,7 +109,6 @@ def skip_repeated_request_work() -> None:
     process runs: which modules moto has (a directory listing and a stat per entry, about 70 per
     request in routing alone), and which actions a response class has (`inspect.getmembers`).
     Both are computed once here; yappi put them at a tenth of local mode's CPU."""
-    import functools
 
     from moto import backends
     from moto.core import responses
@@ -306,7 +306,6 @@ def parse_json_paths_once() -> None:
     jsonpath_ng builds its parser (PLY's tables) for every parse: a fortieth of local mode's
     CPU. Parsed paths are immutable (finding and updating change the data, not the path), so
     each path string is parsed once per process."""
-    import functools
 
     from moto.stepfunctions.parser.asl.component.common.path import result_path
     from moto.stepfunctions.parser.asl.utils import json_path
@@ -958,11 +957,15 @@ def _json_protocol_handler(target: Any) -> Any:
         target = target.decode("latin-1")
     if not target or "." not in target:
         return None
-    found = _JSON_PROTOCOL_HANDLERS.get(target.split(".", 1)[0])
+    return _dispatch_of(target.split(".", 1)[0])
+
+
+@functools.cache
+def _dispatch_of(prefix: str) -> Any:
+    """The moto response class's dispatch for a target prefix (imported once), or None."""
+    found = _JSON_PROTOCOL_HANDLERS.get(prefix)
     if found is None:
         return None
-    import importlib
-
     module, name = found
     return getattr(importlib.import_module(module), name).dispatch
 
