@@ -10,6 +10,8 @@ URL, with `fake.token`.
   member, or the channel does not exist), those in `fake.archived_channels` answer 400
   `can_not_post_to_deleted`, a wrong token answers 401: Mattermost's own error bodies
   (`app_error`) are used throughout.
+- A post whose body carries `pending_post_id` seen in the last 30 seconds is not created again: the
+  server answers 201 with the post it created then, as Mattermost's `deduplicateCreatePost` does.
 - `PUT /api/v4/posts/{id}/patch` changes a post's message (`fake.text_of(post_id)`); each accepted
   edit is in `fake.edits` with its arrival time (`at`, time.monotonic), each post's in `fake.posted_at`.
 - `fake.answer_next(status, body, times=n, headers=...)` scripts the next answers; `RATE_LIMITED`
@@ -26,6 +28,7 @@ from tests.fakes.loopback import LoopbackFake, ScriptedAnswer
 
 DEFAULT_TOKEN = "fakemattermostbottoken0000a"  # 26 characters, like a Mattermost access token
 RATE_LIMITED = "limit exceeded\n"  # Mattermost's limiter answers with http.Error's text body
+PENDING_POST_IDS_TTL = 30.0  # seconds Mattermost keeps a pending post id (app/post.go)
 
 
 def app_error(error_id: str, message: str, status: int) -> dict[str, Any]:
@@ -69,6 +72,7 @@ class FakeMattermost(LoopbackFake[RecordedRequest]):
     edits: list[dict[str, Any]] = field(default_factory=list)
     posted_at: list[float] = field(default_factory=list)
     _texts: dict[str, str] = field(default_factory=dict)
+    _pending: dict[str, tuple[dict[str, Any], float]] = field(default_factory=dict)  # pending_post_id -> post, when
 
     def text_of(self, post_id: str) -> str | None:
         with self._lock:
@@ -97,6 +101,11 @@ class FakeMattermost(LoopbackFake[RecordedRequest]):
             return ScriptedAnswer(403, FORBIDDEN)
         if channel_id in self.archived_channels:
             return ScriptedAnswer(400, ARCHIVED)
+        pending = payload.get("pending_post_id")
+        if isinstance(pending, str) and pending in self._pending:
+            earlier, at = self._pending[pending]
+            if time.monotonic() - at < PENDING_POST_IDS_TTL:
+                return ScriptedAnswer(201, earlier)
         post_id = f"post{self._next_post:022d}"
         self._next_post += 1
         self.sent.append({**payload, "id": post_id})
@@ -110,6 +119,8 @@ class FakeMattermost(LoopbackFake[RecordedRequest]):
             "message": payload.get("message", ""),
             "user_id": "bot" + "0" * 23,
         }
+        if isinstance(pending, str) and pending:
+            self._pending[pending] = (post, time.monotonic())
         return ScriptedAnswer(201, post)
 
     def _patch(self, request: RecordedRequest, post_id: str) -> ScriptedAnswer:

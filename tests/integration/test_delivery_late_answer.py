@@ -2,10 +2,10 @@
 delivery service and the DynamoDB outbox (moto) against fake platform servers: the chunk is
 recorded failed and the job raises to be retried (BEHAVIOUR §6: timeouts retry). On a platform that
 de-duplicates a send on a key of the client's (Matrix's transaction id, Discord's enforced nonce,
-Google Chat's request id, Feishu's uuid) the retry carries the same key, so the chat shows the
-message once and the outbox records the id of the message the first try posted. Telegram's Bot API
-has no such key: there the retry posts the message a second time, the one duplicate the outbox
-cannot prevent (docs/architecture.md §3)."""
+Google Chat's request id, Feishu's uuid, Mattermost's pending post id) the retry carries the same
+key, so the chat shows the message once and the outbox records the id of the message the first try
+posted. Telegram's Bot API has no such key: there the retry posts the message a second time, the
+one duplicate the outbox cannot prevent (docs/architecture.md §3)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from hermes_gateway.platforms.discord import DiscordSender
 from hermes_gateway.platforms.feishu import FeishuSender
 from hermes_gateway.platforms.google_chat import GoogleChatSender, ServiceAccount
 from hermes_gateway.platforms.matrix import MatrixSender
+from hermes_gateway.platforms.mattermost import MattermostSender
 from hermes_gateway.platforms.telegram import TelegramSender
 from hermes_gateway.services.delivery import DeliveryDeps, DeliveryJob, deliver
 from tests.fakes.discord_server import FakeDiscord
@@ -31,6 +32,7 @@ from tests.fakes.feishu_server import FakeFeishu
 from tests.fakes.google_server import FakeGoogle
 from tests.fakes.loopback import LoopbackFake
 from tests.fakes.matrix_server import FakeMatrix
+from tests.fakes.mattermost_server import FakeMattermost
 from tests.fakes.telegram_server import FakeTelegram
 
 pytestmark = pytest.mark.integration
@@ -38,6 +40,7 @@ pytestmark = pytest.mark.integration
 TIMEOUT = 0.5  # the sender's
 LATE = 1.5  # the platform's answer to the first try, after it posted the message
 CHANNEL = "1300000000000000001"
+CHANNEL_ID = "c1a2b3c4d5e6f7g8h9i0j1k2l3"  # a Mattermost channel id
 
 
 @dataclass
@@ -56,6 +59,7 @@ def platforms() -> Iterator[dict[str, Platform]]:
         google = stack.enter_context(FakeGoogle())
         feishu = stack.enter_context(FakeFeishu())
         telegram = stack.enter_context(FakeTelegram())
+        mattermost = stack.enter_context(FakeMattermost())
         account = ServiceAccount.from_json(google.service_account_json())
         yield {
             "matrix": Platform(
@@ -83,6 +87,12 @@ def platforms() -> Iterator[dict[str, Platform]]:
                 feishu,
                 "oc_p2p",
                 lambda: [feishu.text_of(m["message_id"]) or "" for m in feishu.sent],
+            ),
+            "mattermost": Platform(
+                MattermostSender(mattermost.base_url, mattermost.token, timeout=TIMEOUT),
+                mattermost,
+                CHANNEL_ID,
+                lambda: [str(post["message"]) for post in mattermost.sent],
             ),
             "telegram": Platform(
                 TelegramSender(telegram.base_url, telegram.token, timeout=TIMEOUT),
@@ -119,11 +129,12 @@ def _is_the_send(request: Any, name: str) -> bool:
         "discord": path.endswith(f"/channels/{CHANNEL}/messages"),
         "google_chat": "/messages" in path and "/token" not in path,
         "feishu": path.startswith("/im/v1/messages"),
+        "mattermost": path == "/api/v4/posts",
         "telegram": path.endswith("/sendMessage"),
     }[name]
 
 
-@pytest.mark.parametrize("name", ["matrix", "discord", "google_chat", "feishu"])
+@pytest.mark.parametrize("name", ["matrix", "discord", "google_chat", "feishu", "mattermost"])
 def test_a_retried_send_the_platform_had_taken_is_not_posted_twice(
     aws: Any, platforms: dict[str, Platform], name: str
 ) -> None:

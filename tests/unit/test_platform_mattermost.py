@@ -35,6 +35,7 @@ from tests.fakes.mattermost_server import (
     FORBIDDEN,
     RATE_LIMITED,
     FakeMattermost,
+    app_error,
     rate_limit_headers,
 )
 from tests.fakes.services import FakeEnqueue, make_settings
@@ -431,6 +432,35 @@ def test_server_errors_are_transient(
         sender.send(Target("mattermost", CHANNEL_ID), "hi")
     assert not isinstance(caught.value, RateLimited)
     _assert_no_token(caught.value, fake_mattermost.token)
+
+
+def test_every_try_of_one_outbox_chunk_carries_one_pending_post_id(
+    fake_mattermost: FakeMattermost, sender: MattermostSender
+) -> None:
+    # Mattermost answers a pending_post_id it saw in the last 30 s with the post it created then,
+    # so the outbox's retry after a timeout the server had taken posts nothing new
+    chunk = Target("mattermost", CHANNEL_ID, delivery_id="turn-1#1")
+    first = sender.send(chunk, "answer")
+    assert sender.send(chunk, "answer") == first
+    assert [post["message"] for post in fake_mattermost.sent] == ["answer"]
+    keys = [request.json.get("pending_post_id") for request in fake_mattermost.requests]
+    assert keys[0] == keys[1] and isinstance(keys[0], str) and 0 < len(keys[0]) <= 64
+    assert "turn-1" not in keys[0]  # derived from the row, not the row's id itself
+    assert sender.send(Target("mattermost", CHANNEL_ID, delivery_id="turn-1#2"), "more") != first
+    # a send with no outbox row (a stream's first post) has no key
+    sender.send(Target("mattermost", CHANNEL_ID), "plain")
+    assert "pending_post_id" not in fake_mattermost.requests[-1].json
+    assert [post["message"] for post in fake_mattermost.sent] == ["answer", "more", "plain"]
+
+
+def test_a_repeat_while_the_first_is_still_being_saved_is_retried(
+    fake_mattermost: FakeMattermost, sender: MattermostSender
+) -> None:
+    # the server's answer to a pending_post_id whose post it has not saved yet
+    pending = app_error("api.post.deduplicate_create_post.pending", "Post rejected: a post is pending.", 500)
+    fake_mattermost.answer_next(500, pending)
+    with pytest.raises(TransientError, match="500"):
+        sender.send(Target("mattermost", CHANNEL_ID, delivery_id="turn-1#1"), "answer")
 
 
 def test_a_channel_the_bot_cannot_post_in_is_target_gone(

@@ -68,9 +68,10 @@ class Target:
 
 def send_key(target: Target, size: int = 32) -> str | None:
     """The key a platform de-duplicates a repeated send on (Matrix's transaction id, Discord's
-    nonce, Google Chat's request id, Feishu's uuid), derived from the chunk's outbox row: the same on
-    every try of that chunk, so a send the platform posted but answered too late (a timeout, which
-    the outbox retries) does not post twice. None for a send with no row (a stream's first post)."""
+    nonce, Google Chat's request id, Feishu's uuid, Mattermost's pending post id), derived from
+    the chunk's outbox row: the same on every try of that chunk, so a send the platform posted but
+    answered too late (a timeout, which the outbox retries) does not post twice. None for a send
+    with no row (a stream's first post)."""
     if not target.delivery_id:
         return None
     return hashlib.sha256(target.delivery_id.encode("utf-8")).hexdigest()[:size]

@@ -21,7 +21,11 @@ token fires the webhook again when the webhook watches a channel without trigger
 `bot_user_id` (when that option is set) are therefore ignored; without it, give the webhook
 trigger words.
 
-Outbound. `POST <server>/api/v4/posts` with the bot's access token.
+Outbound. `POST <server>/api/v4/posts` with the bot's access token. A chunk of the outbox carries
+`pending_post_id`, derived from its row (`send_key`): the server answers a repeated one of the
+last 30 seconds with the post it created then, so the outbox's retry after a timeout the server
+had taken posts nothing twice. A repeat that arrives while the first is still being saved gets a
+500 (`api.post.deduplicate_create_post.pending`), a TransientError like any 5xx: it is retried.
 """
 
 from __future__ import annotations
@@ -35,7 +39,15 @@ from hermes_gateway import http_pool
 from hermes_gateway.domain.media import Attachment, attachment
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import BadRequest, OutcomeUnknown, PermanentError, RateLimited, TargetGone, Unauthorized
-from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target, header, retry_after_seconds
+from hermes_gateway.platforms.base import (
+    AdapterContext,
+    Answer,
+    HttpClient,
+    Target,
+    header,
+    retry_after_seconds,
+    send_key,
+)
 from hermes_gateway.platforms.outbound_media import MediaFile
 from hermes_gateway.services.ingress import (
     Accepted,
@@ -244,6 +256,8 @@ class MattermostSender:
     def _post(self, target: Target, payload: dict[str, Any]) -> str:
         if target.thread_id:
             payload["root_id"] = target.thread_id
+        if key := send_key(target):
+            payload["pending_post_id"] = key  # the server's de-duplication key (30 s), at most 64 characters
         answer = self._http.request("POST", "/api/v4/posts", json_body=payload, headers=self._headers)
         if answer.status in (200, 201):
             post_id = answer.json_object().get("id")
