@@ -14,6 +14,10 @@ https://slack.com/api) with `fake.token`.
   scripted without `only` never goes to it (`only=is_set_status` scripts one for it).
 - `chat.update` edits a posted message (by channel and `ts`; `fake.text_of(ts)`); each accepted
   edit is in `fake.edits` with its arrival time (`at`, time.monotonic), each post's in `fake.posted_at`.
+- `conversations.history` (a channel's messages, newest first) and `conversations.replies` (a
+  thread's, oldest first) answer the posted messages newer than `oldest`, at most `limit`, each with
+  its `metadata` when `include_all_metadata` is true; channels in `fake.history_refused` answer
+  `missing_scope`, as a bot without the history scope gets.
 - Other methods answer HTTP 404 `unknown_method`.
 - `fake.answer_next(status, body, times=n, headers=...)` scripts the next answers; `slack_error`
   builds Slack's `{"ok": false, "error": code}` body.
@@ -59,6 +63,7 @@ class FakeSlack(LoopbackFake[RecordedRequest]):
     edits: list[dict[str, Any]] = field(default_factory=list)  # accepted chat.update bodies + "at"
     posted_at: list[float] = field(default_factory=list)
     _texts: dict[tuple[str, str], str] = field(default_factory=dict)  # (channel, ts) -> its text now
+    history_refused: set[str] = field(default_factory=set)  # channels whose history the bot may not read
 
     def text_of(self, ts: str, channel: str | None = None) -> str | None:
         with self._lock:
@@ -76,7 +81,7 @@ class FakeSlack(LoopbackFake[RecordedRequest]):
         return RecordedRequest(http_method, path, api_method, body, headers)
 
     def _default_answer(self, request: RecordedRequest) -> ScriptedAnswer:
-        if request.api_method not in ("chat.postMessage", "chat.update", "assistant.threads.setStatus"):
+        if request.api_method not in ("chat.postMessage", "chat.update", "assistant.threads.setStatus", *_HISTORY):
             return ScriptedAnswer(404, slack_error("unknown_method"))
         authorization = request.headers.get("authorization", "")
         if not authorization:
@@ -86,6 +91,8 @@ class FakeSlack(LoopbackFake[RecordedRequest]):
         payload = request.json if isinstance(request.json, dict) else {}
         if is_set_status(request):
             return self._set_status(payload)
+        if request.api_method in _HISTORY:
+            return self._history(request.api_method, payload)
         channel = payload.get("channel")
         if not isinstance(channel, str) or not channel or channel in self.gone_channels:
             return ScriptedAnswer(200, slack_error("channel_not_found"))
@@ -109,6 +116,33 @@ class FakeSlack(LoopbackFake[RecordedRequest]):
         message = {"type": "message", "text": text, "ts": ts, "bot_id": "B0FAKE"}
         return ScriptedAnswer(200, {"ok": True, "channel": channel, "ts": ts, "message": message})
 
+    def _history(self, api_method: str, form: dict[str, Any]) -> ScriptedAnswer:
+        channel = form.get("channel")
+        if not isinstance(channel, str) or not channel or channel in self.gone_channels:
+            return ScriptedAnswer(200, slack_error("channel_not_found"))
+        if channel in self.history_refused:
+            return ScriptedAnswer(200, {**slack_error("missing_scope"), "needed": "channels:history"})
+        thread = form.get("ts") if api_method == "conversations.replies" else None
+        if api_method == "conversations.replies" and not thread:
+            return ScriptedAnswer(200, slack_error("invalid_arguments"))
+        oldest, limit = float(form.get("oldest") or 0), int(form.get("limit") or 100)
+        with_metadata = form.get("include_all_metadata") == "true"
+        found = []
+        for post in self.sent:  # the fake's ts values are not clock times: posted_at stands for them
+            if post["channel"] != channel or (thread is not None and post.get("thread_ts") != thread):
+                continue
+            if thread is None and post.get("thread_ts"):
+                continue  # a channel's history holds its threads' parents, not their replies
+            message = {"type": "message", "text": self._texts[(channel, post["ts"])], "ts": post["ts"]}
+            if with_metadata and isinstance(post.get("metadata"), dict):
+                message["metadata"] = post["metadata"]
+            found.append((self.posted_at[self.sent.index(post)], message))
+        wall_offset = time.time() - time.monotonic()
+        messages = [m for at, m in found if at + wall_offset >= oldest]
+        if api_method == "conversations.history":
+            messages.reverse()
+        return ScriptedAnswer(200, {"ok": True, "messages": messages[:limit], "has_more": len(messages) > limit})
+
     def _set_status(self, payload: dict[str, Any]) -> ScriptedAnswer:
         if not payload.get("channel_id") or not isinstance(payload.get("status"), str):
             return ScriptedAnswer(200, slack_error("invalid_arguments"))
@@ -116,6 +150,9 @@ class FakeSlack(LoopbackFake[RecordedRequest]):
             return ScriptedAnswer(200, slack_error("invalid_thread_ts"))
         self.statuses.append(payload)
         return ScriptedAnswer(200, {"ok": True})
+
+
+_HISTORY = ("conversations.history", "conversations.replies")
 
 
 def is_set_status(request: RecordedRequest) -> bool:

@@ -3,9 +3,10 @@ delivery service and the DynamoDB outbox (moto) against fake platform servers: t
 recorded failed and the job raises to be retried (BEHAVIOUR §6: timeouts retry). On a platform that
 de-duplicates a send on a key of the client's (Matrix's transaction id, Discord's enforced nonce,
 Google Chat's request id, Feishu's uuid, Mattermost's pending post id) the retry carries the same
-key, so the chat shows the message once and the outbox records the id of the message the first try
-posted. Telegram's Bot API has no such key: there the retry posts the message a second time, the
-one duplicate the outbox cannot prevent (docs/architecture.md §3)."""
+key, and on Slack the retry finds the message by the key in its metadata, so the chat shows the
+message once and the outbox records the id of the message the first try posted. Telegram's Bot
+API has no such key and no history a bot may read: there the retry posts the message a second
+time, the one duplicate the outbox cannot prevent (docs/architecture.md §3)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from hermes_gateway.platforms.feishu import FeishuSender
 from hermes_gateway.platforms.google_chat import GoogleChatSender, ServiceAccount
 from hermes_gateway.platforms.matrix import MatrixSender
 from hermes_gateway.platforms.mattermost import MattermostSender
+from hermes_gateway.platforms.slack import SlackSender
 from hermes_gateway.platforms.telegram import TelegramSender
 from hermes_gateway.services.delivery import DeliveryDeps, DeliveryJob, deliver
 from tests.fakes.discord_server import FakeDiscord
@@ -33,6 +35,7 @@ from tests.fakes.google_server import FakeGoogle
 from tests.fakes.loopback import LoopbackFake
 from tests.fakes.matrix_server import FakeMatrix
 from tests.fakes.mattermost_server import FakeMattermost
+from tests.fakes.slack_server import FakeSlack
 from tests.fakes.telegram_server import FakeTelegram
 
 pytestmark = pytest.mark.integration
@@ -60,6 +63,7 @@ def platforms() -> Iterator[dict[str, Platform]]:
         feishu = stack.enter_context(FakeFeishu())
         telegram = stack.enter_context(FakeTelegram())
         mattermost = stack.enter_context(FakeMattermost())
+        slack = stack.enter_context(FakeSlack())
         account = ServiceAccount.from_json(google.service_account_json())
         yield {
             "matrix": Platform(
@@ -93,6 +97,12 @@ def platforms() -> Iterator[dict[str, Platform]]:
                 mattermost,
                 CHANNEL_ID,
                 lambda: [str(post["message"]) for post in mattermost.sent],
+            ),
+            "slack": Platform(
+                SlackSender(slack.base_url, slack.token, timeout=TIMEOUT),
+                slack,
+                "C123",
+                lambda: [str(message["text"]) for message in slack.sent],
             ),
             "telegram": Platform(
                 TelegramSender(telegram.base_url, telegram.token, timeout=TIMEOUT),
@@ -130,11 +140,12 @@ def _is_the_send(request: Any, name: str) -> bool:
         "google_chat": "/messages" in path and "/token" not in path,
         "feishu": path.startswith("/im/v1/messages"),
         "mattermost": path == "/api/v4/posts",
+        "slack": path.endswith("/chat.postMessage"),
         "telegram": path.endswith("/sendMessage"),
     }[name]
 
 
-@pytest.mark.parametrize("name", ["matrix", "discord", "google_chat", "feishu", "mattermost"])
+@pytest.mark.parametrize("name", ["matrix", "discord", "google_chat", "feishu", "mattermost", "slack"])
 def test_a_retried_send_the_platform_had_taken_is_not_posted_twice(
     aws: Any, platforms: dict[str, Platform], name: str
 ) -> None:

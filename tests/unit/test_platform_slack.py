@@ -7,6 +7,7 @@ import copy
 import json
 import secrets
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from hermes_gateway.errors import (
     TransientError,
     Unauthorized,
 )
-from hermes_gateway.platforms.base import Target
+from hermes_gateway.platforms.base import Target, send_key
 from hermes_gateway.platforms.slack import SlackSender, parse_event, signature, verify_request
 from hermes_gateway.services.ingress import Handshake, HttpRequest, HttpResponse, Ignored, handle_webhook
 from tests.fakes import platforms
@@ -529,6 +530,62 @@ def test_the_catalog_sender_posts_and_returns_the_ts(fake_slack: FakeSlack) -> N
         {"channel": "C123", "text": "hello"},
         {"channel": "C123", "text": "in thread", "thread_ts": "1764400000.000100"},
     ]
+
+
+def test_a_chunk_of_the_outbox_carries_its_send_key_in_the_messages_metadata(
+    fake_slack: FakeSlack, sender: SlackSender
+) -> None:
+    sender.send(Target("slack", "C123", delivery_id="turn-1#1"), "answer")
+    sender.send(Target("slack", "C123"), "no row")  # a stream's first post has no key
+    first, plain = fake_slack.calls("chat.postMessage")
+    key = send_key(Target("slack", "C123", delivery_id="turn-1#1"))
+    assert first["metadata"] == {"event_type": "hermes_outbox_chunk", "event_payload": {"send_key": key}}
+    assert "metadata" not in plain
+    # a first try posts at once: no look at the history
+    assert fake_slack.calls("conversations.history") == []
+
+
+@pytest.mark.parametrize("thread", [None, "1764400000.000100"], ids=["channel", "thread"])
+def test_a_retried_chunk_an_earlier_try_posted_is_found_not_posted_again(
+    fake_slack: FakeSlack, sender: SlackSender, thread: str | None
+) -> None:
+    # Given a chunk an earlier try posted (its answer lost to a timeout), and other messages since
+    chunk = Target("slack", "C123", thread_id=thread, delivery_id="turn-1#1")
+    posted = sender.send(chunk, "answer")
+    sender.send(Target("slack", "C123", thread_id=thread, delivery_id="turn-2#1"), "a later one")
+    # When the chunk is tried again
+    again = sender.send(replace(chunk, tried_before=True), "answer")
+    # Then the message that try posted is the chunk's, and nothing is posted again
+    assert again == posted
+    assert [m["text"] for m in fake_slack.sent] == ["answer", "a later one"]
+    method = "conversations.replies" if thread else "conversations.history"
+    [look] = fake_slack.calls(method)
+    assert look["include_all_metadata"] == "true" and look["channel"] == "C123"
+    assert look.get("ts") == thread
+
+
+def test_a_retried_chunk_no_earlier_try_posted_is_posted(fake_slack: FakeSlack, sender: SlackSender) -> None:
+    sender.send(Target("slack", "C123", delivery_id="turn-2#1"), "another chunk")
+    ts = sender.send(Target("slack", "C123", delivery_id="turn-1#1", tried_before=True), "answer")
+    assert [m["text"] for m in fake_slack.sent] == ["another chunk", "answer"]
+    assert ts == fake_slack.sent[-1]["ts"]
+
+
+def test_a_look_slack_refuses_posts_the_chunk(fake_slack: FakeSlack, sender: SlackSender) -> None:
+    # Given a bot without the history scope of the conversation: it cannot tell, so it posts
+    chunk = Target("slack", "C123", delivery_id="turn-1#1")
+    sender.send(chunk, "answer")
+    fake_slack.history_refused.add("C123")
+    sender.send(replace(chunk, tried_before=True), "answer")
+    assert [m["text"] for m in fake_slack.sent] == ["answer", "answer"]
+
+
+def test_a_look_that_meets_a_server_error_posts_nothing(fake_slack: FakeSlack, sender: SlackSender) -> None:
+    fake_slack.answer_next(503, "")
+    with pytest.raises(TransientError):
+        sender.send(Target("slack", "C123", delivery_id="turn-1#1", tried_before=True), "answer")
+    assert [r.api_method for r in fake_slack.requests] == ["conversations.history"]  # no post after it
+    assert fake_slack.sent == []
 
 
 def test_no_sender_without_a_bot_token() -> None:

@@ -64,6 +64,9 @@ class Target:
     # The platform's id of the user's message this answers: a sender that can thread a reply to
     # it does (Telegram, Discord, WhatsApp); WhatsApp's typing indicator also needs it.
     reply_to: str | None = None
+    # An earlier try of this chunk failed (a timeout the platform may have taken): a sender that
+    # can look for the message that try posted (Slack, by the send key in its metadata) does first.
+    tried_before: bool = False
 
 
 def send_key(target: Target, size: int = 32) -> str | None:

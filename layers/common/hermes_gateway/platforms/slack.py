@@ -19,14 +19,22 @@ ingress idempotency drops one that was already enqueued and accepts one whose fi
 before it was.
 
 Outbound. `chat.postMessage` with the bot token. Slack reports most failures as HTTP 200 with
-`{"ok": false, "error": "<code>"}`; the codes are mapped in `SlackSender`.
+`{"ok": false, "error": "<code>"}`; the codes are mapped in `SlackSender`. Slack has no key that
+de-duplicates a repeated post, so a chunk of the outbox carries one in the message's metadata
+(`hermes_outbox_chunk`, derived from its row by `send_key`). A try that comes after a failed one (a
+timeout the platform may have taken) first looks for that metadata among the channel's (or the
+thread's) newest messages, and a message it finds is the chunk, not posted again. The look needs
+the history scope of the conversation type (`channels:history` and friends, which receiving its
+messages needs anyway); a look Slack refuses finds nothing, and the chunk is posted.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import re
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -54,6 +62,7 @@ from hermes_gateway.platforms.base import (
     optional_str,
     required_str,
     retry_after_seconds,
+    send_key,
 )
 from hermes_gateway.platforms.outbound_media import MediaFile
 from hermes_gateway.services.ingress import (
@@ -69,6 +78,8 @@ from hermes_gateway.services.ingress import (
 
 if TYPE_CHECKING:
     from hermes_gateway.platforms.media import Fetched
+
+logger = logging.getLogger(__name__)
 
 SIGNATURE_HEADER = "x-slack-signature"
 TIMESTAMP_HEADER = "x-slack-request-timestamp"
@@ -328,6 +339,11 @@ def button_blocks(text: str, buttons: tuple[Button, ...]) -> list[dict[str, Any]
     ]
 
 
+REPLY_METADATA = "hermes_outbox_chunk"  # the metadata event type that carries an outbox chunk's send key
+LOOK_BACK_MESSAGES = 50  # the newest messages a retried chunk's look reads
+LOOK_BACK_SECONDS = 900.0  # ... posted at most this long ago (a retry comes within minutes)
+
+
 class SlackSender:
     """Posts with chat.postMessage; the bot token travels only in the Authorization header."""
 
@@ -343,9 +359,14 @@ class SlackSender:
 
     def send(self, target: Target, text: str) -> str:
         """Post one message (a reply in the thread when the target has one); return its `ts`."""
+        key = send_key(target)
+        if key and target.tried_before and (ts := self._posted_before(target, key)):
+            return ts
         payload: dict[str, Any] = {"channel": target.chat_id, "text": text}
         if target.thread_id:
             payload["thread_ts"] = target.thread_id
+        if key:
+            payload["metadata"] = {"event_type": REPLY_METADATA, "event_payload": {"send_key": key}}
         if target.buttons and len(text) <= 3000:  # a section block holds 3000 characters
             payload["blocks"] = button_blocks(text, target.buttons)  # `text` stays the notification's fallback
         answer = self._http.request("POST", "/chat.postMessage", json_body=payload, headers=self._headers)
@@ -362,6 +383,41 @@ class SlackSender:
                 return ts
             raise OutcomeUnknown("slack answered ok without a ts; the message may have been sent")
         raise self._refusal(answer, body)
+
+    def _posted_before(self, target: Target, key: str) -> str | None:
+        """The `ts` of the message an earlier try of this chunk posted: the newest messages of the
+        channel (`conversations.history`) or thread (`conversations.replies`) with their metadata,
+        searched for the chunk's key. None when none has it, or when Slack refuses the look (a
+        missing history scope, say): the caller posts. Raises as a post would on 429 and 5xx."""
+        form = {
+            "channel": target.chat_id,
+            "limit": str(LOOK_BACK_MESSAGES),
+            "oldest": f"{time.time() - LOOK_BACK_SECONDS:.6f}",
+            "include_all_metadata": "true",
+        }
+        method = "/conversations.history"
+        if target.thread_id:
+            method, form["ts"] = "/conversations.replies", target.thread_id
+        answer = self._http.request(
+            "POST", method, form=form, headers={"Authorization": self._headers["Authorization"]}
+        )
+        if answer.status == 429:
+            raise self._rate_limited(answer, "HTTP 429")
+        if answer.status != 200:
+            raise self._http.failure(answer, gone=())
+        body = answer.json_object()
+        if body.get("ok") is not True:
+            logger.info("slack refused the look for an earlier try's message: %s", str(body.get("error"))[:60])
+            return None
+        for message in body.get("messages") or ():
+            metadata = message.get("metadata") if isinstance(message, dict) else None
+            if not isinstance(metadata, dict) or metadata.get("event_type") != REPLY_METADATA:
+                continue
+            payload = metadata.get("event_payload")
+            ts = message.get("ts")
+            if isinstance(payload, dict) and payload.get("send_key") == key and isinstance(ts, str) and ts:
+                return ts
+        return None
 
     def edit(self, target: Target, message_id: str, text: str) -> None:
         """`chat.update` of the bot's message `message_id` (its `ts`): a streamed answer's edit."""

@@ -481,7 +481,11 @@ def _send_parts(
             sent += 1
             continue
         part_target = replace(
-            target, delivery_id=part.delivery_id, buttons=part.buttons, reply_to=_replying_to(job, index, deps)
+            target,
+            delivery_id=part.delivery_id,
+            buttons=part.buttons,
+            reply_to=_replying_to(job, index, deps),
+            tried_before=entry.status == "failed",
         )
         status = _send_chunk(sender, part_target, part, claimed_at, deps, detail)
         if status in ("unknown", "gone"):
