@@ -388,7 +388,7 @@ class SlackSender:
         """The `ts` of the message an earlier try of this chunk posted: the newest messages of the
         channel (`conversations.history`) or thread (`conversations.replies`) with their metadata,
         searched for the chunk's key. None when none has it, or when Slack refuses the look (a
-        missing history scope, say): the caller posts. Raises as a post would on 429 and 5xx."""
+        missing history scope, say): the caller posts. Raises on 429 and 5xx, as a post would."""
         form = {
             "channel": target.chat_id,
             "limit": str(LOOK_BACK_MESSAGES),
@@ -398,16 +398,11 @@ class SlackSender:
         method = "/conversations.history"
         if target.thread_id:
             method, form["ts"] = "/conversations.replies", target.thread_id
-        answer = self._http.request(
-            "POST", method, form=form, headers={"Authorization": self._headers["Authorization"]}
-        )
-        if answer.status == 429:
-            raise self._rate_limited(answer, "HTTP 429")
-        if answer.status != 200:
-            raise self._http.failure(answer, gone=())
-        body = answer.json_object()
-        if body.get("ok") is not True:
-            logger.info("slack refused the look for an earlier try's message: %s", str(body.get("error"))[:60])
+        auth = {"Authorization": self._headers["Authorization"]}
+        try:
+            body = self._answered(self._http.request("POST", method, form=form, headers=auth))
+        except PermanentError as refused:  # missing_scope, not_in_channel, …: the look cannot tell
+            logger.info("slack refused the look for an earlier try's message: %s", str(refused)[:120])
             return None
         for message in body.get("messages") or ():
             metadata = message.get("metadata") if isinstance(message, dict) else None
