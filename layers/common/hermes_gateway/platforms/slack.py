@@ -24,8 +24,9 @@ de-duplicates a repeated post, so a chunk of the outbox carries one in the messa
 (`hermes_outbox_chunk`, derived from its row by `send_key`). A try that comes after a failed one (a
 timeout the platform may have taken) first looks for that metadata among the channel's (or the
 thread's) newest messages, and a message it finds is the chunk, not posted again. The look needs
-the history scope of the conversation type (`channels:history` and friends, which receiving its
-messages needs anyway); a look Slack refuses finds nothing, and the chunk is posted.
+the history scope of the conversation type (`im:history` for a DM, which the bot has to read DMs;
+`channels:history` and friends elsewhere, which a bot answering only mentions may lack); a look
+Slack refuses finds nothing, and the chunk is posted.
 """
 
 from __future__ import annotations
@@ -402,7 +403,7 @@ class SlackSender:
         try:
             body = self._answered(self._http.request("POST", method, form=form, headers=auth))
         except PermanentError as refused:  # missing_scope, not_in_channel, …: the look cannot tell
-            logger.info("slack refused the look for an earlier try's message: %s", str(refused)[:120])
+            logger.warning("slack refused the look for an earlier try's message: %s", str(refused)[:120])
             return None
         for message in body.get("messages") or ():
             metadata = message.get("metadata") if isinstance(message, dict) else None
