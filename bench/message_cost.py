@@ -252,6 +252,14 @@ def outbox() -> list[dict[str, Any]]:
     return [row.to_dict() for row in wiring.outbox().recent(limit=1_000_000_000)]
 
 
+def outbox_rows() -> int:
+    """How many rows the running local mode's outbox holds: a counting scan, which moto answers
+    without rendering the rows (what a clock polling while the gateway works should cost)."""
+    from hermes_gateway import wiring
+
+    return int(wiring.outbox().model.count())
+
+
 def wait_outbox(count: int, timeout: float) -> list[dict[str, Any]]:
     """Until `count` replies are in the outbox (the router's busy notices do not count: see `run`)."""
     deadline = time.monotonic() + timeout

@@ -6,8 +6,8 @@ of N, N conversations run at once; each sends a message, waits until the platfor
 then sends the next. A conversation rotates over three sessions of its own, so a session's next
 message never arrives while its previous turn is still committing (that would measure the busy
 session's one-second retry instead of the pipeline). The clock runs from the first send to the
-moment every reply is in the outbox (the table `GET /local/outbox` shows, read in-process:
-the HTTP view shows only the newest 200 rows).
+moment every reply is in the outbox (the table `GET /local/outbox` shows, its rows counted
+in-process: a counting scan, so the clock's polling takes little from the gateway it times).
 
 This measures local mode on this machine: one poller per queue plays Lambda's event sources (the
 router handles its batches one after another, where Lambda runs up to 20 at once) and moto plays
@@ -40,7 +40,7 @@ from bench.message_cost import (  # noqa: E402
     RESULTS,
     Session,
     local_gateway,
-    outbox,
+    outbox_rows,
     post_update,
     telegram_update,
 )
@@ -74,7 +74,7 @@ def run(levels: dict[int, int] | None = None) -> dict[str, Any]:
         warm = Session("dm", 1, 1)
         conversation(gateway.url, platform, [(warm, telegram_update(1, "warm up", warm))])
         time.sleep(1.0)
-        expected = len(outbox())
+        expected = outbox_rows()
         for level, (concurrent, per_conversation) in enumerate(levels.items(), start=1):
             plans = []
             for n in range(concurrent):
@@ -91,7 +91,7 @@ def run(levels: dict[int, int] | None = None) -> dict[str, Any]:
                 latencies = [
                     x for f in [pool.submit(conversation, gateway.url, platform, p) for p in plans] for x in f.result()
                 ]
-            while len(outbox()) < expected:
+            while outbox_rows() < expected:
                 if time.perf_counter() - started > 300:
                     raise RuntimeError(f"{concurrent} concurrent sessions: replies missing from the outbox")
                 time.sleep(0.05)
