@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import secrets
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -550,11 +551,12 @@ def test_a_retried_chunk_an_earlier_try_posted_is_found_not_posted_again(
     fake_slack: FakeSlack, sender: SlackSender, thread: str | None
 ) -> None:
     # Given a chunk an earlier try posted (its answer lost to a timeout), and other messages since
+    recorded_at = time.time()
     chunk = Target("slack", "C123", thread_id=thread, delivery_id="turn-1#1")
     posted = sender.send(chunk, "answer")
     sender.send(Target("slack", "C123", thread_id=thread, delivery_id="turn-2#1"), "a later one")
     # When the chunk is tried again
-    again = sender.send(replace(chunk, tried_before=True), "answer")
+    again = sender.send(replace(chunk, earlier_try_at=recorded_at), "answer")
     # Then the message that try posted is the chunk's, and nothing is posted again
     assert again == posted
     assert [m["text"] for m in fake_slack.sent] == ["answer", "a later one"]
@@ -562,11 +564,12 @@ def test_a_retried_chunk_an_earlier_try_posted_is_found_not_posted_again(
     [look] = fake_slack.calls(method)
     assert look["include_all_metadata"] == "true" and look["channel"] == "C123"
     assert look.get("ts") == thread
+    assert float(look["oldest"]) == pytest.approx(recorded_at - 60, abs=0.01)  # since the row, with a margin
 
 
 def test_a_retried_chunk_no_earlier_try_posted_is_posted(fake_slack: FakeSlack, sender: SlackSender) -> None:
     sender.send(Target("slack", "C123", delivery_id="turn-2#1"), "another chunk")
-    ts = sender.send(Target("slack", "C123", delivery_id="turn-1#1", tried_before=True), "answer")
+    ts = sender.send(Target("slack", "C123", delivery_id="turn-1#1", earlier_try_at=time.time()), "answer")
     assert [m["text"] for m in fake_slack.sent] == ["another chunk", "answer"]
     assert ts == fake_slack.sent[-1]["ts"]
 
@@ -576,14 +579,14 @@ def test_a_look_slack_refuses_posts_the_chunk(fake_slack: FakeSlack, sender: Sla
     chunk = Target("slack", "C123", delivery_id="turn-1#1")
     sender.send(chunk, "answer")
     fake_slack.history_refused.add("C123")
-    sender.send(replace(chunk, tried_before=True), "answer")
+    sender.send(replace(chunk, earlier_try_at=time.time()), "answer")
     assert [m["text"] for m in fake_slack.sent] == ["answer", "answer"]
 
 
 def test_a_look_that_meets_a_server_error_posts_nothing(fake_slack: FakeSlack, sender: SlackSender) -> None:
     fake_slack.answer_next(503, "")
     with pytest.raises(TransientError):
-        sender.send(Target("slack", "C123", delivery_id="turn-1#1", tried_before=True), "answer")
+        sender.send(Target("slack", "C123", delivery_id="turn-1#1", earlier_try_at=time.time()), "answer")
     assert [r.api_method for r in fake_slack.requests] == ["conversations.history"]  # no post after it
     assert fake_slack.sent == []
 

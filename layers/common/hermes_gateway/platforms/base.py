@@ -64,9 +64,10 @@ class Target:
     # The platform's id of the user's message this answers: a sender that can thread a reply to
     # it does (Telegram, Discord, WhatsApp); WhatsApp's typing indicator also needs it.
     reply_to: str | None = None
-    # An earlier try of this chunk failed (a timeout the platform may have taken): a sender that
-    # can look for the message that try posted (Slack, by the send key in its metadata) does first.
-    tried_before: bool = False
+    # When an earlier try of this chunk failed (a timeout the platform may have taken): the time
+    # its outbox row was recorded, before any try. A sender that can look for the message such a
+    # try posted (Slack, by the send key in its metadata) looks among those posted since.
+    earlier_try_at: float | None = None
 
 
 def send_key(target: Target, size: int = 32) -> str | None:

@@ -22,11 +22,11 @@ Outbound. `chat.postMessage` with the bot token. Slack reports most failures as 
 `{"ok": false, "error": "<code>"}`; the codes are mapped in `SlackSender`. Slack has no key that
 de-duplicates a repeated post, so a chunk of the outbox carries one in the message's metadata
 (`hermes_outbox_chunk`, derived from its row by `send_key`). A try that comes after a failed one (a
-timeout the platform may have taken) first looks for that metadata among the channel's (or the
-thread's) newest messages, and a message it finds is the chunk, not posted again. The look needs
-the history scope of the conversation type (`im:history` for a DM, which the bot has to read DMs;
-`channels:history` and friends elsewhere, which a bot answering only mentions may lack); a look
-Slack refuses finds nothing, and the chunk is posted.
+timeout the platform may have taken) first looks for that metadata among the messages the channel
+(or the thread) got since the chunk was recorded, and a message it finds is the chunk, not posted
+again. The look needs the history scope of the conversation type (`im:history` for a DM, which the
+bot has to read DMs; `channels:history` and friends elsewhere, which a bot answering only mentions
+may lack); a look Slack refuses finds nothing, and the chunk is posted.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ import hashlib
 import hmac
 import logging
 import re
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -341,8 +340,8 @@ def button_blocks(text: str, buttons: tuple[Button, ...]) -> list[dict[str, Any]
 
 
 REPLY_METADATA = "hermes_outbox_chunk"  # the metadata event type that carries an outbox chunk's send key
-LOOK_BACK_MESSAGES = 50  # the newest messages a retried chunk's look reads
-LOOK_BACK_SECONDS = 900.0  # ... posted at most this long ago (a retry comes within minutes)
+LOOK_BACK_MESSAGES = 100  # the messages a retried chunk's look reads, posted since its first try
+LOOK_BACK_MARGIN_SECONDS = 60.0  # ... and this much before it: this clock against Slack's
 
 
 class SlackSender:
@@ -360,8 +359,8 @@ class SlackSender:
 
     def send(self, target: Target, text: str) -> str:
         """Post one message (a reply in the thread when the target has one); return its `ts`."""
-        key = send_key(target)
-        if key and target.tried_before and (ts := self._posted_before(target, key)):
+        key, since = send_key(target), target.earlier_try_at
+        if key and since is not None and (ts := self._posted_before(target, key, since)):
             return ts
         payload: dict[str, Any] = {"channel": target.chat_id, "text": text}
         if target.thread_id:
@@ -385,15 +384,16 @@ class SlackSender:
             raise OutcomeUnknown("slack answered ok without a ts; the message may have been sent")
         raise self._refusal(answer, body)
 
-    def _posted_before(self, target: Target, key: str) -> str | None:
-        """The `ts` of the message an earlier try of this chunk posted: the newest messages of the
-        channel (`conversations.history`) or thread (`conversations.replies`) with their metadata,
-        searched for the chunk's key. None when none has it, or when Slack refuses the look (a
-        missing history scope, say): the caller posts. Raises on 429 and 5xx, as a post would."""
+    def _posted_before(self, target: Target, key: str, since: float) -> str | None:
+        """The `ts` of the message an earlier try of this chunk posted: the messages of the
+        channel (`conversations.history`, newest first) or thread (`conversations.replies`, oldest
+        first) posted since the chunk was recorded, with their metadata, searched for the chunk's
+        key. None when none has it, or when Slack refuses the look (a missing history scope, say):
+        the caller posts. Raises on 429 and 5xx, as a post would."""
         form = {
             "channel": target.chat_id,
             "limit": str(LOOK_BACK_MESSAGES),
-            "oldest": f"{time.time() - LOOK_BACK_SECONDS:.6f}",
+            "oldest": f"{since - LOOK_BACK_MARGIN_SECONDS:.6f}",
             "include_all_metadata": "true",
         }
         method = "/conversations.history"

@@ -485,7 +485,7 @@ def _send_parts(
             delivery_id=part.delivery_id,
             buttons=part.buttons,
             reply_to=_replying_to(job, index, deps),
-            tried_before=entry.status == "failed",
+            earlier_try_at=entry.created_at if entry.status == "failed" else None,
         )
         status = _send_chunk(sender, part_target, part, claimed_at, deps, detail)
         if status in ("unknown", "gone"):
