@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -274,7 +275,25 @@ def test_status_callbacks_are_ignored() -> None:
     payload = notification(statuses=[status])
     del payload["entry"][0]["changes"][0]["value"]["messages"]
 
-    assert parse_notification(payload, received_at=NOW) == Accepted(items=(Ignored("status_callback"),))
+    assert parse_notification(payload, received_at=NOW) == Accepted(items=(Ignored("message_status"),))
+
+
+def test_a_status_report_logs_at_debug_and_a_message_ignored_for_its_content_at_info(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Meta reports sent, delivered and read for every reply the gateway sends: those are no
+    # message, and one INFO line each would be two or three lines a reply (bench/receipts_cost.py)
+    caplog.set_level(logging.DEBUG, logger="hermes-gateway")
+    status = {"id": "wamid.out", "status": "read", "timestamp": "1", "recipient_id": "16315551181"}
+    payload = notification(statuses=[status])
+    del payload["entry"][0]["changes"][0]["value"]["messages"]
+    reaction = notification({"from": "16315551181", "id": "wamid.r", "type": "reaction", "reaction": {"emoji": "👍"}})
+
+    for body in (payload, reaction):
+        assert call(post(body), FakeEnqueue()).status == 200
+
+    ignored = [(r.levelname, getattr(r, "reason", None)) for r in caplog.records if r.getMessage() == "webhook ignored"]
+    assert ignored == [("DEBUG", "message_status"), ("INFO", "reaction")]
 
 
 def test_media_with_a_caption_is_text_with_an_attachment() -> None:

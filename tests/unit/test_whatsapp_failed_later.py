@@ -162,7 +162,7 @@ def test_a_failed_status_of_a_gateway_message_is_a_delivery_report() -> None:
 def test_other_statuses_and_failures_of_messages_sent_elsewhere_stay_ignored() -> None:
     delivered = {"id": "wamid.fake-1", "status": "delivered", "biz_opaque_callback_data": "reply-abc#1"}
     parsed = parse_notification(notification(delivered, failed_status(reference=None)), received_at=NOW)
-    assert parsed == Accepted(items=(Ignored("status_callback"), Ignored("failed_status_of_another_sender")))
+    assert parsed == Accepted(items=(Ignored("message_status"), Ignored("failed_status_of_another_sender")))
 
 
 def test_a_failed_status_marks_the_outbox_row_failed_and_publishes_delivery_failed() -> None:

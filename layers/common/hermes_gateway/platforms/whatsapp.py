@@ -154,7 +154,7 @@ def _status(status: Any) -> DeliveryReport | Ignored:
     """A message status. A `failed` one of a message the gateway sent (it carries the outbox row in
     `biz_opaque_callback_data`) is a delivery report; sent, delivered, read and the rest are ignored."""
     if not isinstance(status, dict) or status.get("status") != "failed":
-        return Ignored("status_callback")
+        return Ignored("message_status")  # sent, delivered, read: its line is DEBUG (ingress.RECEIPT_REASONS)
     reference, wamid = status.get("biz_opaque_callback_data"), status.get("id")
     if not isinstance(reference, str) or not reference or not isinstance(wamid, str) or not wamid:
         return Ignored("failed_status_of_another_sender")

@@ -42,6 +42,10 @@ from hermes_gateway.settings import Settings
 # retry window is longer (WhatsApp: 7 days). An inbox item costs its storage only, deleted by TTL.
 UNBOUNDED_RETRY_WINDOW_SECONDS = 7 * 24 * 3600
 MIN_DEDUP_WINDOW_SECONDS = 2 * 24 * 3600  # windows are estimates for several platforms: a margin
+# The Ignored reasons that are a platform's reports on a message the gateway sent (WhatsApp's sent,
+# delivered and read statuses): they come for every reply, two or three times, and are no message,
+# so their line is DEBUG, not an INFO line per report (bench/receipts_cost.py).
+RECEIPT_REASONS = frozenset({"message_status"})
 
 
 def dedup_window_seconds(platform: str) -> int:
@@ -430,7 +434,8 @@ def _retry_later(platform: str, what: str, exc: TransientError) -> HttpResponse:
 def _enqueue_one(platform: str, item: InboundMessage | Ignored, settings: Settings, enqueue_once: EnqueueOnce) -> str:
     """Enqueue one message; the outcome is "accepted", "duplicate" or the reason it was ignored."""
     if isinstance(item, Ignored):
-        logger.info("webhook ignored", extra={"platform": platform, "reason": item.reason})
+        log = logger.debug if item.reason in RECEIPT_REASONS else logger.info
+        log("webhook ignored", extra={"platform": platform, "reason": item.reason})
         metrics.add_metric(name="InboundIgnored", unit=MetricUnit.Count, value=1)
         return item.reason
     if settings.served_profile:
