@@ -226,7 +226,7 @@ def test_posts_without_text_are_ignored(payload: dict[str, Any], reason: str) ->
 
 
 def test_the_bots_own_posts_are_ignored_when_its_user_id_is_known() -> None:
-    assert parse(fields(user_id=BOT_ID, text="hermes my reply"), bot_user_id=BOT_ID) == Ignored("bot_message")
+    assert parse(fields(user_id=BOT_ID, text="hermes my reply"), bot_user_id=BOT_ID) == Ignored("own_message")
     assert isinstance(parse(fields(), bot_user_id=BOT_ID), InboundMessage)
 
 

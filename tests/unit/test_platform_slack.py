@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import secrets
 import time
 from collections.abc import Iterator
@@ -312,7 +313,8 @@ def test_team_falls_back_to_the_events_team() -> None:
     [
         (channel_message("beep", bot_id="B0OTHER"), "bot_message"),
         (channel_message("beep", subtype="bot_message", user=None, bot_id="B0OTHER"), "bot_message"),
-        (channel_message("my own reply", user=BOT), "bot_message"),
+        (channel_message("my own reply", user=BOT), "own_message"),
+        (channel_message("my own reply", user=BOT, bot_id="B0SELF"), "own_message"),
         (channel_message("x", subtype="message_changed", user=None), "edited"),
         (channel_message("", subtype="message_deleted", user=None), "deleted"),
         (channel_message("<@UALICE01> has joined the channel", subtype="channel_join"), "unsupported_subtype"),
@@ -476,11 +478,25 @@ def test_the_message_and_app_mention_deliveries_make_one_turn() -> None:
     assert enqueue.sent[0]["facts"] == ["mentions_bot"]
 
 
+def test_the_apps_own_reply_echoed_back_logs_at_debug_another_bots_message_at_info(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # with a message.* subscription every reply the app posts comes back as an event: no message,
+    # and one INFO line each would be a line a reply (ingress.RECEIPT_REASONS)
+    caplog.set_level(logging.DEBUG, logger="hermes-gateway")
+    own = envelope(channel_message("my reply", user=BOT, bot_id="B0SELF"), event_id="Ev301")
+    other = envelope(channel_message("beep", bot_id="B0OTHER"), event_id="Ev302")
+    for payload in (own, other):
+        assert call(signed(payload), FakeEnqueue()).status == 200
+    ignored = [(r.levelname, getattr(r, "reason", None)) for r in caplog.records if r.getMessage() == "webhook ignored"]
+    assert ignored == [("DEBUG", "own_message"), ("INFO", "bot_message")]
+
+
 def test_own_messages_are_acknowledged_and_not_enqueued() -> None:
     enqueue = FakeEnqueue()
     response = call(signed(envelope(channel_message("my reply", user=BOT))), enqueue)
     assert response.status == 200
-    assert response.body == {"ok": True, "ignored": "bot_message"}
+    assert response.body == {"ok": True, "ignored": "own_message"}
     assert enqueue.calls == 0
 
 

@@ -296,7 +296,7 @@ def test_activities_without_a_conversation_type_use_is_group() -> None:
         (activity(type="invoke", name="adaptiveCard/action"), "invoke"),
         (activity(type="somethingNew"), "unsupported_activity"),
         (activity(channelId="webchat"), "other_channel"),
-        (activity(**{"from": {"id": BOT_ID, "name": "Hermes"}}), "self"),
+        (activity(**{"from": {"id": BOT_ID, "name": "Hermes"}}), "own_message"),
         (activity(text=""), "no_text"),
         (activity(text=None, attachments=[{"contentType": "image/png"}]), "no_text"),
         (channel_activity(text="<at>Hermes</at>"), "no_text"),

@@ -122,7 +122,7 @@ def parse_post(fields: dict[str, Any], *, received_at: float, bot_user_id: str =
     if team_id and not _ID.match(team_id):
         raise BadRequest("mattermost team_id is not a Mattermost id")
     if bot_user_id and user_id == bot_user_id:
-        return Ignored("bot_message")
+        return Ignored("own_message")  # the gateway's own post, fired back by a webhook without trigger words
     trigger_word = _text(fields, "trigger_word")
     text = strip_trigger_word(_text(fields, "text"), trigger_word)
     media = attachments(fields)

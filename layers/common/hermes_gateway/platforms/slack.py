@@ -148,7 +148,9 @@ def parse_event(payload: Any, *, received_at: float) -> Parsed:
     bot_users = _authorized_users(payload)
     subtype = event.get("subtype")
     author = event.get("user")
-    if event.get("bot_id") or subtype == "bot_message" or (isinstance(author, str) and author in bot_users):
+    if isinstance(author, str) and author in bot_users:
+        return Ignored("own_message")  # the app's own reply, echoed back (a message.* subscription)
+    if event.get("bot_id") or subtype == "bot_message":
         return Ignored("bot_message")
     if subtype is not None and subtype not in _PERSON_SUBTYPES:
         return Ignored(_SUBTYPE_REASONS.get(str(subtype), "unsupported_subtype"))

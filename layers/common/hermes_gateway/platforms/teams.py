@@ -174,7 +174,7 @@ def parse_activity(
     recipient = object_or_empty(activity, "recipient")
     bot_id = recipient.get("id") if isinstance(recipient.get("id"), str) else None
     if bot_id is not None and sender_id == bot_id:
-        return Ignored("self")
+        return Ignored("own_message")
     chat_type = _chat_type(conversation)
     if chat_type is None:
         return Ignored("unsupported_conversation")

@@ -42,10 +42,12 @@ from hermes_gateway.settings import Settings
 # retry window is longer (WhatsApp: 7 days). An inbox item costs its storage only, deleted by TTL.
 UNBOUNDED_RETRY_WINDOW_SECONDS = 7 * 24 * 3600
 MIN_DEDUP_WINDOW_SECONDS = 2 * 24 * 3600  # windows are estimates for several platforms: a margin
-# The Ignored reasons that are a platform's reports on a message the gateway sent (WhatsApp's sent,
-# delivered and read statuses): they come for every reply, two or three times, and are no message,
-# so their line is DEBUG, not an INFO line per report (bench/receipts_cost.py).
-RECEIPT_REASONS = frozenset({"message_status"})
+# The Ignored reasons that are a platform's reports on, or echoes of, a message the gateway sent
+# (WhatsApp's sent, delivered and read statuses; the bot's own reply coming back as a message:
+# Slack, Matrix, Mattermost, WhatsApp groups, and Feishu and Teams should they send one): they come
+# for every reply and are no message, so their line is DEBUG, not an INFO line each
+# (bench/receipts_cost.py).
+RECEIPT_REASONS = frozenset({"message_status", "own_message"})
 
 
 def dedup_window_seconds(platform: str) -> int:
