@@ -353,8 +353,9 @@ class SlackSender:
 
     def __init__(self, api_base_url: str, token: str, timeout: float = 10.0) -> None:
         self._http = HttpClient(api_base_url, platform="slack", timeout=timeout, scrub=(token,))
+        self._auth = {"Authorization": f"Bearer {token}"}  # a form-encoded request's headers
         # Slack warns about a JSON body without a charset.
-        self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json; charset=utf-8"}
+        self._headers = {**self._auth, "Content-Type": "application/json; charset=utf-8"}
 
     def __repr__(self) -> str:
         return f"SlackSender({self._http.base!r})"
@@ -401,9 +402,8 @@ class SlackSender:
         method = "/conversations.history"
         if target.thread_id:
             method, form["ts"] = "/conversations.replies", target.thread_id
-        auth = {"Authorization": self._headers["Authorization"]}
         try:
-            body = self._answered(self._http.request("POST", method, form=form, headers=auth))
+            body = self._answered(self._http.request("POST", method, form=form, headers=self._auth))
         except PermanentError as refused:  # missing_scope, not_in_channel, …: the look cannot tell
             logger.warning("slack refused the look for an earlier try's message: %s", str(refused)[:120])
             return None
@@ -428,13 +428,12 @@ class SlackSender:
         """Slack's external upload: `files.getUploadURLExternal`, the bytes to the URL it names,
         then `files.completeUploadExternal` shares the file in the channel (and thread), with the
         caption as its comment. Returns the file's id (the message's `ts` is not in the answer)."""
-        auth = {"Authorization": self._headers["Authorization"]}
         ticket = self._answered(
             self._http.request(
                 "POST",
                 "/files.getUploadURLExternal",
                 form={"filename": media.name, "length": str(len(media.data))},
-                headers=auth,
+                headers=self._auth,
             )
         )
         upload_url, file_id = ticket.get("upload_url"), ticket.get("file_id")
