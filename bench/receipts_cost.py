@@ -84,13 +84,15 @@ def status_notification(n: int, status: str) -> bytes:
     return json.dumps(payload, separators=(",", ":")).encode()
 
 
-def post(base_url: str, body: bytes) -> int:
+def signed_headers(body: bytes) -> dict[str, str]:
+    """The headers Meta sends with a notification: its HMAC-SHA256 under the app secret."""
     signature = "sha256=" + hmac.new(APP_SECRET.encode(), body, hashlib.sha256).hexdigest()
+    return {"content-type": "application/json", "x-hub-signature-256": signature}
+
+
+def post(base_url: str, body: bytes) -> int:
     request = urllib.request.Request(
-        base_url + "/webhooks/whatsapp",
-        data=body,
-        headers={"content-type": "application/json", "x-hub-signature-256": signature},
-        method="POST",
+        base_url + "/webhooks/whatsapp", data=body, headers=signed_headers(body), method="POST"
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         response.read()

@@ -128,7 +128,7 @@ class FakeSlack(LoopbackFake[RecordedRequest]):
         oldest, limit = float(form.get("oldest") or 0), int(form.get("limit") or 100)
         with_metadata = form.get("include_all_metadata") == "true"
         found = []
-        for post in self.sent:  # the fake's ts values are not clock times: posted_at stands for them
+        for post, at in zip(self.sent, self.posted_at, strict=True):  # ts values are not clock times: at is
             if post["channel"] != channel or (thread is not None and post.get("thread_ts") != thread):
                 continue
             if thread is None and post.get("thread_ts"):
@@ -136,7 +136,7 @@ class FakeSlack(LoopbackFake[RecordedRequest]):
             message = {"type": "message", "text": self._texts[(channel, post["ts"])], "ts": post["ts"]}
             if with_metadata and isinstance(post.get("metadata"), dict):
                 message["metadata"] = post["metadata"]
-            found.append((self.posted_at[self.sent.index(post)], message))
+            found.append((at, message))
         wall_offset = time.time() - time.monotonic()
         messages = [m for at, m in found if at + wall_offset >= oldest]
         if api_method == "conversations.history":

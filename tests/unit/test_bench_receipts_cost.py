@@ -4,13 +4,14 @@ run_all merges it."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 
+import pytest
+
 from bench.meter import Meter
-from bench.receipts_cost import APP_SECRET, STATUSES, environment, status_notification, summarize
+from bench.receipts_cost import STATUSES, environment, signed_headers, status_notification, summarize
 from bench.run_all import receipts_cost_keys
+from hermes_gateway.errors import Unauthorized
 from hermes_gateway.platforms.whatsapp import parse_notification, verify_signature
 from hermes_gateway.services.ingress import Accepted, Ignored
 
@@ -24,10 +25,11 @@ def test_each_notification_is_a_status_report_the_adapter_ignores() -> None:
     assert "failed" not in STATUSES
 
 
-def test_the_notifications_are_signed_with_the_runs_app_secret() -> None:
+def test_the_notifications_are_signed_as_the_adapter_verifies_under_the_runs_app_secret() -> None:
     body = status_notification(1, "sent")
-    signature = "sha256=" + hmac.new(APP_SECRET.encode(), body, hashlib.sha256).hexdigest()
-    verify_signature({"x-hub-signature-256": signature}, body, environment()["WHATSAPP_APP_SECRET"])
+    verify_signature(signed_headers(body), body, environment()["WHATSAPP_APP_SECRET"])
+    with pytest.raises(Unauthorized):
+        verify_signature(signed_headers(body), body + b" ", environment()["WHATSAPP_APP_SECRET"])
 
 
 def test_a_reply_costs_two_or_three_receipts() -> None:
