@@ -363,12 +363,18 @@ def _dynamodb_throttle(operation: str, params: dict[str, Any]) -> Exception:
 
 @dataclass
 class FaultyTelegram(FakeTelegram):
-    """The Bot API answering some sends with a fault; a timed-out send posts nothing."""
+    """The Bot API answering some sends with a fault; a timed-out send posts nothing. A message it
+    refused (a 400) it refuses again on every try, as the Bot API's 400s answer the request itself
+    ("message is too long", "can't parse entities"), not a moment of the server."""
 
     thread_name: ClassVar[str] = "fake-telegram-faults"
     faults: Faults | None = None
+    refused: set[tuple[str, str]] = field(default_factory=set)  # (chat id, text) of each message refused
 
     def _default_answer(self, request: Any) -> ScriptedAnswer:
+        message = _chat_and_text(request) if request.api_method == "sendMessage" else None
+        if message is not None and message in self.refused:
+            return _REFUSED
         fault = self.faults.pick(self.faults.profile.platform_faults, "platform") if self.faults else None
         if request.api_method != "sendMessage" or fault is None:
             posted = len(self.sent)
@@ -383,7 +389,17 @@ class FaultyTelegram(FakeTelegram):
             return ScriptedAnswer(500, SERVER_ERROR)
         if fault == "timeout":
             return ScriptedAnswer(502, SERVER_ERROR, delay=PLATFORM_TIMEOUT_SECONDS + 0.5)
-        return ScriptedAnswer(400, {"ok": False, "error_code": 400, "description": "Bad Request: message refused"})
+        if message is not None:
+            self.refused.add(message)
+        return _REFUSED
+
+
+_REFUSED = ScriptedAnswer(400, {"ok": False, "error_code": 400, "description": "Bad Request: message refused"})
+
+
+def _chat_and_text(request: Any) -> tuple[str, str] | None:
+    body = request.json if isinstance(request.json, dict) else None
+    return (str(body.get("chat_id")), str(body.get("text"))) if body is not None else None
 
 
 @dataclass
