@@ -24,7 +24,8 @@ Faults are injected at the adapters:
   is wrapped; the calls of local mode's pollers and of this harness are left alone);
 - the model answers some requests with 429, 500 or too slowly (GATEWAY_PROVIDER_TIMEOUT_SECONDS);
 - Telegram answers some sends with 429, 500, too slowly (the sender's timeout is 3 s here; the fake
-  posts nothing before a timed-out answer) or a permanent 400 (dead-lettered at once, by design).
+  posts nothing before a timed-out answer) or a permanent 400 (dead-lettered at once, by design;
+  the fake refuses that chat's message again on every later try, as the Bot API's 400s do).
   A send the fake does post can still be answered after the timeout when this machine is loaded:
   the platform posted, the sender counted it failed and the outbox sent it again (BEHAVIOUR §6
   retries timeouts; the Bot API has no idempotency key). The report counts those duplicates apart
