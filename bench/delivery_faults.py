@@ -237,12 +237,15 @@ def _order(sent: list[dict[str, Any]], handed_over: set[str]) -> dict[str, int]:
 
 
 def _job_outcome(statuses: set[str]) -> str:
-    """What became of a job, from its chunks' statuses."""
+    """What became of a job, from its chunks' statuses (a chunk refused for good is `dead_lettered`
+    once its job is on the dead letters; one still `failed` was to be retried)."""
     if not statuses:
         return "lost"
-    for final in ("gone", "unknown", "failed"):
+    for final in ("gone", "unknown"):
         if final in statuses:
             return final
+    if statuses & {"failed", "dead_lettered"}:
+        return "failed"
     return "sent" if statuses == {"sent"} else "lost"
 
 

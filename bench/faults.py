@@ -131,7 +131,7 @@ PROVIDER_TIMEOUT_SECONDS = 1
 DYNAMODB_OPERATIONS = frozenset(
     {"GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "TransactWriteItems", "TransactGetItems"}
 )
-OUTBOX_STATUSES = frozenset({"sending", "sent", "failed", "unknown", "gone", "recorded"})
+OUTBOX_STATUSES = frozenset({"sending", "sent", "failed", "dead_lettered", "unknown", "gone", "recorded"})
 SQS_OPERATIONS = frozenset({"SendMessage"})
 LAMBDA_OPERATIONS = frozenset({"Invoke"})
 SFN_OPERATIONS = frozenset({"StartExecution"})

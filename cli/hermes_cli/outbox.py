@@ -17,7 +17,18 @@ from typing import Any
 from hermes_cli.target import add_target_arguments, bindings_for
 from hermes_gateway.resources import DEAD_LETTERS, INBOX
 
-STATUSES = ("pending", "sending", "streaming", "sent", "recorded", "failed", "gone", "unknown")
+STATUSES = (
+    "pending",
+    "sending",
+    "streaming",
+    "sent",
+    "recorded",
+    "failed",
+    "dead_lettered",
+    "refused",
+    "gone",
+    "unknown",
+)
 
 
 def add_commands(commands: Any) -> None:
@@ -70,7 +81,7 @@ def _list(args: argparse.Namespace) -> int:
         text = row.text.replace("\n", " ")
         text = text if len(text) <= 50 else text[:47] + "..."
         error = f"  ({row.error[:80]})" if row.error and row.status != "sent" else ""
-        print(f"{row.status:<9} {row.delivery_id:<48} {where:<28} {text}{error}")
+        print(f"{row.status:<13} {row.delivery_id:<48} {where:<28} {text}{error}")
     hint = " (outbox dead-letters, outbox redrive)" if depth else ""
     print(f"{len(rows)} rows; {depth} message(s) in the dead-letter queue{hint}")
     return 0

@@ -160,12 +160,21 @@ class FakeOutbox:
     def get(self, delivery_id: str) -> OutboxEntry | None:
         return self.entries.get(delivery_id)
 
-    def claim(self, delivery_id: str, now: float) -> bool:
+    def claim(self, delivery_id: str, now: float, reopen: bool = False) -> bool:
         self.writes.append("claim")
         entry = self.entries[delivery_id]
-        if entry.status not in ("pending", "failed"):
+        if entry.status not in ("pending", "failed", *(("dead_lettered",) if reopen else ())):
             return False
         self.entries[delivery_id] = replace(entry, status="sending", updated_at=now)
+        return True
+
+    def mark_dead_lettered(self, delivery_id: str, now: float) -> bool:
+        self.writes.append("mark_dead_lettered")
+        entry = self.entries[delivery_id]
+        if entry.status != "failed":
+            return False
+        self.entries[delivery_id] = replace(entry, status="dead_lettered", updated_at=now)
+        self.marks.append((delivery_id, "dead_lettered"))
         return True
 
     def settle_stale(self, delivery_id: str, now: float, stale_after_seconds: float = 60) -> bool:

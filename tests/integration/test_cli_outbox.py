@@ -50,7 +50,7 @@ def test_redrive_puts_messages_back_and_hands_jobs_to_delivery(
     )
     assert main(["outbox", "redrive"]) == 0
     assert "redrove 1 inbound message(s) and 1 delivery job(s)" in capsys.readouterr().out
-    assert invoked == [JOB]
+    assert invoked == [{**JOB, "redriven": True}]
     (item,) = boto3.client("dynamodb").scan(TableName=cli_env.bindings.table("inbox"))["Items"]
     assert item["event_id"]["S"] == "telegram:default:3"
     assert (

@@ -1,8 +1,9 @@
 """Delivery under platform faults, on moto with a fake Telegram on loopback (issue #6's done list), as
 the delivery function runs an asynchronous invoke: a short 429 is waited out and sends once; a long
 one is raised for Lambda's retry and then sends once; three 500s then success send once; a permanent
-failure lands in the dead-letter queue (whose depth the alarm watches) with its reason, and a
-redrive sends it once; two concurrent deliveries of the same chunk send once; a blocked chat is gone."""
+failure lands in the dead-letter queue (whose depth the alarm watches) with its reason, a repeat
+of the job leaves it there, and a redrive sends it once; two concurrent deliveries of the same
+chunk send once; a blocked chat is gone."""
 
 from __future__ import annotations
 
@@ -92,7 +93,11 @@ def test_a_permanent_failure_is_dead_lettered_and_a_redrive_sends_it_once(
     (letter,) = dead_letters.receive(visibility_seconds=0)
     body = json.loads(letter["Body"])
     assert body["kind"] == "delivery" and body["job"] == job("j-400") and "Bad Request" in body["reason"]
-    assert wiring.outbox().recent()[0].status == "failed"
+    assert wiring.outbox().recent()[0].status == "dead_lettered"
+    # A repeat of the job (a duplicate invoke, a turn's Fail state handing it on) leaves it for the
+    # redrive, though the platform would take it now: it would arrive after the chat's later replies
+    assert invoke(job("j-400")) == "dead_lettered"
+    assert len(fake_telegram.sent) == 0 and dead_letters.depth() == 1
     # After the cause is fixed, a redrive sends it once; a second redrive finds nothing
     deliveries = Redelivered()
     assert redrive(dead_letters, deliveries, wiring.inbox(), limit=10).deliveries == 1

@@ -1,5 +1,5 @@
-"""The DynamoDB outbox: one record per chunk, claimed by the same write, one claim at a time, a later
-failure report on the row (moto)."""
+"""The DynamoDB outbox: one record per chunk, claimed by the same write, one claim at a time, a
+refused chunk left for the redrive, a later failure report on the row (moto)."""
 
 from __future__ import annotations
 
@@ -73,6 +73,21 @@ def test_a_failed_chunk_is_claimed_again_once(aws: Any) -> None:
     assert not claimed and entry.status == "failed"
     assert outbox.claim("t#1", 102.0)
     assert not outbox.claim("t#1", 102.5)  # taken: another worker would wait
+
+
+def test_a_dead_lettered_chunk_is_claimed_only_by_a_redrive(aws: Any) -> None:
+    outbox = DynamoOutbox(aws.bindings)
+    record(outbox, "t#1", 100.0)
+    assert not outbox.mark_dead_lettered("t#1", 100.5)  # only a `failed` chunk: this one is being sent
+    outbox.mark("t#1", "failed", 101.0, error="PermanentError: Bad Request")
+    with aws_calls() as made:
+        assert outbox.mark_dead_lettered("t#1", 102.0)
+    assert made == [("dynamodb", "UpdateItem")]
+    stored = outbox.get("t#1")
+    assert stored is not None and (stored.status, stored.error) == ("dead_lettered", "PermanentError: Bad Request")
+    assert not outbox.claim("t#1", 103.0)  # a repeat of the job
+    assert outbox.claim("t#1", 104.0, reopen=True)  # the redriven job
+    assert not outbox.claim("t#1", 104.5, reopen=True)  # taken: a duplicate of it waits
 
 
 def test_a_sent_chunk_cannot_be_claimed_and_a_stale_claim_is_settled_unknown(aws: Any) -> None:

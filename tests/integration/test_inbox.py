@@ -256,5 +256,5 @@ def test_delivery_dead_letters_of_both_kinds_go_back_to_the_delivery_function(en
     assert kinds == ["delivery", "delivery-async", "unknown"]
     invoked = Invoked()
     report = redrive(wiring.dead_letters(), invoked, wiring.inbox(), limit=10)
-    assert invoked.jobs == [job, job] and report.deliveries == 2
+    assert invoked.jobs == [{**job, "redriven": True}] * 2 and report.deliveries == 2
     assert sum(report.left.values()) == 1  # the unknown one stays for a look

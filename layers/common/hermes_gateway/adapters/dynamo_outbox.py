@@ -108,14 +108,31 @@ class DynamoOutbox:
             raise
         return _entry(item), True
 
-    def claim(self, delivery_id: str, now: float) -> bool:
+    def claim(self, delivery_id: str, now: float, reopen: bool = False) -> bool:
         """Take the chunk for sending. False while another worker holds it, or once its fate is
-        settled: two deliveries of one job (a queue may hand it over twice) never both send."""
+        settled: two deliveries of one job (a queue may hand it over twice) never both send.
+        `reopen` (a redriven job): a `dead_lettered` chunk may be taken too."""
         Outbox = self.model
+        claimable = ("pending", "failed", "dead_lettered") if reopen else ("pending", "failed")
         try:
             Outbox(delivery_id).update(
                 actions=[Outbox.status.set("sending"), Outbox.updated_at.set(now)],
-                condition=Outbox.status.is_in("pending", "failed"),
+                condition=Outbox.status.is_in(*claimable),
+            )
+        except UpdateError as exc:
+            if condition_failed(exc):
+                return False
+            raise
+        return True
+
+    def mark_dead_lettered(self, delivery_id: str, now: float) -> bool:
+        """A `failed` chunk whose job is on the dead letters: `dead_lettered`, which only a redriven
+        job claims again. One conditional write; False when the chunk is no longer `failed`."""
+        Outbox = self.model
+        try:
+            Outbox(delivery_id).update(
+                actions=[Outbox.status.set("dead_lettered"), Outbox.updated_at.set(now)],
+                condition=Outbox.status == "failed",
             )
         except UpdateError as exc:
             if condition_failed(exc):

@@ -15,7 +15,8 @@ Four shapes arrive there:
 
 A redrive puts an inbound message back in the inbox (a new item: the stream routes it again; the
 router is idempotent on the event id) and hands a delivery job to the delivery function again (the
-outbox sends each chunk at most once). A message is deleted from the queue only once redriven.
+outbox sends each chunk at most once), marked `redriven`: only such a job sends a chunk that is
+`dead_lettered` again. A message is deleted from the queue only once redriven.
 """
 
 from __future__ import annotations
@@ -160,7 +161,8 @@ def redrive(queue: Queue, deliveries: Deliveries, inbox: Inbox, limit: int, now:
 def _redrive_one(letter: DeadLetter, deliveries: Deliveries, inbox: Inbox, report: Redriven) -> bool:
     if letter.kind in ("delivery", "delivery-async"):
         for job in letter.jobs:
-            deliveries.send(job)
+            # `redriven`: the chunk the platform refused (`dead_lettered` in the outbox) is sent again
+            deliveries.send({**job, "redriven": True})
             report.deliveries += 1
         return bool(letter.jobs) or _left(report, "a delivery dead letter without a job")
     if letter.kind == "inbound":

@@ -12,7 +12,10 @@ twice. What happens on failure is decided here and carried out by the handler:
   target (jobs, `send_message`) are skipped until a send to it succeeds again.
 - Undeliverable (any other refusal, no credentials, a malformed job): raised; the handler puts the
   job on the dead letters at once, with the reason (an alarm watches them), and
-  `hermes-gateway outbox redrive` can send it again later.
+  `hermes-gateway outbox redrive` can send it again later. The chunk the platform refused is then
+  marked `dead_lettered`: a repeat of the job (a task's retry, the turn's Fail state handing its
+  answer on again) sends neither it nor what follows it, which would reach the chat after the
+  session's later answers. Only a redriven job (`redriven` set by the redrive) sends it again.
 - An answer that may or may not have posted the message (a success without a message id, or a
   claim left by a worker that stopped mid-send) is recorded `unknown` and never sent again: a
   duplicate is worse than a gap the outbox shows.
@@ -69,8 +72,16 @@ _UNSENT_CLAIMS: dict[str, float] = {}
 _UNSENT_CLAIMS_KEPT = 1000
 
 
+DEAD_LETTERED = "dead_lettered"  # a chunk the platform refused whose job is on the dead letters
+
+
 class Undeliverable(PermanentError):
-    """Retrying cannot help: the job goes to the dead-letter queue at once."""
+    """Retrying cannot help: the job goes to the dead-letter queue at once. `chunk`: the outbox row
+    of the part the platform refused, marked `dead_lettered` once the job is on the dead letters."""
+
+    def __init__(self, reason: str, chunk: str | None = None) -> None:
+        super().__init__(reason)
+        self.chunk = chunk
 
 
 class Outbox(Protocol):
@@ -96,8 +107,13 @@ class Outbox(Protocol):
         answer's message is written `streaming`, with its platform message id."""
         ...
 
-    def claim(self, delivery_id: str, now: float) -> bool:
-        """Take an existing chunk for sending; False while another worker holds it or once it is final."""
+    def claim(self, delivery_id: str, now: float, reopen: bool = False) -> bool:
+        """Take an existing chunk for sending; False while another worker holds it or once it is
+        final. `reopen`: a `dead_lettered` chunk may be taken too (a redriven job's)."""
+        ...
+
+    def mark_dead_lettered(self, delivery_id: str, now: float) -> bool:
+        """A `failed` chunk whose job is now on the dead letters becomes `dead_lettered`; True if so."""
         ...
 
     def settle_stale(self, delivery_id: str, now: float) -> bool:
@@ -215,6 +231,8 @@ class DeliveryJob:
     # The answer's first chunk was streamed (services/turn/stream.py): "shown" when the message
     # shows it exactly, "partial" when it is still to be edited to it; None: not streamed.
     streamed: str | None = None
+    # Handed over again by `outbox redrive`: a chunk that is `dead_lettered` is sent again.
+    redriven: bool = False
 
     @classmethod
     def from_dict(cls, data: Any) -> DeliveryJob:
@@ -253,6 +271,7 @@ class DeliveryJob:
             reply_to=_optional_id(data.get("reply_to_message_id")) if kind == "reply" else None,
             media=media,
             streamed=_optional_id(data.get("streamed")),
+            redriven=data.get("redriven") is True,
         )
 
 
@@ -274,7 +293,7 @@ def _optional_id(value: Any) -> str | None:
 
 @dataclass(frozen=True)
 class DeliveryResult:
-    status: str  # sent | recorded | gone | skipped | unknown
+    status: str  # sent | recorded | gone | skipped | unknown | dead_lettered (a repeat of a refused job)
     entries: list[OutboxEntry]
     sent_chunks: int = 0
 
@@ -313,7 +332,30 @@ def run_job(
     try:
         return deliver_waiting(job, deps, wait_budget).status
     except Undeliverable as exc:
-        return dead_letter(raw, str(exc), dead_letters, events)
+        outcome = dead_letter(raw, str(exc), dead_letters, events)
+        if exc.chunk is not None:
+            _settle_dead_lettered(deps, exc.chunk)
+        return outcome
+
+
+def _settle_dead_lettered(deps: DeliveryDeps, delivery_id: str) -> None:
+    """The refused chunk's job is on the dead letters: the chunk waits for a redrive (marked after
+    the dead letter is written, so a crash in between leaves it `failed`, for the job's retry). A
+    throttled write is tried again as a mark is."""
+    try:
+        for attempt in range(MARK_ATTEMPTS):
+            try:
+                deps.outbox.mark_dead_lettered(delivery_id, deps.now())
+                return
+            except TransientError:
+                if attempt == MARK_ATTEMPTS - 1:
+                    raise
+                deps.sleep(MARK_BACKOFF_SECONDS * 2**attempt)
+    except Exception as exc:  # noqa: BLE001 - the job is on the dead letters: its outcome is decided
+        logger.warning(
+            "the refused chunk stays failed; a repeat of its job may try it again",
+            extra={"delivery_id": delivery_id, "error": type(exc).__name__},
+        )
 
 
 def dead_letter(raw: Any, reason: str, dead_letters: DeadLetters, events: LifecycleEvents | None) -> str:
@@ -462,7 +504,7 @@ def _send_parts(
     first: int = 1,
 ) -> str | tuple[int, list[str]]:
     """Send every part not yet sent: how many were sent now and the notes of files the platform
-    refused; or "unknown" / "gone" when the rest of the message is not sent."""
+    refused; or "unknown" / "gone" / "dead_lettered" when the rest of the message is not sent."""
     sent, refused = 0, []
     count = first - 1 + len(parts)
     for index, part in enumerate(parts, start=first):
@@ -472,6 +514,8 @@ def _send_parts(
             if entry.status == "refused":
                 refused.append(_refusal_note(part))
             continue  # a repeated job: this part already went out (or was refused for good)
+        if claimed_at == _DEAD_LETTERED:
+            return DEAD_LETTERED  # neither it nor what follows it: they wait for the redrive
         if claimed_at is None:
             return entry.status if entry.status == "gone" else "unknown"
         if claimed_at == _STREAMED:
@@ -505,6 +549,7 @@ def _refusal_note(part: _Part) -> str:
 
 _ALREADY_SENT = -1.0  # _record_chunk: nothing to send
 _STREAMED = -2.0  # _record_chunk: the chunk's message was posted while the model wrote it
+_DEAD_LETTERED = -3.0  # _record_chunk: the chunk was refused and its job is on the dead letters
 
 
 def _complete_stream(
@@ -530,7 +575,7 @@ def _complete_stream(
             raise
         except Exception as exc:
             _mark(deps, part.delivery_id, "failed", error=f"{type(exc).__name__}: {exc}")
-            raise Undeliverable(f"{type(exc).__name__}: {exc}") from exc
+            raise Undeliverable(f"{type(exc).__name__}: {exc}", chunk=part.delivery_id) from exc
     _mark_sent(deps, part.delivery_id, "sent", entry.platform_message_id)
     metrics.add_metric(name="DeliveryStreamCompleted", unit=MetricUnit.Count, value=1)
     return "sent"
@@ -550,7 +595,8 @@ def _record_chunk(
 ) -> tuple[OutboxEntry, float | None]:
     """The part's outbox row, recorded and claimed in one write (or found from an earlier try),
     and the claim's time: `_ALREADY_SENT` when it went out before (or its file was refused for
-    good), None when its fate is unknown or its target gone (the rest of the message is not sent)."""
+    good), None when its fate is unknown or its target gone, `_DEAD_LETTERED` when it was refused
+    and the job is not a redrive's (in both the rest of the message is not sent)."""
     now = deps.now()
     delivery_id, chunk, media = part.delivery_id, part.text, part.media
     entry, claimed = deps.outbox.record_claimed(
@@ -574,7 +620,11 @@ def _record_chunk(
         return entry, None
     if entry.status == "streaming" and entry.platform_message_id and media is None:
         return entry, _STREAMED
-    return entry, _claim(deps, delivery_id, detail)
+    if entry.status == DEAD_LETTERED:
+        if not job.redriven:
+            return entry, _DEAD_LETTERED
+        logger.info("a redrive sends a dead-lettered chunk again", extra=detail)
+    return entry, _claim(deps, delivery_id, detail, reopen=job.redriven)
 
 
 def _delivered(
@@ -608,12 +658,12 @@ def _skipped_as_gone(job: DeliveryJob, chat_id: str, deps: DeliveryDeps, detail:
     return True
 
 
-def _claim(deps: DeliveryDeps, delivery_id: str, detail: dict[str, Any]) -> float | None:
+def _claim(deps: DeliveryDeps, delivery_id: str, detail: dict[str, Any], reopen: bool = False) -> float | None:
     """For a chunk recorded before (a retried job): the claim's time when this worker may send
     it; None when a stale claim settled it `unknown`. Raises TransientError while another worker
-    holds a fresh claim (it retries after it)."""
+    holds a fresh claim (it retries after it). `reopen`: a `dead_lettered` chunk may be claimed."""
     now = deps.now()
-    if deps.outbox.claim(delivery_id, now):
+    if deps.outbox.claim(delivery_id, now, reopen=reopen):
         return now
     unsent = deps.unsent_claims.get(delivery_id)
     if unsent is not None:
@@ -659,7 +709,7 @@ def _send_chunk(
         if refused:
             metrics.add_metric(name="DeliveryMediaRefused", unit=MetricUnit.Count, value=1)
             return "refused"
-        raise Undeliverable(f"{type(exc).__name__}: {exc}") from exc
+        raise Undeliverable(f"{type(exc).__name__}: {exc}", chunk=delivery_id) from exc
     if not message_id and getattr(sender, "status", "sent") == "sent":
         deps.outbox.mark(delivery_id, "unknown", deps.now(), error="the platform gave no message id")
         metrics.add_metric(name="DeliveryUnknown", unit=MetricUnit.Count, value=1)
@@ -707,7 +757,11 @@ def _mark(deps: DeliveryDeps, delivery_id: str, status: str, **details: Any) -> 
 
 
 def _stop(deps: DeliveryDeps, detail: dict[str, Any], entries: list[OutboxEntry], status: str) -> DeliveryResult:
-    """The rest of the message is not sent: the target is gone, or a chunk's fate is unknown."""
+    """The rest of the message is not sent: the target is gone, a chunk's fate is unknown, or a
+    chunk is on the dead letters (the try that put it there said so: this repeat only logs)."""
+    if status == DEAD_LETTERED:
+        logger.info("a part of this message is on the dead letters; it waits for a redrive", extra=detail)
+        return DeliveryResult(status, entries)
     _emit(deps, "delivery:failed", {**detail, "reason": "target_gone" if status == "gone" else "outcome_unknown"})
     return DeliveryResult(status, entries)
 
