@@ -304,3 +304,27 @@ class FakeDirectory:
 
     def clear_gone(self, platform: str, chat_id: str, thread_id: str | None) -> None:
         self.gone.pop((platform, chat_id, thread_id), None)
+
+
+class FakePacing:
+    """`Pacing` with DynamoPacing's rule (the generic cell rate algorithm): a chat's next send time
+    per place; a quiet chat's slot is now, a busy chat's is `tolerance` before its next send time,
+    taken only when at most `ahead` seconds off. Keeps each reservation asked for."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.next_at: dict[str, float] = {}
+        self.asked: list[str] = []
+        self.error = error
+
+    def reserve(self, place: str, now: float, interval: float, tolerance: float, ahead: float) -> tuple[float, bool]:
+        self.asked.append(place)
+        if self.error is not None:
+            raise self.error
+        next_at = self.next_at.get(place)
+        if next_at is None or next_at <= now:
+            self.next_at[place] = now + interval
+            return now, True
+        if next_at > now + tolerance + ahead:
+            return next_at - tolerance, False
+        self.next_at[place] = next_at + interval
+        return max(now, next_at - tolerance), True

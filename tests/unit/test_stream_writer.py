@@ -98,6 +98,22 @@ def test_the_answer_is_posted_after_first_after_then_edited_at_the_pace_to_the_e
     assert (row.status, row.platform_message_id, row.chunk) == ("streaming", "1", 1)
 
 
+def test_in_a_paced_chat_the_post_waits_for_the_chats_next_send_slot() -> None:
+    # The group's next slot is 2 s off when the stream would first post (at 101.5)
+    clock, outbox = [100.0], FakeOutbox()
+    chat, asked = Chat(clock), list[float]()
+
+    def slot() -> float:
+        asked.append(clock[0])
+        return max(0.0, 103.5 - clock[0])
+
+    stream = writer(chat, outbox, clock, slot=slot)
+    text = feed(stream, clock, [f"w{i} " for i in range(50)], every=0.1)
+    stream.finish(text)
+    assert chat.calls[0][0] == "post" and chat.calls[0][1] == pytest.approx(103.5, abs=0.11)
+    assert len(asked) == 2  # asked when it would post, then once the slot had come: no asking in between
+
+
 def test_a_quick_answer_is_never_posted_by_the_stream() -> None:
     clock, outbox = [0.0], FakeOutbox()
     chat = Chat(clock)

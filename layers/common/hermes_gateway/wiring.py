@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from hermes_gateway.adapters.session_tables import SessionTables
     from hermes_gateway.domain.events import LifecycleEvents
     from hermes_gateway.domain.media import Attachment
+    from hermes_gateway.domain.pacing import PaceRule
     from hermes_gateway.domain.pairing import PairingStore
     from hermes_gateway.domain.ports import MediaStore, SessionStores
     from hermes_gateway.domain.profiles import ProfileDirectory
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from hermes_gateway.providers.base import Provider
     from hermes_gateway.providers.stt import Transcriber
     from hermes_gateway.services.cron import CronDeps
-    from hermes_gateway.services.delivery import DeliveryDeps, Mirror
+    from hermes_gateway.services.delivery import DeliveryDeps, Mirror, Pacing
     from hermes_gateway.services.ingress import DeliveryReport, InboundAdapter
     from hermes_gateway.services.outbound_media import Fetching
     from hermes_gateway.services.router import Access
@@ -239,6 +240,7 @@ def inbound_adapter(platform: str, profile: str | None = None) -> InboundAdapter
 def turn_deps(profile: str | None = None) -> TurnDeps:
     """A profile's turn: its settings, model, tools, memory and home channels."""
     from hermes_gateway.platforms.base import presence_of
+    from hermes_gateway.services.delivery import send_slot
     from hermes_gateway.services.turn import TurnDeps
     from hermes_gateway.tools.registry import tools_for
 
@@ -277,6 +279,7 @@ def turn_deps(profile: str | None = None) -> TurnDeps:
         # a streamed answer: posted and edited by the agent, its message's row in the outbox
         senders=lambda platform, via: sender_for(platform, via, profile),
         outbox=outbox() if "outbox" in bindings().tables else None,
+        send_slot=lambda platform, chat_id: send_slot(delivery_deps(profile), platform, chat_id),
         deliver=_deliver_here if _sends_here() else None,
     )
 
@@ -571,7 +574,26 @@ def delivery_deps(profile: str | None = None) -> DeliveryDeps:
         jobs=job_store() if "jobs" in bindings().tables else None,
         reply_to_mode=lambda platform: _reply_to_mode(platform, profile),
         media=_outbound_fetching(profile),
+        pacing=_pacing() if "directory" in bindings().tables else None,
+        pace_for=lambda platform, chat_id: _pace_for(platform, chat_id, profile),
     )
+
+
+@cache
+def _pacing() -> Pacing:
+    from hermes_gateway.adapters.dynamo_pacing import DynamoPacing
+
+    return DynamoPacing(bindings(), region())
+
+
+def _pace_for(platform: str, chat_id: str, profile: str | None) -> PaceRule | None:
+    """How a profile's bot paces its sends to one chat (None: not paced): Telegram's groups."""
+    found = profile_settings(profile).platforms.get(platform)
+    if platform != "telegram" or found is None:
+        return None
+    from hermes_gateway.platforms.telegram import group_pace
+
+    return group_pace(chat_id, int(found.options.get("group_sends_per_minute", 0) or 0))
 
 
 def _outbound_fetching(profile: str | None) -> Fetching | None:
@@ -640,5 +662,6 @@ def reset() -> None:
         note_store,
         cron_deps,
         receipts,
+        _pacing,
     ):
         built.cache_clear()

@@ -6,6 +6,8 @@ One table keyed `pk` + `sk`:
   query by name finds it on every platform. Written when a session starts, not per message.
 - `gone#<platform>` / `<chat_id>#<thread_id>`: a target the platform said is out of reach; jobs
   skip it until a send to it succeeds again. Expires after GONE_SECONDS.
+- `pace#<platform>#<profile>#<chat_id>` / `-`: a paced chat's next send time
+  (adapters.dynamo_pacing). Expires an hour after its last send.
 """
 
 from __future__ import annotations

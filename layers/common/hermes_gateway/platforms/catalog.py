@@ -78,6 +78,8 @@ CATALOG: tuple[PlatformSpec, ...] = (
         api_base_url="https://api.telegram.org", enabled=True,
         retry_window_seconds=24 * HOUR,  # undelivered updates are kept 24 h
         media=_M + "telegram:fetch_media",
+        options=(Option("group_sends_per_minute", "TELEGRAM_GROUP_SENDS_PER_MINUTE", "int", 20,
+                        "messages a minute the bot sends one group at most, paced by the delivery (0: not paced)"),),
     ),
     PlatformSpec(
         "slack", "Slack", _M + "slack:SlackInbound", _M + "slack:build_sender", 39000,

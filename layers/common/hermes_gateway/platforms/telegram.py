@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from hermes_gateway import errors, http_pool
 from hermes_gateway.domain.media import Attachment, attachment
+from hermes_gateway.domain.pacing import PaceRule
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import BadRequest, OutcomeUnknown, PermanentError, RateLimited, TransientError, Unauthorized
 from hermes_gateway.platforms.base import (
@@ -469,6 +470,19 @@ def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetch
 def build_sender(context: AdapterContext) -> TelegramSender | None:
     token = context.secret("TELEGRAM_BOT_TOKEN")
     return TelegramSender(context.platform.api_base_url, token) if token else None
+
+
+GROUP_BURST = 3  # a group's sends after a quiet spell that go at once (an answer's chunks)
+
+
+def group_pace(chat_id: str, sends_per_minute: int) -> PaceRule | None:
+    """How the bot paces its sends to a chat: a group's (Telegram: "no more than 20 messages per
+    minute in the same group") at `sends_per_minute`; None for a private chat, whose limit (about
+    one a second) its one session's turns keep to, and for a channel's @username. Group and
+    supergroup ids are negative; private chats' ids are users' ids, positive."""
+    if not chat_id.startswith("-") or not chat_id[1:].isdigit():
+        return None
+    return PaceRule.per_minute(sends_per_minute, GROUP_BURST)
 
 
 def _numeric(value: str) -> int | str:

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from hermes_gateway.domain.events import LifecycleEvents
 from hermes_gateway.domain.media import OutboundMedia
 from hermes_gateway.domain.outbox import OutboxEntry
+from hermes_gateway.domain.pacing import PaceRule
 from hermes_gateway.domain.ports import DeadLetters, Leases, Routes, Transcript
 from hermes_gateway.domain.session_key import build_session_key
 from hermes_gateway.domain.sessions import TranscriptRow
@@ -136,6 +137,14 @@ class Outbox(Protocol):
     ) -> None: ...
 
 
+class Pacing(Protocol):
+    def reserve(self, place: str, now: float, interval: float, tolerance: float, ahead: float) -> tuple[float, bool]:
+        """Take the next send slot of `place` (one chat of one bot): (its time, True), now when the
+        chat is quiet; or (the time of its next free slot, False), nothing taken, when that is more
+        than `ahead` seconds off."""
+        ...
+
+
 class FailureReports(Protocol):
     def fail_sent(self, delivery_id: str, *, platform: str, platform_message_id: str, error: str, now: float) -> str:
         """Mark a sent chunk failed; "marked", else the row's status ("missing": no such row)."""
@@ -188,6 +197,10 @@ class DeliveryDeps:
     reply_to_mode: Callable[[str], str] = lambda platform: "off"
     # How a reply's MEDIA references are fetched into the media bucket (None: no bucket bound)
     media: Fetching | None = None
+    # Where a platform limits one chat's sends: the chats' send slots, and (platform, chat id) ->
+    # the chat's rule (None: not paced)
+    pacing: Pacing | None = None
+    pace_for: Callable[[str, str], PaceRule | None] = lambda platform, chat_id: None
     # The `delivered` line at INFO; False: at DEBUG, when the caller's own line says it (the turn
     # that sends its answer itself: the agent's `agent:end`), one line per function and message.
     logs_delivered: bool = True
@@ -524,6 +537,8 @@ def _send_parts(
                 return outcome
             sent += 1
             continue
+        if not (job.streamed and index == 1):  # (a streamed answer's message is posted already)
+            _pace(job, deps, part.delivery_id, claimed_at, detail)
         part_target = replace(
             target,
             delivery_id=part.delivery_id,
@@ -539,6 +554,49 @@ def _send_parts(
         else:
             sent += 1
     return sent, refused
+
+
+def _pace(job: DeliveryJob, deps: DeliveryDeps, delivery_id: str, claimed_at: float, detail: dict[str, Any]) -> None:
+    """Wait for the chat's next send slot where its platform limits one chat's sends, instead of
+    meeting the platform's 429. A slot more than INLINE_RATE_LIMIT_SECONDS off is not waited for:
+    the chunk goes back to `pending` and RateLimited is raised for the caller's retry."""
+    found = _reserve(deps, job.platform, job.chat_id or "", INLINE_RATE_LIMIT_SECONDS)
+    if found is None:
+        return
+    now, at, taken = found
+    if not taken:
+        paced = RateLimited(at - now, f"the chat's sends are paced; its next slot is in {at - now:.1f} s")
+        _mark_unsent(deps, delivery_id, claimed_at, "pending", paced)
+        metrics.add_metric(name="DeliveryPaced", unit=MetricUnit.Count, value=1)
+        raise paced
+    if at - now >= 0.01:  # (less is the arithmetic of the slots' times)
+        logger.info("waiting for the chat's next send slot", extra={**detail, "seconds": round(at - now, 2)})
+        deps.sleep(at - now)
+
+
+def send_slot(deps: DeliveryDeps, platform: str, chat_id: str) -> float:
+    """Seconds until the chat's next send slot: 0 when one was taken now for a send that goes at
+    once (a streamed answer's post), or when the chat is not paced or pacing cannot be asked."""
+    found = _reserve(deps, platform, chat_id, 0.0)
+    return 0.0 if found is None or found[2] else max(0.0, found[1] - found[0])
+
+
+def _reserve(deps: DeliveryDeps, platform: str, chat_id: str, ahead: float) -> tuple[float, float, bool] | None:
+    """(now, the slot's time, whether it was taken) for a paced chat; None when the chat is not
+    paced, or when pacing cannot be asked (DynamoDB throttling): the send goes, and the
+    platform's 429 still holds it back."""
+    rule = deps.pace_for(platform, chat_id) if deps.pacing is not None else None
+    if rule is None or deps.pacing is None:
+        return None
+    now = deps.now()
+    try:
+        at, taken = deps.pacing.reserve(
+            f"{platform}#{deps.profile or ''}#{chat_id}", now, rule.interval, rule.tolerance, ahead
+        )
+    except TransientError:
+        logger.warning("send pacing unavailable; sending unpaced", extra={"platform": platform})
+        return None
+    return now, at, taken
 
 
 def _refusal_note(part: _Part) -> str:

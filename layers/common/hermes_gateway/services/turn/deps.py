@@ -86,6 +86,9 @@ class TurnDeps:
     senders: Callable[[str, str], Sender | None] | None = None
     outbox: StreamRows | None = None
     monotonic: Callable[[], float] = time.monotonic  # a stream's pace
+    # (platform, chat id) -> seconds until the chat's next send slot, one taken when 0 (a streamed
+    # answer's post in a paced chat, services.delivery.send_slot); None: no chat is paced.
+    send_slot: Callable[[str, str], float] | None = None
     # The turn's answer sent from the Respond task itself (services.delivery in this process, the
     # job as the Deliver task would get it -> its outcome), which then finishes the turn too: a
     # turn with nothing else to do is one Lambda task. None: the Deliver and Finish tasks do it.

@@ -129,6 +129,8 @@ class StreamWriter:
     sleep: Callable[[float], None]
     wall: Callable[[], float]  # the outbox row's times
     stopped: Callable[[], bool] = lambda: False
+    # seconds until the chat's next send slot, one taken when 0 (a paced chat: a Telegram group)
+    slot: Callable[[], float] = lambda: 0.0
     message_id: str | None = None
     shown: str | None = None  # the text the message shows (None: not known, after a retry)
     text: str = ""  # the answer so far
@@ -197,6 +199,10 @@ class StreamWriter:
         return allowed if isinstance(allowed, int) else 1_000_000
 
     def _post(self, view: str, now: float) -> None:
+        wait = self.slot()
+        if wait > 0:  # the chat's sends are paced: the post waits for its slot, as for a 429
+            self.last_at = now + wait
+            return
         try:
             message_id = self.poster.send(self.target, view)
         except (TransientError, PermanentError, OutcomeUnknown) as exc:
@@ -302,6 +308,11 @@ def writer_for(turn: Turn, deps: TurnDeps, provider: Provider) -> StreamWriter |
     def stopped() -> bool:
         return control.state(session_key).stop_turn_id == turn_id
 
+    send_slot = deps.send_slot
+
+    def slot() -> float:
+        return send_slot(target.platform, str(target.chat_id)) if send_slot is not None else 0.0
+
     return StreamWriter(
         sender=editor,
         poster=sender,
@@ -314,6 +325,7 @@ def writer_for(turn: Turn, deps: TurnDeps, provider: Provider) -> StreamWriter |
         sleep=deps.sleep,
         wall=deps.now,
         stopped=stopped,
+        slot=slot,
     ).open()
 
 
