@@ -295,6 +295,10 @@ def local_gateway(environ: dict[str, str] | None = None) -> Iterator[tuple[Any, 
         # (gpt-4o, claude, nova: 128k and more); echo's own would be the 8k fallback, which
         # compresses a 1-2 KB-reply session every few messages (a cost of small models, apart)
         "GATEWAY_CONTEXT_WINDOW": str(BENCH_CONTEXT_WINDOW),
+        # The bench sends a month's messages in minutes: its groups would be paced to Telegram's
+        # 20 sends a minute, and the run would measure their waits. Each group send still takes
+        # its slot, in one write, as a group below the limit does.
+        "TELEGRAM_GROUP_SENDS_PER_MINUTE": "60000",
         **(environ or {}),
     }
     gateway = LocalGateway(port=0, environ=env, tick_seconds=3600, poll_wait_seconds=1)

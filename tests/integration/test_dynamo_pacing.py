@@ -67,7 +67,8 @@ def test_a_telegram_groups_replies_are_spaced_and_a_private_chats_are_not(
 
     def invoke(delivery_id: str, chat_id: str) -> str:
         event = {"delivery_id": delivery_id, "target": {"platform": "telegram", "chat_id": chat_id}, "text": "hi"}
-        context = LambdaContext("delivery", 256, "arn:aws:lambda:us-east-1:1:function:delivery", time.time() + 30)
+        arn = "arn:aws:lambda:us-east-1:1:function:delivery"
+        context = LambdaContext("delivery", 256, arn, deadline=time.time() + 30)
         return str(module.lambda_handler(event, context)["status"])
 
     for n in range(6):

@@ -92,19 +92,27 @@ def test_a_quiet_group_gets_a_burst_at_once_then_one_send_per_slot() -> None:
     assert set(pacing.asked) == {f"telegram#main#{GROUP}"}
 
 
-def test_a_slot_further_off_than_the_function_waits_is_left_to_the_callers_retry() -> None:
+def test_a_slot_further_off_than_the_callers_budget_is_left_to_its_retry() -> None:
     clock, pacing, sender, outbox = Clock(), FakePacing(), FakeSender(), FakeOutbox()
     d = deps(clock, pacing, sender, PaceRule(10.0), outbox=outbox)  # one send every 10 s
-    deliver_waiting(job(1), d, budget_seconds=10)
+    deliver_waiting(job(1), d, budget_seconds=5)
     with pytest.raises(RateLimited) as raised:
-        deliver_waiting(job(2), d, budget_seconds=10)
+        deliver_waiting(job(2), d, budget_seconds=5)  # a turn's answer: 5 s of waiting at most
     assert raised.value.retry_after == pytest.approx(10.0) and raised.value.retry_after > INLINE_RATE_LIMIT_SECONDS
     assert len(sender.sent) == 1 and clock.slept == []
     assert outbox.entries["d-2#1"].status == "pending"  # not claimed: the retry takes it
     # The caller's retry, once the slot has come, sends it once
     clock.now += 10
-    assert deliver_waiting(job(2), d, budget_seconds=10).status == "sent"
+    assert deliver_waiting(job(2), d, budget_seconds=5).status == "sent"
     assert [text for _, text, _ in sender.sent] == ["m1", "m2"]
+
+
+def test_an_asynchronous_job_waits_for_a_slot_within_its_longer_budget() -> None:
+    clock, pacing, sender = Clock(), FakePacing(), FakeSender()
+    d = deps(clock, pacing, sender, PaceRule(10.0))
+    deliver_waiting(job(1), d, budget_seconds=15)
+    assert deliver_waiting(job(2), d, budget_seconds=15).status == "sent"  # the delivery function's 15 s
+    assert clock.slept == [10.0] and len(sender.sent) == 2
 
 
 def test_private_chats_and_unpaced_platforms_ask_nothing() -> None:

@@ -201,6 +201,8 @@ class DeliveryDeps:
     # the chat's rule (None: not paced)
     pacing: Pacing | None = None
     pace_for: Callable[[str, str], PaceRule | None] = lambda platform, chat_id: None
+    # A send slot is waited for until then (deliver_waiting: its budget); None: INLINE_RATE_LIMIT_SECONDS
+    pace_until: float | None = None
     # The `delivered` line at INFO; False: at DEBUG, when the caller's own line says it (the turn
     # that sends its answer itself: the agent's `agent:end`), one line per function and message.
     logs_delivered: bool = True
@@ -385,8 +387,10 @@ def dead_letter(raw: Any, reason: str, dead_letters: DeadLetters, events: Lifecy
 def deliver_waiting(job: DeliveryJob, deps: DeliveryDeps, budget_seconds: float) -> DeliveryResult:
     """Deliver, waiting out a platform's short rate limits (at most INLINE_RATE_LIMIT_SECONDS each,
     `budget_seconds` in all) in the function instead of failing the job: the chunks already sent
-    are skipped when it goes on. A longer one is raised for the caller to retry later."""
+    are skipped when it goes on. A longer one is raised for the caller to retry later. A paced
+    chat's send slot is waited for until `budget_seconds` from now."""
     waited = 0.0
+    deps = replace(deps, pace_until=deps.now() + max(budget_seconds, 0.0))
     while True:
         try:
             return deliver(job, deps)
@@ -558,9 +562,12 @@ def _send_parts(
 
 def _pace(job: DeliveryJob, deps: DeliveryDeps, delivery_id: str, claimed_at: float, detail: dict[str, Any]) -> None:
     """Wait for the chat's next send slot where its platform limits one chat's sends, instead of
-    meeting the platform's 429. A slot more than INLINE_RATE_LIMIT_SECONDS off is not waited for:
-    the chunk goes back to `pending` and RateLimited is raised for the caller's retry."""
-    found = _reserve(deps, job.platform, job.chat_id or "", INLINE_RATE_LIMIT_SECONDS)
+    meeting the platform's 429. A slot past `deps.pace_until` (the caller's wait budget; else
+    INLINE_RATE_LIMIT_SECONDS off) is not waited for: the chunk goes back to `pending` and
+    RateLimited is raised for the caller's retry."""
+    until = deps.pace_until
+    ahead = INLINE_RATE_LIMIT_SECONDS if until is None else max(0.0, until - deps.now())
+    found = _reserve(deps, job.platform, job.chat_id or "", ahead)
     if found is None:
         return
     now, at, taken = found
