@@ -45,6 +45,12 @@ def condition_failed(exc: Exception) -> bool:
     return getattr(exc, "cause_response_code", None) == CONDITION_FAILED_EXCEPTION
 
 
+def call_condition_failed(exc: Exception) -> bool:
+    """A botocore call's failed condition (a ClientError; `condition_failed` reads pynamodb's).
+    The item as it is rides in `exc.response["Item"]` when the call asked for ALL_OLD."""
+    return bool(getattr(exc, "response", {}).get("Error", {}).get("Code") == CONDITION_FAILED_EXCEPTION)
+
+
 def cancellation_codes(exc: TransactWriteError) -> list[str]:
     return [(reason.code if reason else "") or "" for reason in (exc.cancellation_reasons or [])]
 

@@ -9,7 +9,7 @@ from pynamodb.expressions.update import Action
 
 from hermes_gateway.adapters.aws import is_throttle
 from hermes_gateway.adapters.dynamo_errors import (
-    CONDITION_FAILED_EXCEPTION,
+    call_condition_failed,
     condition_failed,
     throttling_is_transient_everywhere,
 )
@@ -98,9 +98,9 @@ class DynamoOutbox:
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except Exception as exc:
-            response = getattr(exc, "response", {})
-            if response.get("Error", {}).get("Code") == CONDITION_FAILED_EXCEPTION:
-                stored = response.get("Item")  # absent only from an endpoint that ignores the option
+            if call_condition_failed(exc):
+                # (the item is absent only from an endpoint that ignores ReturnValuesOnConditionCheckFailure)
+                stored = getattr(exc, "response", {}).get("Item")
                 found = Outbox.from_raw_data(stored) if stored else Outbox.get(delivery_id, consistent_read=True)
                 return _entry(found), False
             if is_throttle(exc):

@@ -13,7 +13,7 @@ from typing import Any
 
 from hermes_gateway.adapters.aws import is_throttle
 from hermes_gateway.adapters.dynamo_directory import bind_directory
-from hermes_gateway.adapters.dynamo_errors import CONDITION_FAILED_EXCEPTION
+from hermes_gateway.adapters.dynamo_errors import call_condition_failed
 from hermes_gateway.adapters.models import dynamodb_endpoint
 from hermes_gateway.errors import TransientError
 from hermes_gateway.resources import Bindings
@@ -79,9 +79,8 @@ class DynamoPacing:
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except Exception as exc:
-            response = getattr(exc, "response", {})
-            if response.get("Error", {}).get("Code") == CONDITION_FAILED_EXCEPTION:
-                return False, response.get("Item")
+            if call_condition_failed(exc):
+                return False, getattr(exc, "response", {}).get("Item")
             if is_throttle(exc):
                 raise TransientError("DynamoDB is throttling the send pacing") from exc
             raise
