@@ -358,14 +358,7 @@ def _settle_dead_lettered(deps: DeliveryDeps, delivery_id: str) -> None:
     the dead letter is written, so a crash in between leaves it `failed`, for the job's retry). A
     throttled write is tried again as a mark is."""
     try:
-        for attempt in range(MARK_ATTEMPTS):
-            try:
-                deps.outbox.mark_dead_lettered(delivery_id, deps.now())
-                return
-            except TransientError:
-                if attempt == MARK_ATTEMPTS - 1:
-                    raise
-                deps.sleep(MARK_BACKOFF_SECONDS * 2**attempt)
+        _retried(deps, lambda: deps.outbox.mark_dead_lettered(delivery_id, deps.now()))
     except Exception as exc:  # noqa: BLE001 - the job is on the dead letters: its outcome is decided
         logger.warning(
             "the refused chunk stays failed; a repeat of its job may try it again",
@@ -811,9 +804,14 @@ def _mark_unsent(deps: DeliveryDeps, delivery_id: str, claimed_at: float, status
 
 
 def _mark(deps: DeliveryDeps, delivery_id: str, status: str, **details: Any) -> None:
+    _retried(deps, lambda: deps.outbox.mark(delivery_id, status, deps.now(), **details))
+
+
+def _retried(deps: DeliveryDeps, write: Callable[[], object]) -> None:
+    """An outbox write, tried again after a throttle MARK_ATTEMPTS times in all (then raised)."""
     for attempt in range(MARK_ATTEMPTS):
         try:
-            deps.outbox.mark(delivery_id, status, deps.now(), **details)
+            write()
             return
         except TransientError:
             if attempt == MARK_ATTEMPTS - 1:
