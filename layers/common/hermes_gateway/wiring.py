@@ -588,8 +588,10 @@ def _pacing() -> Pacing:
 
 def _pace_for(platform: str, chat_id: str, profile: str | None) -> PaceRule | None:
     """How a profile's bot paces its sends to one chat (None: not paced): Telegram's groups."""
+    if platform != "telegram":  # (every send asks: the others are answered without a lookup)
+        return None
     found = profile_settings(profile).platforms.get(platform)
-    if platform != "telegram" or found is None:
+    if found is None:
         return None
     from hermes_gateway.platforms.telegram import group_pace
 
