@@ -146,11 +146,15 @@ class Meter:
         def over_http(handler: Any, request: Any, **_: Any) -> None:
             return None
 
+        def signed(handler: Any, **_: Any) -> None:
+            return None
+
         self._patch(ThreadPoolExecutor, "submit", submit)
         self._patch(urllib.request.OpenerDirector, "open", open_url)
         # A function's CPU is its thread's: moto answers on the server's threads while metered, as
         # AWS answers elsewhere (local mode otherwise answers this process's calls in the caller).
         self._patch(InProcessAws, "__call__", over_http)
+        self._patch(InProcessAws, "unsigned", signed)  # and signs it: SigV4's CPU is the function's
         self._patch_pooled_http()
         self._patch_provider()
         return self

@@ -1,8 +1,9 @@
 """A stream poller that plays Lambda's DynamoDB stream event source mapping in local mode.
 
 moto keeps a table's stream (DynamoDB Streams' GetRecords) but runs no mapping that would retry a
-batch or honour a partial failure, so local mode reads the stream itself and does what the mapping
-does (resources.StreamSource): only new items pass (the INSERT filter), records go to one of
+batch or honour a partial failure, so local mode reads the stream itself (the records the embedded
+moto keeps, `hermes_local.aws.EmbeddedStream`) and does what the mapping does
+(resources.StreamSource): only new items pass (the INSERT filter), records go to one of
 `parallelization_factor` lanes by their partition key's hash (one session's messages stay in one
 lane, in order; lanes run in parallel), each lane hands its function batches of `batch_size`, and a
 batch whose records the function reports failed (`batchItemFailures`) is retried from the first of
@@ -26,7 +27,7 @@ from typing import Any, Protocol
 import boto3
 
 from hermes_gateway.resources import TABLES, FunctionSpec
-from hermes_local.aws import stream_writes, wait_for_stream_write
+from hermes_local.aws import EmbeddedStream, stream_writes, wait_for_stream_write
 
 RETRY_DELAY_SECONDS = 0.05  # Lambda retries at once; this keeps a crashing function from spinning a core
 
@@ -38,7 +39,8 @@ class Invoker(Protocol):
 
 
 def lambda_record(record: dict[str, Any], stream_arn: str, region: str) -> dict[str, Any]:
-    """A stream record as GetRecords gives it (boto3), as Lambda puts it in the function's event."""
+    """A stream record as GetRecords gives it (boto3, or `EmbeddedStream`), as Lambda puts it in the
+    function's event."""
     change = dict(record["dynamodb"])
     created = change.get("ApproximateCreationDateTime")
     if isinstance(created, datetime):
@@ -98,7 +100,6 @@ class StreamPoller:
         self.partition_key = next(t for t in TABLES if t.name == self.source.table).partition.name
         self.lanes = [Lane() for _ in range(self.source.parallelization_factor)]
         self.shard_id = ""
-        self._streams = boto3.client("dynamodbstreams", region_name=functions.region)
         self._sqs = boto3.client("sqs", region_name=functions.region)
 
     def pending(self) -> int:
@@ -116,19 +117,11 @@ class StreamPoller:
     # -- the reader: the stream's records, into the lanes
 
     def read(self) -> None:
-        iterator = self._iterator()
+        stream = EmbeddedStream(self.stream_arn)  # the embedded moto's records: no GetRecords request
+        self.shard_id = stream.shard_id
         while not self.stop.is_set():
             seen = stream_writes()  # before the look: a write during it is not missed
-            try:
-                page = self._streams.get_records(ShardIterator=iterator, Limit=1000)
-            except Exception as exc:  # noqa: BLE001 - the server is stopping, or a passing fault
-                if self.stop.is_set():
-                    return
-                print(f"[local] reading the {self.source.table} stream failed: {type(exc).__name__}", file=sys.stderr)
-                self.stop.wait(1)
-                continue
-            iterator = page["NextShardIterator"]
-            records = page.get("Records", [])
+            records = stream.read(1000)
             if not records:
                 wait_for_stream_write(seen, self.idle_seconds)
                 continue
@@ -136,15 +129,6 @@ class StreamPoller:
                 if self.source.inserts_only and record.get("eventName") != "INSERT":
                     continue
                 self.lane_of(record).put(lambda_record(record, self.stream_arn, self.functions.region))
-
-    def _iterator(self) -> str:
-        shards = self._streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"]["Shards"]
-        self.shard_id = str(shards[0]["ShardId"])  # moto keeps one shard per stream
-        return str(
-            self._streams.get_shard_iterator(
-                StreamArn=self.stream_arn, ShardId=self.shard_id, ShardIteratorType="TRIM_HORIZON"
-            )["ShardIterator"]
-        )
 
     def lane_of(self, record: dict[str, Any]) -> Lane:
         key = json.dumps(record["dynamodb"]["Keys"][self.partition_key], sort_keys=True)

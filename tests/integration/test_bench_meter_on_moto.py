@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import boto3
 import pytest
@@ -108,14 +109,26 @@ def test_metered_functions_reach_moto_over_http_so_their_cpu_is_their_own() -> N
         return [b"{}"]
 
     request = AWSPreparedRequest("POST", f"{url}/", {}, b"{}", False)
+
+    model = SimpleNamespace(service_model=SimpleNamespace(signing_name="dynamodb"))  # the operation's
+
+    def auth_type() -> object:
+        """What the request's signing is left as once the `before-call` hook ran."""
+        context: dict[str, object] = {"auth_type": "v4", "client_region": "us-east-1"}
+        IN_PROCESS._before_call(params={"url": f"{url}/", "headers": {}}, context=context, model=model)
+        return context["auth_type"]
+
     IN_PROCESS.serve(url, app)
     try:
         assert IN_PROCESS(request) is not None
+        assert auth_type() == "none"  # answered here: not signed
         meter = Meter().install()
         try:
             assert IN_PROCESS(request) is None  # botocore sends it to the server
+            assert auth_type() == "v4"  # signed, as a deployed function signs: SigV4 is its CPU
         finally:
             meter.uninstall()
         assert IN_PROCESS(request) is not None
+        assert auth_type() == "none"
     finally:
         IN_PROCESS.forget(url)

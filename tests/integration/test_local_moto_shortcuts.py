@@ -136,9 +136,8 @@ def _unused_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_this_process_clients_are_answered_without_a_socket(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The embedded AWS's application served for a port nothing listens on: every call is
-    answered in-process, as the server would (S3's paths, bodies, metadata and errors)."""
+def _embedded_aws(monkeypatch: pytest.MonkeyPatch) -> tuple[int, Any]:
+    """The embedded AWS's application for a port nothing listens on (serve it with IN_PROCESS)."""
     from moto.moto_server import werkzeug_app
 
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
@@ -146,8 +145,14 @@ def test_this_process_clients_are_answered_without_a_socket(monkeypatch: pytest.
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     configure_moto()
     port = _unused_port()
+    return port, LoopbackOnly(werkzeug_app.DomainDispatcherApplication(werkzeug_app.create_backend_app), port)
+
+
+def test_this_process_clients_are_answered_without_a_socket(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedded AWS's application served for a port nothing listens on: every call is
+    answered in-process, as the server would (S3's paths, bodies, metadata and errors)."""
+    port, app = _embedded_aws(monkeypatch)
     url = f"http://127.0.0.1:{port}"
-    app = LoopbackOnly(werkzeug_app.DomainDispatcherApplication(werkzeug_app.create_backend_app), port)
     with mock_aws():  # moto's state of its own for this test
         IN_PROCESS.serve(url, app)
         try:
@@ -174,14 +179,7 @@ def test_json_protocol_calls_are_answered_in_process_under_either_loopback_name(
     """DynamoDB, SQS and Step Functions calls go straight to moto's response classes: their
     answers and errors are what the server gives. moto's Step Functions names the server
     localhost, the functions 127.0.0.1: both are answered without a socket."""
-    from moto.moto_server import werkzeug_app
-
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    configure_moto()
-    port = _unused_port()
-    app = LoopbackOnly(werkzeug_app.DomainDispatcherApplication(werkzeug_app.create_backend_app), port)
+    port, app = _embedded_aws(monkeypatch)
     with mock_aws():
         IN_PROCESS.serve(f"http://127.0.0.1:{port}", app)
         try:
@@ -383,3 +381,72 @@ def test_update_expressions_traversed_directly_update_and_refuse_as_moto_does(
     assert [type(o) for o in direct[2:]] == [tuple, tuple, tuple]
     monkeypatch.setattr(DepthFirstTraverser, "traverse", DepthFirstTraverser.traverse.hermes_original)
     assert outcomes() == direct
+
+
+def test_this_process_requests_go_unsigned_to_their_own_region(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request the process answers itself carries no SigV4 signature (moto checks none), but
+    the credential scope moto reads its region from: a table made in one region is not in another.
+    A client of another endpoint is signed as before."""
+    port, app = _embedded_aws(monkeypatch)
+    url = f"http://127.0.0.1:{port}"
+    seen: list[str] = []
+
+    def authorization(request: Any, **_: Any) -> None:
+        value = request.headers.get("Authorization") or b""
+        seen.append(value.decode() if isinstance(value, bytes) else value)
+
+    with mock_aws():
+        IN_PROCESS.serve(url, app)
+        try:
+            ireland = boto3.client("dynamodb", region_name="eu-west-1", endpoint_url=url)
+            ireland.meta.events.register_first("before-send", authorization)
+            ireland.create_table(
+                TableName="t",
+                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                BillingMode="PAY_PER_REQUEST",
+            )
+            assert ireland.list_tables()["TableNames"] == ["t"]
+            virginia = boto3.client("dynamodb", region_name="us-east-1", endpoint_url=url)
+            assert virginia.list_tables()["TableNames"] == []
+            assert all("Credential=local/19700101/eu-west-1/dynamodb/" in a for a in seen)
+            assert not any("SignedHeaders" in a for a in seen)  # nothing was signed
+
+            elsewhere = boto3.client("dynamodb", region_name="eu-west-1")  # moto's own mock, not ours
+            elsewhere.meta.events.register_first("before-send", authorization)
+            elsewhere.list_tables()
+            assert "SignedHeaders=" in seen[-1]
+        finally:
+            IN_PROCESS.forget(url)
+
+
+def test_the_embedded_stream_reads_the_records_get_records_gives(dynamodb: Any) -> None:
+    """`EmbeddedStream` reads the records moto keeps, as GetRecords renders them (JSON, the
+    creation time in epoch seconds): the same records, in the same order, in pages."""
+    from hermes_local.aws import EmbeddedStream
+
+    arn = dynamodb.update_table(
+        TableName="t", StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
+    )["TableDescription"]["LatestStreamArn"]
+    dynamodb.put_item(TableName="t", Item={"pk": {"S": "a"}, "sk": {"N": "1"}, "text": {"S": "ünï"}})
+    dynamodb.put_item(TableName="t", Item={"pk": {"S": "a"}, "sk": {"N": "1"}, "n": {"N": "2"}})
+    dynamodb.delete_item(TableName="t", Key={"pk": {"S": "a"}, "sk": {"N": "1"}})
+
+    stream = EmbeddedStream(arn)
+    first, rest, after = stream.read(2), stream.read(), stream.read()
+    assert (len(first), len(rest), after) == (2, 1, [])
+
+    streams = boto3.client("dynamodbstreams", region_name="us-east-1")
+    iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=stream.shard_id, ShardIteratorType="TRIM_HORIZON")[
+        "ShardIterator"
+    ]
+    wire = streams.get_records(ShardIterator=iterator)["Records"]
+    ours = first + rest
+    assert [r["eventName"] for r in ours] == ["INSERT", "MODIFY", "REMOVE"]
+    for mine, theirs in zip(ours, wire, strict=True):
+        created = theirs["dynamodb"].pop("ApproximateCreationDateTime")
+        assert abs(mine["dynamodb"].pop("ApproximateCreationDateTime") - created.timestamp()) < 1
+        assert mine == theirs
+
+    dynamodb.put_item(TableName="t", Item={"pk": {"S": "b"}, "sk": {"N": "1"}})
+    assert [r["dynamodb"]["Keys"]["pk"] for r in stream.read()] == [{"S": "b"}]
