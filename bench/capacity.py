@@ -23,7 +23,7 @@ is the highest load whose messages (those of the steady state) are all answered 
 limit at the next load up. The analytic ceiling of each step (its limit over its demand per
 message) is printed beside it.
 
-Usage: .venv/bin/python bench/capacity.py [--scenario defaults|new-account|raised] [--hot]
+Usage: .venv/bin/python bench/capacity.py [--scenario defaults|new-account|raised|function-url] [--hot]
        [--model-seconds 2] [--seconds 60] [--pipeline FILE.json] [--print-pipeline]
 Writes bench/results/capacity-latest.json.
 """
@@ -138,6 +138,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "raised": {
         "api_gateway_stage_throttle": {"per_second": 1000, "burst": 2000},
     },
+    # `ingress.endpoint: function_url`: the platforms post to the ingress function's URL, which has no
+    # stage throttle (the account's concurrency bounds the ingress like every function)
+    "function-url": {"remove": ("api_gateway_stage_throttle",)},
 }
 
 

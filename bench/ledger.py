@@ -98,6 +98,7 @@ def _label(invocation: Invocation | None) -> str:
 def ledger(meter: Meter, log_bytes: int, custom_metrics: int, reply_bytes: int) -> str:
     by_id = {i.id: i for i in meter.invocations}
     priced = price(meter, 1, 1, log_bytes, custom_metrics, profile(meter.invocations))
+    via_url = price(meter, 1, 1, log_bytes, custom_metrics, profile(meter.invocations), endpoint="function_url")
     lines = [
         "| # | function | request | units | USD per million messages |",
         "|---:|---|---|---|---:|",
@@ -118,6 +119,9 @@ def ledger(meter: Meter, log_bytes: int, custom_metrics: int, reply_bytes: int) 
         f"**{priced['cost_per_million_usd']:.2f}** |",
         "",
         "By service: " + ", ".join(f"{k} {v:.2f}" for k, v in priced["cost_by_service"].items() if v) + ".",
+        "",
+        f"With `ingress.endpoint: function_url` (the platforms post to the ingress function's URL: no API "
+        f"Gateway request, no access line): **{via_url['cost_per_million_usd']:.2f}**.",
     ]
     return "\n".join(lines)
 
@@ -125,7 +129,9 @@ def ledger(meter: Meter, log_bytes: int, custom_metrics: int, reply_bytes: int) 
 def _beside(meter: Meter, priced: dict[str, Any]) -> list[str]:
     per = PRICES["per_request"]
     memory = memory_mb()
-    rows = [f"| API Gateway: the webhook request | 1 | {per['apigateway_http_request'] * 1e6:.3f} |"]
+    rows = []
+    if priced["webhook_endpoint"] == "http_api":
+        rows.append(f"| API Gateway: the webhook request | 1 | {per['apigateway_http_request'] * 1e6:.3f} |")
     for invocation in sorted(meter.invocations, key=lambda i: i.started):
         cost = billed(invocation, memory[invocation.function])
         gb_s = cost.model_ms / 1000 * memory[invocation.function] / 1024

@@ -97,7 +97,9 @@ def run(messages: int = 200, reply_bytes: tuple[int, int] | None = REPLY_BYTES) 
                     )  # fmt: skip
     finally:
         meter.uninstall()
-    priced = price(meter, messages, messages, logs.bytes, len(logs.metrics), profile(meter.invocations))
+    solo = profile(meter.invocations)
+    priced = price(meter, messages, messages, logs.bytes, len(logs.metrics), solo)
+    via_url = price(meter, messages, messages, logs.bytes, len(logs.metrics), solo, endpoint="function_url")
     first, last = rows[0], rows[-1]
     return {
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -117,6 +119,9 @@ def run(messages: int = 200, reply_bytes: tuple[int, int] | None = REPLY_BYTES) 
         },
         "cost_per_million_usd": priced["cost_per_million_usd"],
         "cost_by_service": priced["cost_by_service"],
+        "webhook_endpoint": priced["webhook_endpoint"],
+        # the same session with the platforms posting to the ingress function's URL
+        "cost_per_million_usd_function_url": via_url["cost_per_million_usd"],
         "per_message_mean": priced["per_message"],
         "prices_recorded": PRICES["recorded"],
         "by_message": rows,

@@ -447,6 +447,7 @@ def run(
         raise RuntimeError(f"expected {messages} replies sent, found {len(replies)} in the outbox ({sent} sent)")
     solo_profile = profile(alone)
     priced = price(meter, messages, webhook_requests, logs.bytes, len(logs.metrics), solo_profile)
+    via_url = price(meter, messages, webhook_requests, logs.bytes, len(logs.metrics), solo_profile, "function_url")
     busy = sum(n for (_, _, op, _), n in meter.calls.items() if op == "ChangeMessageVisibility")  # a busy retry
     return {
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -464,6 +465,10 @@ def run(
             "solo_messages": solo,
         },
         **priced,
+        # the same run priced with the platforms posting to the ingress function's URL
+        # (`ingress.endpoint: function_url`): no API Gateway request, no access line
+        "cost_per_million_usd_function_url": via_url["cost_per_million_usd"],
+        "cost_by_service_function_url": via_url["cost_by_service"],
         "prices_recorded": PRICES["recorded"],
         **measured(meter, messages, logs),
         "lambda_solo_profile": solo_profile,

@@ -264,6 +264,15 @@ def default_plan() -> Any:
     return ObservabilityPlan.of(wiring.settings(), {s.function for s in SCHEDULES})
 
 
+def webhook_endpoint() -> str:
+    """Where the deployment's platforms post (`ingress.endpoint`): `http_api` bills each request and
+    logs an access line; `function_url` bills neither (the ingress invocation is the same)."""
+    from hermes_gateway import wiring
+
+    endpoint: str = wiring.settings().ingress.endpoint
+    return endpoint
+
+
 def traced_by_default() -> Callable[[str], bool]:
     """Which functions the deployment's observability tier traces (none in minimal, the default)."""
     traces: Callable[[str], bool] = default_plan().traces
@@ -282,9 +291,13 @@ def price(
     log_bytes: int,
     custom_metrics: int = 0,
     solo: dict[str, dict[str, float]] | None = None,
+    endpoint: str | None = None,
 ) -> dict[str, Any]:
-    """USD per million messages by service, and what is reported apart, for `messages` messages."""
+    """USD per million messages by service, and what is reported apart, for `messages` messages.
+    `endpoint`: the webhook endpoint priced (None: the deployment's, `webhook_endpoint()`)."""
     per = PRICES["per_request"]
+    endpoint = endpoint or webhook_endpoint()
+    api_requests = webhook_requests if endpoint == "http_api" else 0
     scale = 1_000_000 / messages
     solo = solo or {}
     lam = lambda_cost(meter, solo, messages)
@@ -296,12 +309,12 @@ def price(
     # Lambda's own lines are ingested only where the tier keeps them (full; minimal drops them)
     plan = default_plan()
     platform_lines = LAMBDA_PLATFORM_LOG_BYTES * lam.requests if plan.platform_log_lines else 0
-    log_total = log_bytes + platform_lines + ACCESS_LOG_BYTES * webhook_requests
+    log_total = log_bytes + platform_lines + ACCESS_LOG_BYTES * api_requests
     roots_per_message = trace_roots(meter, plan.traces) / messages
     roots_if_traced = trace_roots(meter) / messages  # the standard tier traces the message path
     reference_rate = REFERENCE_MESSAGES_PER_MONTH / SECONDS_PER_MONTH
     by_service = {
-        "apigateway": webhook_requests * per["apigateway_http_request"] * scale,
+        "apigateway": api_requests * per["apigateway_http_request"] * scale,
         "lambda": lam.usd(lam.gb_seconds) * scale,
         "sqs": (sqs["fifo"] * per["sqs_fifo_request"] + sqs["standard"] * per["sqs_request"]) * scale,
         "dynamodb": (rru * per["dynamodb_read_request_unit"] + wru * per["dynamodb_write_request_unit"]) * scale,
@@ -315,6 +328,7 @@ def price(
     return {
         "cost_per_million_usd": round(sum(by_service.values()), 2),
         "cost_by_service": by_service,
+        "webhook_endpoint": endpoint,
         "in_total": IN_TOTAL,
         "per_message": {
             "webhook_requests": round(webhook_requests / messages, 3),
@@ -372,7 +386,7 @@ def _apart(
 
 
 IN_TOTAL = [
-    "API Gateway: each webhook request, retries included",
+    "API Gateway: each webhook request, retries included (none with ingress.endpoint: function_url)",
     "Lambda: one request per invocation (one per record for an event source mapping) and GB-seconds from "
     "the CPU model (CPU time / the memory size's CPU share + a round trip per AWS call)",
     "SQS: the functions' requests (each 64 KB) and the event source pollers' receive and delete per record",
@@ -380,7 +394,8 @@ IN_TOTAL = [
     "Step Functions Express: a request per execution and the modelled duration (tasks + overhead, 100 ms steps, 64 MB)",
     "EventBridge: each event the functions put on the bus (each 64 KB)",
     "S3: the functions' requests to the media bucket, PUT and GET tiers (storage apart: bench/media_cost.py)",
-    "CloudWatch Logs: bytes logged at INFO with the EMF lines, Lambda's platform lines, API Gateway's access lines",
+    "CloudWatch Logs: bytes logged at INFO with the EMF lines, Lambda's platform lines, API Gateway's access "
+    "lines (an HTTP API's only)",
     "X-Ray: traces recorded under the default sampling rule at a million messages a month, of the "
     "functions the observability tier traces (none in minimal, the default)",
 ]

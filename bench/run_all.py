@@ -140,6 +140,8 @@ def cost_keys(cost: dict[str, Any]) -> dict[str, Any]:
         "cost_per_million_usd": cost["cost_per_million_usd"],
         "cost_by_service": cost["cost_by_service"],
         "cost_in_total": cost["in_total"],
+        "webhook_endpoint": cost.get("webhook_endpoint", "http_api"),
+        "cost_per_million_usd_function_url": cost.get("cost_per_million_usd_function_url"),
         # The same total with Lambda billed by each invocation's elapsed time alone instead of the CPU model.
         "cost_per_million_usd_lambda_wall_clock": round(
             cost["cost_per_million_usd"]
@@ -204,12 +206,14 @@ def long_session_keys(long: dict[str, Any]) -> dict[str, Any]:
         "read_units_per_message_at_1": growth["first"],
         f"read_units_per_message_at_{at}": growth["last"],
         "cost_per_million_usd_long_session": long["cost_per_million_usd"],
+        "cost_per_million_usd_long_session_function_url": long.get("cost_per_million_usd_function_url"),
     }
 
 
 def capacity_keys(capacity: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name, key in (("defaults", ""), ("new-account", "_new_account"), ("busy_group", "_busy_group")):
+    for name, key in (("defaults", ""), ("new-account", "_new_account"), ("busy_group", "_busy_group"),
+                      ("function-url", "_function_url")):  # fmt: skip
         if name in capacity:
             out[f"capacity{key}_messages_per_second"] = capacity[name]["knee_messages_per_second"]
             out[f"capacity{key}_binding_limit"] = capacity[name]["binding_limit"]

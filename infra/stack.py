@@ -192,7 +192,12 @@ class HermesGatewayStack(Stack):
                 description="The gateway's CloudWatch dashboard",
             )
         api = WebhookApi(
-            self, "Webhooks", handler=lambdas[WEBHOOK_FUNCTION], api_name=f"{PROJECT}-{stage}", platforms=served
+            self,
+            "Webhooks",
+            handler=lambdas[WEBHOOK_FUNCTION],
+            api_name=f"{PROJECT}-{stage}",
+            platforms=served,
+            endpoint=settings.ingress.endpoint,
         )
         schedules = Schedules(self, "Schedules", specs=SCHEDULES, functions=lambdas)
         alarms.watch(
@@ -202,7 +207,7 @@ class HermesGatewayStack(Stack):
             state_machines={TURN_STATE_MACHINE.name: workflow.state_machine},
         )
 
-        CfnOutput(self, "WebhookUrl", value=f"{api.url}webhooks/", description="Append the platform name")
+        CfnOutput(self, "WebhookUrl", value=f"{api.webhook_url}webhooks/", description="Append the platform name")
         CfnOutput(
             self,
             SESSION_API_OUTPUT,
@@ -215,7 +220,7 @@ class HermesGatewayStack(Stack):
             CfnOutput(
                 self,
                 webhook_output_key(spec.name, profile),
-                value=f"{api.url}{webhook_path(spec.name, profile).lstrip('/')}",
+                value=f"{api.webhook_url}{webhook_path(spec.name, profile).lstrip('/')}",
                 description=f"Register this URL with {spec.title}{for_profile} (docs/platforms/{spec.name}.md)",
             )
         CfnOutput(

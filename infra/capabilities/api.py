@@ -1,7 +1,18 @@
-"""The public webhook endpoint: an HTTP API with one route per enabled platform (`/webhooks/<name>`,
-with the methods the platform uses), each invoking the ingress function; a named profile's platforms
-under `/p/<profile>/webhooks/<name>`. A disabled platform has no route at all: API Gateway answers
-404 without invoking (or billing) a function."""
+"""The public webhook endpoint, as `ingress.endpoint` chooses:
+
+- `http_api` (the default): an HTTP API with one route per enabled platform (`/webhooks/<name>`,
+  with the methods the platform uses), each invoking the ingress function; a named profile's
+  platforms under `/p/<profile>/webhooks/<name>`. A disabled platform has no route at all: API
+  Gateway answers 404 without invoking (or billing) a function. The stage throttles and logs each
+  request (1 USD per million requests, and about 0.17 for its access line).
+- `function_url`: the ingress function's own URL (auth NONE: platforms cannot sign in to AWS; the
+  function verifies every request), with the same paths. Lambda bills no request price for it. The
+  function answers an unknown or disabled platform 404 and a method its platform does not use
+  405 itself, as it does in local mode; there is no stage throttle (the account's Lambda
+  concurrency bounds a flood) and no access log (the function logs every request it rejects).
+
+The session API (IAM-signed) is an HTTP API route either way: it is not on a message's path.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +20,7 @@ import json
 from collections.abc import Sequence
 
 import jsii
-from aws_cdk import RemovalPolicy
+from aws_cdk import Annotations, RemovalPolicy, Stack, Token
 from aws_cdk import aws_apigateway as apigateway
 from aws_cdk import aws_apigatewayv2 as apigatewayv2
 from aws_cdk import aws_lambda as lambda_
@@ -19,10 +30,16 @@ from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
 from constructs import Construct
 
 from hermes_gateway.platforms.catalog import PlatformSpec
+from hermes_gateway.settings import WEBHOOK_ENDPOINTS
 from infra.capabilities.functions import LOG_RETENTION
 from infra.nag import acknowledge
 
 SESSION_API_PATH = "/api/sessions"
+# Regions without Lambda function URLs when this was written (docs/platforms: AWS's page lists them).
+NO_FUNCTION_URLS = frozenset({
+    "ap-south-2", "ap-southeast-4", "ap-southeast-5", "ap-southeast-6", "ap-southeast-7", "ap-east-2",
+    "ca-west-1", "eu-south-2", "eu-central-2", "il-central-1", "me-central-1",
+})  # fmt: skip
 # Stage-wide limits: far above one gateway's traffic, low enough to cap the bill of a flood.
 THROTTLE_RATE_PER_SECOND = 50
 THROTTLE_BURST = 100
@@ -52,9 +69,14 @@ class WebhookApi(Construct):
         handler: lambda_.IFunction,
         api_name: str,
         platforms: Sequence[tuple[str | None, PlatformSpec]],
+        endpoint: str = "http_api",
     ) -> None:
-        """`platforms`: (profile, spec) for every profile's enabled platform; None for the deployment's own."""
+        """`platforms`: (profile, spec) for every profile's enabled platform; None for the deployment's
+        own. `endpoint`: where the platforms post (`ingress.endpoint`)."""
         super().__init__(scope, construct_id)
+        if endpoint not in WEBHOOK_ENDPOINTS:
+            raise ValueError(f"ingress.endpoint: {endpoint!r} is none of {', '.join(WEBHOOK_ENDPOINTS)}")
+        self.endpoint = endpoint
         self.http_api = apigatewayv2.HttpApi(
             self,
             "HttpApi",
@@ -71,6 +93,10 @@ class WebhookApi(Construct):
             payload_format_version=apigatewayv2.PayloadFormatVersion.VERSION_2_0,
             scope_permission_to_route=False,
         )
+        self.function_url: lambda_.FunctionUrl | None = None
+        if endpoint == "function_url":
+            self._serve_from_function_url(handler)
+            platforms = ()  # the function's URL takes every path: no webhook route on the HTTP API
         routes = [
             route
             for profile, platform in platforms
@@ -103,10 +129,29 @@ class WebhookApi(Construct):
             ),
         )
 
+    def _serve_from_function_url(self, handler: lambda_.IFunction) -> None:
+        region = Stack.of(self).region
+        if not Token.is_unresolved(region) and region in NO_FUNCTION_URLS:
+            Annotations.of(self).add_warning_v2(
+                "hermes:function-url-region",
+                f"Lambda function URLs were not offered in {region} when this was written: if the deploy "
+                "fails on the ingress URL, set ingress.endpoint to http_api",
+            )
+        # CDK grants what a public URL needs since October 2025: lambda:InvokeFunctionUrl for
+        # auth NONE and lambda:InvokeFunction only when invoked through the URL.
+        self.function_url = lambda_.FunctionUrl(
+            self, "IngressUrl", function=handler, auth_type=lambda_.FunctionUrlAuthType.NONE
+        )
+
     @property
     def url(self) -> str:
-        """The API's base URL, ending with '/'."""
+        """The API's base URL (the session API's), ending with '/'."""
         return self.stage.url
+
+    @property
+    def webhook_url(self) -> str:
+        """Where the platforms post, ending with '/': the function's URL or the API's."""
+        return self.function_url.url if self.function_url is not None else self.stage.url
 
     def add_session_api(self, handler: lambda_.IFunction, profiles: Sequence[str] = ()) -> str:
         """`POST /api/sessions` for the deployment's own profile and `POST /p/<profile>/api/sessions`

@@ -119,6 +119,41 @@ def test_ingress_rejects_bad_input_and_enqueues_nothing(env: Any, secret: str | 
     assert inbox_items(env) == []
 
 
+def function_url_event(method: str, path: str, body: bytes, secret: str | None = SECRET) -> dict[str, Any]:
+    """The event a Lambda function URL sends (`ingress.endpoint: function_url`): payload 2.0's shape
+    with no route, so no path parameters (PLATFORMS §14)."""
+    event = webhook_event(body, secret)
+    event.pop("pathParameters", None)
+    event["routeKey"] = "$default"
+    event["rawPath"] = path
+    event["requestContext"] = {
+        **event["requestContext"],
+        "routeKey": "$default",
+        "domainName": "abcdefghij.lambda-url.us-east-1.on.aws",
+        "http": {**event["requestContext"]["http"], "method": method, "path": path},
+    }
+    return event
+
+
+def test_ingress_behind_a_function_url_reads_the_platform_from_the_path(env: Any) -> None:
+    """Every path reaches the function: it answers what API Gateway's routes answered before it."""
+    body = json.dumps(update(1101)).encode()
+    ok = handler("ingress")(function_url_event("POST", "/webhooks/telegram", body), context("ingress"))
+    assert ok["statusCode"] == 200
+    assert [json.loads(i["envelope"]["S"])["event_id"] for i in inbox_items(env)] == ["telegram:default:1101"]
+    for method, path, status in (
+        ("POST", "/webhooks/nowhere", 404),  # no such platform
+        ("POST", "/webhooks/slack", 404),  # not enabled here
+        ("POST", "/", 404),
+        ("GET", "/webhooks/telegram", 405),  # Telegram only posts
+    ):
+        answer = handler("ingress")(function_url_event(method, path, body), context("ingress"))
+        assert answer["statusCode"] == status, (method, path)
+    forged = handler("ingress")(function_url_event("POST", "/webhooks/telegram", body, "forged"), context("ingress"))
+    assert forged["statusCode"] == 401
+    assert len(inbox_items(env)) == 1
+
+
 def test_webchat_is_not_served_outside_local_mode(env: Any) -> None:
     response = handler("ingress")(webhook_event(b"{}", platform="webchat"), context("ingress"))
     assert response["statusCode"] == 404

@@ -108,3 +108,28 @@ def test_only_the_functions_the_tier_traces_start_priced_traces() -> None:
     assert trace_roots(meter, lambda function: function == "router") == 3
     # The default tier (minimal) traces nothing: X-Ray is not in a default deployment's bill
     assert trace_roots(meter, traced_by_default()) == 0
+
+
+def test_a_function_url_endpoint_bills_no_api_request_and_no_access_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.pricing import ACCESS_LOG_BYTES, webhook_endpoint
+    from hermes_gateway import wiring
+
+    meter = Meter()
+    meter.invocations = [invocation(1, "ingress", "api", trips=1), invocation(2, "ingress", "api", trips=1)]
+    api = price(meter, messages=2, webhook_requests=3, log_bytes=1000, endpoint="http_api")
+    url = price(meter, messages=2, webhook_requests=3, log_bytes=1000, endpoint="function_url")
+    per = PRICES["per_request"]
+    assert api["cost_by_service"]["apigateway"] == pytest.approx(3 * per["apigateway_http_request"] / 2 * 1e6)
+    assert url["cost_by_service"]["apigateway"] == 0
+    assert api["per_message"]["log_bytes"] - url["per_message"]["log_bytes"] == 3 * ACCESS_LOG_BYTES / 2
+    assert url["cost_by_service"]["lambda"] == api["cost_by_service"]["lambda"]  # the same invocations
+    assert (api["webhook_endpoint"], url["webhook_endpoint"]) == ("http_api", "function_url")
+    # Unnamed, the deployment's own setting is priced
+    monkeypatch.setenv("GATEWAY_WEBHOOK_ENDPOINT", "function_url")
+    wiring.reset()
+    try:
+        assert webhook_endpoint() == "function_url"
+        assert price(meter, messages=2, webhook_requests=3, log_bytes=1000)["cost_by_service"]["apigateway"] == 0
+    finally:
+        monkeypatch.delenv("GATEWAY_WEBHOOK_ENDPOINT")
+        wiring.reset()

@@ -51,6 +51,7 @@ TOOL_NAMES = ("memory", "session_search", "send_message", "cronjob")
 MEMORY_PROVIDERS = ("", "honcho")
 BOT_POLICIES = ("none", "mentions", "all")
 OBSERVABILITY_TIERS = ("minimal", "standard", "full")  # infra/capabilities/observability.py builds from it
+WEBHOOK_ENDPOINTS = ("http_api", "function_url")  # infra/capabilities/api.py builds from it
 UNAUTHORIZED_DM_MODES = ("", "pair", "ignore")
 STT_PROVIDERS = ("openai", "none")
 REPLY_TO_MODES = ("off", "first", "all")
@@ -393,11 +394,17 @@ class SttSettings(Section):
 
 @dataclass(frozen=True, kw_only=True)
 class IngressSettings(Section):
-    """`ingress:` the webhook endpoint's limits (deployment-wide)."""
+    """`ingress:` the webhook endpoint and its limits (deployment-wide)."""
 
     max_body_bytes: int = setting(
         "GATEWAY_MAX_BODY_BYTES", whole, 65536, "larger webhook bodies get 413",
         check=between(1024, 200_000, why="the queue message limit"),
+    )
+    endpoint: str = setting(
+        "GATEWAY_WEBHOOK_ENDPOINT", text, "http_api",
+        "http_api (API Gateway: a stage throttle, access logs; 1 USD per million requests) | function_url "
+        "(the ingress function's own URL: no per-request price); changing it changes the webhook URLs",
+        check=one_of(WEBHOOK_ENDPOINTS),
     )
 
 
