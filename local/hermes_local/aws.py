@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import base64
 import contextvars
+import copy
 import functools
 import importlib
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -64,6 +66,7 @@ def configure_moto() -> None:
     traverse_update_expressions_directly()
     query_one_partition()
     parse_json_paths_once()
+    copy_step_functions_states_as_json()
     render_dynamodb_items_directly()
 
 
@@ -317,6 +320,51 @@ def parse_json_paths_once() -> None:
         cached = functools.lru_cache(maxsize=256)(parse)
         cached.hermes_once = True  # type: ignore[attr-defined]
         setattr(module, "parse", cached)  # noqa: B010 - the name the module calls
+
+
+# moto's Step Functions modules that copy a state's JSON data (copy on read: each JSONPath a state
+# reads, its input, its result, the data stack of a task's thread)
+_STATE_COPYING_MODULES = (
+    "moto.stepfunctions.parser.asl.eval.states",
+    "moto.stepfunctions.parser.asl.component.common.string.string_expression",
+    "moto.stepfunctions.parser.asl.component.common.path.result_path",
+    "moto.stepfunctions.parser.asl.component.state.exec.execute_state",
+)
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def json_copy(value: Any, memo: Any = None) -> Any:
+    """A deep copy of JSON data (dicts, lists and scalars), as `copy.deepcopy` makes it, about three
+    times faster; anything else (a tuple, an object, a subclass of dict) goes to `copy.deepcopy`."""
+    kind = type(value)
+    if memo is None:
+        if kind is dict:
+            return {key: json_copy(item) for key, item in value.items()}
+        if kind is list:
+            return [json_copy(item) for item in value]
+        if kind in _JSON_SCALARS:
+            return value
+    return copy.deepcopy(value, memo)
+
+
+class _JsonCopying:
+    """What a moto module finds under the name `copy`: `deepcopy` is `json_copy`, the rest the module."""
+
+    deepcopy = staticmethod(json_copy)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(copy, name)
+
+
+def copy_step_functions_states_as_json() -> None:
+    """moto's Step Functions deep-copies a state's data each time a state reads a path of it, takes
+    its input or keeps its result: about twenty copies of the turn's state (a few KB) per execution,
+    each through `copy.deepcopy`'s memo and dispatch. The data is JSON (an execution's input, a
+    task's parsed result, the context object's strings), which `json_copy` copies directly."""
+    for name in _STATE_COPYING_MODULES:
+        module = importlib.import_module(name)
+        if not isinstance(getattr(module, "copy", None), _JsonCopying):
+            setattr(module, "copy", _JsonCopying())  # noqa: B010 - the name the module calls `copy.deepcopy` through
 
 
 # Operations whose result is items, keys, counts and consumed capacity, nothing else.
@@ -930,17 +978,19 @@ class InProcessAws:
         app = self._apps.get(f"{parts.scheme}://{parts.netloc}")
         if app is None:
             return None  # not ours: botocore sends it
-        handler = _json_protocol_handler(request.headers.get("X-Amz-Target"))
+        handler = _json_protocol_handler(request.headers.get("X-Amz-Target")) or _rest_handler(
+            request.method, parts.path
+        )
         if handler is not None:
             return self._dispatch(handler, request)
         return self._answer(app, request, parts)
 
     @staticmethod
     def _dispatch(handler: Any, request: Any) -> Any:
-        """A JSON-protocol request straight to the moto response class that the server's routing
-        would pick for it, as moto's own in-process mock calls it: the same normalized request,
-        URL and headers, without building a WSGI environ for Flask (a tenth of local mode's CPU
-        went to that, for the DynamoDB calls alone)."""
+        """A JSON-protocol request (or a Lambda invoke) straight to the moto response class that
+        the server's routing would pick for it, as moto's own in-process mock calls it: the same
+        normalized request, URL and headers, without building a WSGI environ for Flask (a tenth
+        of local mode's CPU went to that, for the DynamoDB calls alone)."""
         from botocore.awsrequest import AWSResponse
         from botocore.exceptions import ClientError
         from moto.core.botocore_stubber import MockRawResponse
@@ -1023,6 +1073,19 @@ _JSON_PROTOCOL_HANDLERS = {
 }
 
 
+# A Lambda invoke (every task of a turn's workflow, the functions' invokes of the delivery): a
+# REST request routed by its path (moto/awslambda/urls.py) to LambdaResponse.dispatch, whose
+# `invoke` reads the function's name from the path. Through Flask it cost about 2 ms of CPU each.
+_LAMBDA_INVOKE_PATH = re.compile(r"/2015-03-31/functions/[^/]+/invocations/?")
+
+
+def _rest_handler(method: str, path: str) -> Any:
+    """moto's dispatch for a REST request local mode makes on a message's path, or None."""
+    if method == "POST" and _LAMBDA_INVOKE_PATH.fullmatch(path):
+        return _dispatch_of_class("moto.awslambda.responses", "LambdaResponse")
+    return None
+
+
 def _json_protocol_handler(target: Any) -> Any:
     """moto's dispatch for a request with this X-Amz-Target, or None: the server's routing."""
     if isinstance(target, bytes):
@@ -1038,7 +1101,11 @@ def _dispatch_of(prefix: str) -> Any:
     found = _JSON_PROTOCOL_HANDLERS.get(prefix)
     if found is None:
         return None
-    module, name = found
+    return _dispatch_of_class(*found)
+
+
+@functools.cache
+def _dispatch_of_class(module: str, name: str) -> Any:
     return getattr(importlib.import_module(module), name).dispatch
 
 

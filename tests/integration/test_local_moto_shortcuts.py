@@ -4,6 +4,7 @@ refused when invalid, and this process's clients are answered in-process by the 
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -450,3 +451,84 @@ def test_the_embedded_stream_reads_the_records_get_records_gives(dynamodb: Any) 
 
     dynamodb.put_item(TableName="t", Item={"pk": {"S": "b"}, "sk": {"N": "1"}})
     assert [r["dynamodb"]["Keys"]["pk"] for r in stream.read()] == [{"S": "b"}]
+
+
+def test_a_lambda_invoke_is_answered_by_moto_directly_as_the_server_answers_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Lambda invoke (a workflow task, a function's invoke of the delivery) goes to moto's
+    LambdaResponse without Flask: the same status, function error, payload and headers as the
+    server's routing gives, for a result, a raised error and an asynchronous invoke."""
+    import hermes_local.aws as local_aws
+    from hermes_local.aws import AsyncInvokes, install_lambda_dispatch
+
+    port, app = _embedded_aws(monkeypatch)
+    url = f"http://127.0.0.1:{port}"
+    ran: list[str] = []
+
+    def ok(event: dict[str, Any], _context: Any) -> dict[str, Any]:
+        ran.append("ok")
+        return {"echo": event, "ünï": "✓"}
+
+    def failing(event: dict[str, Any], _context: Any) -> Any:
+        raise TimeoutError("the platform did not answer")
+
+    handlers = {"ok": ok, "failing": failing}
+    later = AsyncInvokes({}, retry_delays=(0.0,), region="us-east-1")
+
+    def answers() -> list[Any]:
+        client = boto3.client("lambda", region_name="us-east-1", endpoint_url=url)
+        found = []
+        for name, kind in (("ok", "RequestResponse"), ("failing", "RequestResponse"), ("ok", "Event")):
+            arn = f"arn:aws:lambda:us-east-1:123456789012:function:{name}"
+            answer = client.invoke(FunctionName=arn, InvocationType=kind, Payload=json.dumps({"n": 1}).encode())
+            payload = json.loads(answer["Payload"].read() or b"null")
+            if isinstance(payload, dict):
+                payload.pop("stackTrace", None)
+            found.append((answer["StatusCode"], answer.get("FunctionError"), payload))
+        assert later.wait_idle(5)
+        return found
+
+    with mock_aws():
+        install_lambda_dispatch(handlers.get, lambda name: None, later)
+        IN_PROCESS.serve(url, app)
+        try:
+            with pytest.MonkeyPatch.context() as direct_only:
+                direct_only.setattr(local_aws.InProcessAws, "_answer", None)  # Flask must not be reached
+                direct = answers()
+            with pytest.MonkeyPatch.context() as through_flask:  # as the server routes it
+                through_flask.setattr(local_aws, "_rest_handler", lambda method, path: None)
+                assert answers() == direct
+        finally:
+            IN_PROCESS.forget(url)
+            later.close()
+    assert direct[0] == (200, None, {"echo": {"n": 1}, "ünï": "✓"})
+    assert direct[1] == (200, "Unhandled", {"errorType": "TimeoutError", "errorMessage": "the platform did not answer"})
+    assert direct[2] == (202, None, None)
+    assert ran == ["ok", "ok", "ok", "ok"]
+
+
+def test_step_functions_states_are_copied_as_json_and_still_deep(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`json_copy` makes what `copy.deepcopy` makes of JSON data, shares nothing with the original,
+    and leaves anything else to `copy.deepcopy`; moto's Step Functions copies states with it."""
+    import copy
+    import decimal
+    from collections import OrderedDict
+
+    from hermes_local.aws import _STATE_COPYING_MODULES, json_copy
+
+    state = {"turn": {"id": "t", "seq": 3, "ok": True, "none": None, "ratio": 0.5, "rows": [{"a": [1, [2]]}]}}
+    copied = json_copy(state)
+    assert copied == copy.deepcopy(state)
+    copied["turn"]["rows"][0]["a"][1].append(3)
+    assert state["turn"]["rows"][0]["a"][1] == [2]  # nothing shared
+    odd = {"t": (1, [2]), "d": decimal.Decimal("1.5"), "o": OrderedDict(x=[1])}
+    again = json_copy(odd)
+    assert again == odd and again["o"] is not odd["o"] and isinstance(again["o"], OrderedDict)
+    assert again["t"][1] is not odd["t"][1]
+
+    configure_moto()
+    import importlib
+
+    for name in _STATE_COPYING_MODULES:
+        assert importlib.import_module(name).copy.deepcopy is json_copy
