@@ -68,6 +68,7 @@ def configure_moto() -> None:
     parse_json_paths_once()
     copy_step_functions_states_as_json()
     render_dynamodb_items_directly()
+    build_moto_routers_now()
 
 
 def reuse_step_functions_work() -> None:
@@ -365,6 +366,26 @@ def copy_step_functions_states_as_json() -> None:
         module = importlib.import_module(name)
         if not isinstance(getattr(module, "copy", None), _JsonCopying):
             setattr(module, "copy", _JsonCopying())  # noqa: B010 - the name the module calls `copy.deepcopy` through
+
+
+# The services whose requests local mode hands to moto's response classes itself (`InProcessAws`)
+_DIRECT_SERVICES = ("dynamodb", "dynamodbstreams", "sqs", "stepfunctions", "events", "lambda")
+
+
+def build_moto_routers_now() -> None:
+    """moto builds a service's request router (a werkzeug map of its operations' URLs) on the
+    service's first request, in whichever thread makes it. werkzeug compiles each rule with
+    `ast.parse`, and two threads building at once (the first Lambda invokes of several workflow
+    executions) can meet CPython's AST bug (gh-106905, "AST constructor recursion depth
+    mismatch"), which failed a turn. They are built here, once, before any request."""
+    from moto.core.routing import get_service_router
+    from moto.core.utils import get_service_model
+
+    for service in _DIRECT_SERVICES:
+        router = get_service_router(service)
+        metadata = get_service_model(service).metadata
+        for protocol in metadata.get("protocols") or [metadata["protocol"]]:
+            router._get_router(protocol)
 
 
 # Operations whose result is items, keys, counts and consumed capacity, nothing else.

@@ -532,3 +532,50 @@ def test_step_functions_states_are_copied_as_json_and_still_deep(monkeypatch: py
 
     for name in _STATE_COPYING_MODULES:
         assert importlib.import_module(name).copy.deepcopy is json_copy
+
+
+def test_the_routers_of_the_services_answered_in_process_are_built_before_any_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """moto builds a service's router on its first request, compiling werkzeug rules with
+    `ast.parse`; two threads doing it at once can meet CPython's AST bug (gh-106905). After
+    `configure_moto` a first Lambda invoke from a workflow's thread parses nothing."""
+    import ast
+    import threading
+
+    from moto.core.routing import get_service_router
+
+    from hermes_local.aws import install_lambda_dispatch
+
+    get_service_router.cache_clear()  # as in a fresh process
+    port, app = _embedded_aws(monkeypatch)  # configure_moto() among it
+    url = f"http://127.0.0.1:{port}"
+    parsed_in: list[str] = []
+    parse = ast.parse
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        parsed_in.append(threading.current_thread().name)
+        return parse(*args, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", recording)
+    answers: list[int] = []
+
+    def invoke() -> None:
+        client = boto3.client("lambda", region_name="us-east-1", endpoint_url=url)
+        answers.append(client.invoke(FunctionName="f", Payload=b"{}")["StatusCode"])
+
+    with mock_aws():
+        install_lambda_dispatch(lambda name: lambda event, context: {}, lambda name: None)
+        IN_PROCESS.serve(url, app)
+        try:
+            client_made = threading.Thread(target=lambda: boto3.client("lambda", region_name="us-east-1"))
+            client_made.start()
+            client_made.join()
+            parsed_in.clear()  # what making a client parses (botocore's own) is not the point
+            worker = threading.Thread(target=invoke, name="execution")
+            worker.start()
+            worker.join()
+        finally:
+            IN_PROCESS.forget(url)
+    assert answers == [200]
+    assert parsed_in == []
