@@ -35,7 +35,7 @@ from infra.capabilities.functions import LOG_RETENTION
 from infra.nag import acknowledge
 
 SESSION_API_PATH = "/api/sessions"
-# Regions without Lambda function URLs when this was written (docs/platforms: AWS's page lists them).
+# Regions without Lambda function URLs when this was written (AWS Lambda developer guide, "Lambda function URLs").
 NO_FUNCTION_URLS = frozenset({
     "ap-south-2", "ap-southeast-4", "ap-southeast-5", "ap-southeast-6", "ap-southeast-7", "ap-east-2",
     "ca-west-1", "eu-south-2", "eu-central-2", "il-central-1", "me-central-1",
