@@ -447,7 +447,9 @@ def run(
         raise RuntimeError(f"expected {messages} replies sent, found {len(replies)} in the outbox ({sent} sent)")
     solo_profile = profile(alone)
     priced = price(meter, messages, webhook_requests, logs.bytes, len(logs.metrics), solo_profile)
-    via_url = price(meter, messages, webhook_requests, logs.bytes, len(logs.metrics), solo_profile, "function_url")
+    via_url = price(
+        meter, messages, webhook_requests, logs.bytes, len(logs.metrics), solo_profile, endpoint="function_url"
+    )
     busy = sum(n for (_, _, op, _), n in meter.calls.items() if op == "ChangeMessageVisibility")  # a busy retry
     return {
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -81,13 +81,15 @@ def run(levels: dict[int, int] | None = None, repeats: int = REPEATS) -> dict[st
         warm = Session("dm", 1, 1)
         conversation(gateway.url, platform, [(warm, telegram_update(1, "warm up", warm))])
         time.sleep(1.0)
-        expected = [outbox_rows()]
+        rows = outbox_rows()
         for level, (concurrent, per_conversation) in enumerate(levels.items(), start=1):
-            runs = [
-                measure(gateway.url, platform, concurrent, per_conversation, (level * 10 + run) * 1_000_000,
-                        update_ids, expected)
-                for run in range(repeats)
-            ]  # fmt: skip
+            runs = []
+            for run in range(repeats):
+                sessions_from = (level * 10 + run) * 1_000_000
+                runs.append(
+                    measure(gateway.url, platform, concurrent, per_conversation, sessions_from, update_ids, rows)
+                )
+                rows += runs[-1]["messages"]
             middle = sorted(runs, key=lambda r: r["messages_per_second"])[len(runs) // 2]
             results[str(concurrent)] = {**middle, "runs": runs}
             rates = ", ".join(f"{r['messages_per_second']:.2f}" for r in runs)
@@ -107,21 +109,21 @@ def run(levels: dict[int, int] | None = None, repeats: int = REPEATS) -> dict[st
 
 def measure(
     base_url: str, platform: Any, concurrent: int, per_conversation: int, first_session: int,
-    update_ids: Iterator[int], expected: list[int],
+    update_ids: Iterator[int], rows_before: int,
 ) -> dict[str, Any]:  # fmt: skip
     """One run of a level: `concurrent` conversations of `per_conversation` messages each, over
-    sessions numbered from `first_session`; `expected` holds the outbox's row count, moved on."""
+    sessions numbered from `first_session`; the clock stops when the outbox holds a row for each
+    beyond `rows_before`."""
     plans = []
     for n in range(concurrent):
         own = [Session("dm", first_session + n * 10 + k, first_session + n * 10 + k) for k in range(ROTATION)]
         turns = [own[m % ROTATION] for m in range(per_conversation)]
         plans.append([(s, telegram_update(next(update_ids), f"message {m}", s)) for m, s in enumerate(turns)])
     messages = concurrent * per_conversation
-    expected[0] += messages
     started, cpu_started = time.perf_counter(), time.process_time()
     with ThreadPoolExecutor(max_workers=concurrent, thread_name_prefix="client") as pool:
         latencies = [x for f in [pool.submit(conversation, base_url, platform, p) for p in plans] for x in f.result()]
-    while outbox_rows() < expected[0]:
+    while outbox_rows() < rows_before + messages:
         if time.perf_counter() - started > 300:
             raise RuntimeError(f"{concurrent} concurrent sessions: replies missing from the outbox")
         time.sleep(0.05)
