@@ -30,7 +30,6 @@ from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
 from constructs import Construct
 
 from hermes_gateway.platforms.catalog import PlatformSpec
-from hermes_gateway.settings import WEBHOOK_ENDPOINTS
 from infra.capabilities.functions import LOG_RETENTION
 from infra.nag import acknowledge
 
@@ -72,11 +71,8 @@ class WebhookApi(Construct):
         endpoint: str = "http_api",
     ) -> None:
         """`platforms`: (profile, spec) for every profile's enabled platform; None for the deployment's
-        own. `endpoint`: where the platforms post (`ingress.endpoint`)."""
+        own. `endpoint`: where the platforms post (`ingress.endpoint`, checked with the settings)."""
         super().__init__(scope, construct_id)
-        if endpoint not in WEBHOOK_ENDPOINTS:
-            raise ValueError(f"ingress.endpoint: {endpoint!r} is none of {', '.join(WEBHOOK_ENDPOINTS)}")
-        self.endpoint = endpoint
         self.http_api = apigatewayv2.HttpApi(
             self,
             "HttpApi",
