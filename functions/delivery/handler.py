@@ -3,7 +3,8 @@
 - a job (an asynchronous invoke: router replies, command answers, pushes, notices). A short 429 is
   waited out here; a longer one, a 5xx or a timeout is raised, so Lambda retries the job twice and
   then puts it, as sent, on the dead letters (the function's DeadLetterConfig);
-- `{"deliveries": [job, ...]}` (a turn's replies, invoked and waited for): sent in order, each
+- `{"deliveries": [job, ...]}` (a turn's replies, or the router's notice that goes before a turn,
+  invoked and waited for): sent in order, each
   job's outcome returned; a failure is raised before any later job is tried, and the caller's retry
   finds the chunks already sent in the outbox.
 

@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from hermes_gateway.domain.ports import SessionStores
+from hermes_gateway.domain.ports import Deliveries, SessionStores
 from hermes_gateway.domain.reset_policy import rules_from_settings
 from hermes_gateway.domain.sessions import SessionEntry
 from hermes_gateway.domain.source import InboundMessage, SessionSource
@@ -75,6 +75,7 @@ class Engine:
         self.starter = FakeStarter()
         self.deliveries = FakeDeliveryQueue()  # what turns send themselves (asks, apologies, pushes)
         self.replies = FakeDeliveryQueue()  # what the router answers
+        self.replies_ahead: Deliveries | None = None  # the router's replies that go before a turn
         self.delivered: list[dict[str, Any]] = []  # the jobs the Deliver state handed over
         self.events = FakeEvents()  # the turns' lifecycle events
         self.router_events = FakeEvents()  # the router's (commands, pairing, pre_route)
@@ -108,7 +109,7 @@ class Engine:
         return deps
 
     def send(self, text: str, event: str, source: SessionSource = ALICE) -> RouteOutcome:
-        access = Access(FakePairingStore(), self.replies, self.router_events)
+        access = Access(FakePairingStore(), self.replies, self.router_events, replies_ahead=self.replies_ahead)
         message = InboundMessage(source=source, text=text, event_id=event, received_at=self.clock)
         return route_message(
             message, settings=self.settings, stores=self.stores, starter=self.starter, access=access, now=self.clock

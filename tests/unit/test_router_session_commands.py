@@ -48,3 +48,42 @@ def test_retry_replies_and_routes_the_undone_text_as_a_new_turn() -> None:
     assert outcome.status == "started" and outcome.turn_id != first.turn_id
     assert engine.transcript() == [("user", "what is 2+2?")]  # the new turn's row; the undone pair hidden
     assert len(engine.stores.transcript.rows(first.session_id or "")) == 3  # the undone pair is kept
+
+
+class Ahead:
+    """The router's replies that go before a turn, each with how many turns had started when sent."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.sent: list[tuple[str, int]] = []
+
+    def send(self, body: dict[str, object]) -> str:
+        self.sent.append((str(body["text"]), len(self.engine.starter.started)))
+        return "ahead"
+
+
+def test_the_retry_notice_is_sent_before_the_retried_turn_starts() -> None:
+    # Sent the asynchronous way, a fast answer could reach the chat before "Retrying ..." (seen in
+    # local mode: the echo model's answer came first).
+    engine = Engine({"TELEGRAM_ALLOWED_USERS": "42"}, ToolModel("5"))
+    engine.send("what is 2+2?", "telegram:default:1", ALICE)
+    engine.pump()
+    engine.replies_ahead = ahead = Ahead(engine)
+    started = len(engine.starter.started)
+    replies = len(engine.replies.bodies)
+
+    outcome = engine.send("/retry", "telegram:default:2", ALICE)
+
+    assert outcome.status == "started"
+    assert ahead.sent == [("Retrying your last message.", started)]  # before the turn started
+    assert len(engine.starter.started) == started + 1
+    assert len(engine.replies.bodies) == replies  # not also sent the asynchronous way
+
+
+def test_a_command_that_starts_no_turn_replies_the_asynchronous_way() -> None:
+    engine = gateway()
+    engine.send("hello", "telegram:default:1", ALICE)
+    engine.pump()
+    engine.replies_ahead = ahead = Ahead(engine)
+    assert engine.send("/title Plans", "telegram:default:2", ALICE).status == "command"
+    assert ahead.sent == [] and engine.replies.bodies[-1]["text"] == 'Session titled "Plans".'

@@ -13,7 +13,7 @@ from hermes_gateway.domain.turn_state import TurnState
 from hermes_gateway.services.session_sweep import sweep_expired_sessions
 from hermes_gateway.settings import Settings
 from tests.fakes.engine import Engine
-from tests.fakes.services import FakeEvents, FakeStarter, make_settings
+from tests.fakes.services import FakeDeliveryQueue, FakeEvents, FakeStarter, make_settings
 from tests.fakes.sessions import memory_stores
 
 T0 = 1_800_000_000.0
@@ -99,8 +99,11 @@ def test_the_chat_gets_one_reset_notice_unless_turned_off(notice_env: dict[str, 
     engine.pump()
     assert [job for job in engine.replies.bodies if job["delivery_id"].startswith("reset-")] == []
     engine.clock = T0 + 600 + 2 * 3600
+    engine.replies_ahead = ahead = FakeDeliveryQueue()  # waited for: the turn's answer comes after it
     engine.send("hi", "e3")
-    notices = [job for job in engine.replies.bodies if job["delivery_id"].startswith("reset-")]
+    notices = [job for job in ahead.bodies if job["delivery_id"].startswith("reset-")]
     assert len(notices) == expected
+    assert not [job for job in engine.replies.bodies if job["delivery_id"].startswith("reset-")]
     if expected:
         assert "fresh session" in notices[0]["text"] and notices[0]["target"]["chat_id"] == "99"
+    assert [name.split("-")[0] for name in engine.starter.started] == ["turn", "turn", "flush", "turn"]

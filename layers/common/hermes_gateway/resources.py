@@ -340,7 +340,7 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
             "events": Access.PUT_EVENTS,
             "inbox": Access.CONSUME,
             "dead-letters": Access.SEND,  # a message it cannot route after its attempts
-            "delivery": Access.INVOKE,  # replies, command answers, notices: asynchronous invokes
+            "delivery": Access.INVOKE,  # replies, command answers, notices; waited for before a turn
             "turn": Access.START_DESCRIBE,
         },
         consumes=INBOX_SOURCE,

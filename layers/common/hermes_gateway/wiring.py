@@ -136,6 +136,7 @@ def access(profile: str | None = None) -> Access:
         events=events(),
         directory=directory(profile),
         receipts=receipts(),
+        replies_ahead=router_deliveries_ahead(),
     )
 
 
@@ -183,6 +184,16 @@ def deliveries() -> LambdaDeliveries:
     from hermes_gateway.adapters.aws import LambdaDeliveries
 
     return LambdaDeliveries(bindings().function("delivery"), region())
+
+
+@cache
+def router_deliveries_ahead() -> LambdaDeliveries:
+    """The router's replies that go before a turn (a /retry's notice, a reset notice), waited for so
+    the turn's answer cannot overtake them. A platform that fails for longer than 3 s gets the job
+    the asynchronous way: the router's own time limit is 10 s, for the whole batch."""
+    from hermes_gateway.adapters.aws import WaitingDeliveries
+
+    return WaitingDeliveries(bindings().function("delivery"), region(), patience_seconds=3.0)
 
 
 @cache
@@ -647,6 +658,7 @@ def reset() -> None:
         outbox,
         queue,
         deliveries,
+        router_deliveries_ahead,
         turn_deliveries,
         media_store,
         inbox,

@@ -65,13 +65,21 @@ class RouterDirectory(HomeStore, Protocol):
 class Access:
     """What the router needs besides sessions: the pairing store, a way to reply, lifecycle
     events, the directory (home channels for /sethome, chats by name for `#name` targets), and
-    receipts (a session command runs once per message)."""
+    receipts (a session command runs once per message).
+
+    `replies_ahead` sends a reply that must reach the chat before the turn its message starts (the
+    notice of /retry or /compress, the notice of an automatic reset) and waits for it: sent the
+    asynchronous way, a fast turn's answer could overtake it. None: `replies`."""
 
     pairing: PairingStore
     replies: Deliveries
     events: LifecycleEvents
     directory: RouterDirectory | None = None
     receipts: ReceiptStore | None = None
+    replies_ahead: Deliveries | None = None
+
+    def send_ahead(self, job: dict[str, Any]) -> None:
+        (self.replies_ahead or self.replies).send(job)
 
 
 def _reply_job(message: InboundMessage, kind: str, text: str, redact: list[str] | None = None) -> dict[str, Any]:
@@ -172,7 +180,7 @@ def route_message(
         _session_started(entry, source, access, now)
         lifecycle.flush_replaced(starter, entry, source, entry.updated_at)
     if wants_reset_notice(entry, settings):  # one short notice after an automatic reset (§3)
-        access.replies.send(_reply_job(message, "reset", reset_notice(entry.reset_reason)))
+        access.send_ahead(_reply_job(message, "reset", reset_notice(entry.reset_reason)))
     return _take_turn(routing, entry)
 
 
@@ -202,7 +210,11 @@ def _gateway_command(
     )
     command = answer_command(message.text, context)
     if command is not None:
-        access.replies.send(_reply_job(message, "command", command.reply))
+        job = _reply_job(message, "command", command.reply)
+        if command.resubmit_text is None:
+            access.replies.send(job)
+        else:
+            access.send_ahead(job)  # "Retrying your last message." before the retried turn's answer
     return command
 
 
