@@ -99,11 +99,19 @@ def test_the_chat_gets_one_reset_notice_unless_turned_off(notice_env: dict[str, 
     engine.pump()
     assert [job for job in engine.replies.bodies if job["delivery_id"].startswith("reset-")] == []
     engine.clock = T0 + 600 + 2 * 3600
-    engine.replies_ahead = ahead = FakeDeliveryQueue()  # waited for: the turn's answer comes after it
+    turns_before_notice: list[list[str]] = []
+
+    class Ahead(FakeDeliveryQueue):  # waited for, so the turn's answer comes after the notice
+        def send(self, body: dict[str, Any]) -> str:
+            turns_before_notice.append([name.split("-")[0] for name in engine.starter.started])
+            return super().send(body)
+
+    engine.replies_ahead = ahead = Ahead()
     engine.send("hi", "e3")
     notices = [job for job in ahead.bodies if job["delivery_id"].startswith("reset-")]
     assert len(notices) == expected
     assert not [job for job in engine.replies.bodies if job["delivery_id"].startswith("reset-")]
     if expected:
         assert "fresh session" in notices[0]["text"] and notices[0]["target"]["chat_id"] == "99"
+        assert turns_before_notice == [["turn", "turn", "flush"]]  # the new session's turn not yet started
     assert [name.split("-")[0] for name in engine.starter.started] == ["turn", "turn", "flush", "turn"]
