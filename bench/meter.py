@@ -31,7 +31,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hermes_gateway.resources import TableSpec
 
 _context = threading.local()  # .function, .invocation, .background: whose work this thread is doing
 
@@ -424,19 +427,8 @@ class Meter:
         return units  # table management, TTL: not per message
 
     def _index_writes(self, table: str, old: Any, new: Any) -> int:
-        """Writes to the table's global secondary indexes (all project every attribute)."""
         spec = self.table_specs.get(table)
-        if spec is None or (old and new and old[1] == new[1]):
-            return 0  # nothing changed (a failed condition): no index is written
-        writes = 0
-        for index in spec.indexes:
-            names = [index.partition.name] + ([index.sort.name] if index.sort else [])
-            old_key, new_key = _index_key(old, names), _index_key(new, names)
-            if old_key is not None and new_key is not None and old_key != new_key:
-                writes += 2  # the index entry moves: a delete and a put
-            elif old_key is not None or new_key is not None:
-                writes += 1
-        return writes
+        return index_writes(spec, old, new) if spec is not None else 0
 
 
 _WRITES = ("PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem")
@@ -606,6 +598,25 @@ def _moto_item(table_name: str, key: dict[str, Any]) -> Any:
 def _size(item: Any) -> int:
     return int(item[0]) if item else 0
 
+
+
+def index_writes(spec: TableSpec, old: Any, new: Any) -> int:
+    """Writes to the table's global secondary indexes when an item goes from `old` to `new`
+    ((key, attributes) or None): an index that projects every attribute is written whenever its
+    item changes; a keys-only index only when its key does."""
+    if old and new and old[1] == new[1]:
+        return 0  # nothing changed (a failed condition): no index is written
+    writes = 0
+    for index in spec.indexes:
+        names = [index.partition.name] + ([index.sort.name] if index.sort else [])
+        old_key, new_key = _index_key(old, names), _index_key(new, names)
+        if old_key is not None and new_key is not None and old_key != new_key:
+            writes += 2  # the index entry moves: a delete and a put
+        elif index.projection == "KEYS_ONLY" and old_key == new_key:
+            continue  # the key is where it was: the index holds nothing else
+        elif old_key is not None or new_key is not None:
+            writes += 1
+    return writes
 
 def _index_key(item: Any, names: list[str]) -> tuple[Any, ...] | None:
     if not item or any(name not in item[1] for name in names):

@@ -50,7 +50,7 @@ class DataTables(Construct):
                     index_name=index.name,
                     partition_key=_attribute(index.partition),
                     sort_key=_attribute(index.sort) if index.sort else None,
-                    projection_type=dynamodb.ProjectionType.ALL,
+                    projection_type=dynamodb.ProjectionType(index.projection),
                 )
             self.specs[spec.name] = spec
             self.tables[spec.name] = table

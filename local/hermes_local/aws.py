@@ -800,7 +800,8 @@ def create_table(client: Any, spec: TableSpec, name: str) -> str | None:
         if index.sort:
             attributes[index.sort.name] = index.sort.type
             index_keys.append({"AttributeName": index.sort.name, "KeyType": "RANGE"})
-        indexes.append({"IndexName": index.name, "KeySchema": index_keys, "Projection": {"ProjectionType": "ALL"}})
+        projection = {"ProjectionType": index.projection}
+        indexes.append({"IndexName": index.name, "KeySchema": index_keys, "Projection": projection})
     kwargs: dict[str, Any] = {
         "TableName": name,
         "KeySchema": key_schema,

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from hermes_gateway.domain.ports import SessionStores
+from hermes_gateway.domain.reach import SearchScope, search_scope
 from hermes_gateway.domain.reset_policy import PolicyTable, ResetPolicy, SessionRules
 from hermes_gateway.domain.sessions import (
     MAX_FAILED_RECOVERIES,
@@ -26,7 +27,7 @@ from hermes_gateway.domain.sessions import (
     TranscriptRow,
     sanitize_model_override,
 )
-from hermes_gateway.domain.source import SessionSource
+from hermes_gateway.domain.source import SessionSource, sender_of, user_handle
 from hermes_gateway.domain.targets import ReplyTarget
 from hermes_gateway.domain.turns import QueuedInput
 from hermes_gateway.errors import Conflict
@@ -667,6 +668,55 @@ def check_list_and_search_see_only_their_profile(make: Make) -> None:
     assert [(h.session_id, h.seq) for h in hits] == [(main.session_id, 1)] and "Blue Lagoon" in hits[0].snippet
     assert [h.session_id for h in stores.catalogue.search("agent:coder", "lagoon")] == [coder.session_id]
     assert stores.catalogue.search("agent:other", "lagoon") == []
+
+
+def check_a_scoped_search_reads_only_its_reach(make: Make) -> None:
+    # Given Al's DM, Bo's DM and a group on the same bot, each with a passport in it
+    stores = make(SessionRules())
+    bo = SessionSource(platform="telegram", chat_id="77", chat_type="dm", user_id="43", user_name="Bo")
+    group = SessionSource(platform="telegram", chat_id="-100", chat_type="group", user_id="42")
+    keys = {"al": KEY, "bo": "agent:main:telegram:dm:77", "group": "agent:main:telegram:group:-100:42"}
+    opened = {
+        "al": stores.routes.open(DM, keys["al"], T0),
+        "bo": stores.routes.open(bo, keys["bo"], T0 + 1),
+        "group": stores.routes.open(group, keys["group"], T0 + 2),
+    }
+    for n, name in enumerate(("al", "bo", "group")):
+        chat(stores, f"my passport number is {name}", key=keys[name], at=T0 + 10 + n)
+    # Al's earlier session (a reset) is his too
+    later = stores.routes.open(DM, KEY, T0 + 20, force_new=True)
+
+    def found(scope: SearchScope) -> set[str]:
+        return {h.session_id for h in stores.catalogue.search("agent:main", "passport", scope=scope)}
+
+    # When Al searches with the user scope, then only his own DM sessions are read
+    al_reach = search_scope("agent:main", DM, scope="user", session_key=KEY)
+    assert found(al_reach) == {opened["al"].session_id}
+    assert later.session_id != opened["al"].session_id
+    # the group's turn reads the group's sessions, the chat scope one key's, the profile all
+    assert found(search_scope("agent:main", group, scope="user")) == {opened["group"].session_id}
+    assert found(search_scope("agent:main", bo, scope="chat", session_key=keys["bo"])) == {opened["bo"].session_id}
+    assert found(search_scope("agent:main", bo, scope="profile")) == {s.session_id for s in opened.values()}
+    assert found(search_scope("agent:main", bo, scope="user", admin=True)) == {s.session_id for s in opened.values()}
+    # a branch keeps its parent's reach
+    child = stores.edits.branch(opened["bo"].session_id, fence=fence(route(stores, keys["bo"])), now=T0 + 30)
+    assert found(search_scope("agent:main", bo, scope="user")) == {opened["bo"].session_id, child.session_id}
+    # a scope names one profile: another namespace's scope is refused
+    with pytest.raises(InvalidSessionRequest):
+        stores.catalogue.search("agent:coder", "passport", scope=al_reach)
+
+
+def check_a_user_row_keeps_its_sender(make: Make) -> None:
+    stores = make(SessionRules())
+    entry = stores.routes.open(DM, KEY, T0)
+    token, user_seq, _ = begin(stores, "e-sender", T0 + 1)
+    stores.transcript.put(entry.session_id, TranscriptRow(user_seq, "user", "hi", T0 + 1, sender=sender_of(DM)))
+    finish(stores, token, T0 + 2)
+    found = stores.transcript.rows(entry.session_id)
+    assert [(r.content, r.sender) for r in found] == [("hi", sender_of(DM))]
+    assert sender_of(DM) == user_handle("telegram", "42") and sender_of(DM) != user_handle("discord", "42")
+    child = stores.edits.branch(entry.session_id, fence=fence(route(stores)), now=T0 + 3)
+    assert [r.sender for r in stores.transcript.rows(child.session_id)] == [sender_of(DM)]
 
 
 def check_switch_session_resumes_an_older_one(make: Make) -> None:

@@ -352,8 +352,11 @@ def test_tables_match_their_specs(synthesized: Synthesized) -> None:
             ({"AttributeName": k.name, "AttributeType": k.type} for k in {k for k in keys if k}),
             key=lambda a: a["AttributeName"],
         )
-        indexes = {i["IndexName"]: i["KeySchema"] for i in props.get("GlobalSecondaryIndexes", [])}
-        assert indexes == {i.name: key_schema(i.partition, i.sort) for i in spec.indexes}
+        indexes = {
+            i["IndexName"]: (i["KeySchema"], i["Projection"]["ProjectionType"])
+            for i in props.get("GlobalSecondaryIndexes", [])
+        }
+        assert indexes == {i.name: (key_schema(i.partition, i.sort), i.projection) for i in spec.indexes}
         if spec.ttl_attribute:
             assert props["TimeToLiveSpecification"] == {"AttributeName": spec.ttl_attribute, "Enabled": True}
         else:

@@ -80,8 +80,9 @@ def test_a_telegram_groups_replies_are_spaced_and_a_private_chats_are_not(
     group = times[:6]
     interval = 60 / 298 * 1.01
     # a burst of three at once, then the k-th (from 0) no sooner than k - 2 intervals after the first
+    # (slots are counted from the first send, not from the one before: a send a busy machine made
+    # late is followed by the next on its slot, sooner than an interval after it)
     assert all(group[k] - group[0] >= (k - 2) * interval - 0.01 for k in range(3, 6)), group
-    assert group[5] - group[4] >= interval * 0.9
     # The private chat's sends took no slot: it has no pacing item, the group has one
     table = boto3.resource("dynamodb").Table(aws.bindings.table("directory"))
     assert "Item" not in table.get_item(Key={"pk": "pace#telegram#default#777", "sk": "-"})

@@ -7,7 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from bench.meter import billed_chunks, dynamo_json, event_source, filler, resource_name, trigger_of
+from bench.meter import billed_chunks, dynamo_json, event_source, filler, index_writes, resource_name, trigger_of
+from hermes_gateway.resources import SESSIONS
 
 
 @pytest.mark.parametrize(
@@ -77,3 +78,15 @@ def test_a_request_through_the_pooled_http_client_is_an_external_round_trip(monk
     assert invocation.round_trips == [("external", "api.telegram.example"), ("external", "files.example")]
     assert dict(meter.external) == {("delivery", "api.telegram.example"): 1, ("delivery", "files.example"): 1}
     assert http_pool.send("GET", "https://x.example/", timeout=1) is answered  # uninstalled: the patch is gone
+
+
+def test_a_keys_only_index_is_written_only_when_its_key_is() -> None:
+    # The sessions table: by_key and by_profile project every attribute, by_reach its keys only
+    key = ({"session_id": "s1"},)
+    created = (key, {"session_id": "s1", "session_key": "k", "profile": "p", "reach": "r", "started_at": 1})
+    assert index_writes(SESSIONS, None, created) == 3  # a new record enters all three
+    ended = (key, {**created[1], "ended_at": 2})
+    assert index_writes(SESSIONS, created, ended) == 2  # the ALL indexes copy the change; by_reach not
+    assert index_writes(SESSIONS, created, created) == 0
+    unreached = (key, {k: v for k, v in created[1].items() if k != "reach"})
+    assert index_writes(SESSIONS, None, unreached) == 2

@@ -48,6 +48,9 @@ class IndexSpec:
     name: str
     partition: Key
     sort: Key | None = None
+    # ALL: a query reads whole items from the index. KEYS_ONLY: the index holds the keys alone,
+    # so a write that changes no key attribute writes nothing to it (the reader gets items by key).
+    projection: str = "ALL"
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,9 @@ SESSIONS = TableSpec(
         IndexSpec("by_key", Key("session_key"), Key("started_at", "N")),
         # list and search are scoped by profile (the key namespace), newest first
         IndexSpec("by_profile", Key("profile"), Key("started_at", "N")),
+        # what a turn may search (domain/reach.py): a DM's user, a group's chat; keys only, so
+        # only a session's first write touches it
+        IndexSpec("by_reach", Key("reach"), Key("started_at", "N"), projection="KEYS_ONLY"),
     ),
 )
 MESSAGES = TableSpec(

@@ -12,6 +12,7 @@ from typing import Any
 
 from hermes_gateway.adapters.dynamo_table import ConditionFailed, Update, condition
 from hermes_gateway.adapters.session_tables import SessionTables, info, marker_seq, row, titles_partition, visible
+from hermes_gateway.domain.reach import SearchScope
 from hermes_gateway.domain.sessions import (
     InvalidSessionRequest,
     SearchHit,
@@ -60,15 +61,25 @@ class DynamoCatalogue:
             return None
         return info(item, self._live(item))
 
-    def search(self, profile: str, query: str, *, limit: int = 20, sessions: int = 50) -> list[SearchHit]:
+    def search(
+        self, profile: str, query: str, *, limit: int = 20, sessions: int = 50, scope: SearchScope | None = None
+    ) -> list[SearchHit]:
         needle = query.strip().casefold()
         if not needle:
             raise InvalidSessionRequest("search for at least one character")
+        scope = scope or SearchScope(profile)
+        if scope.namespace != profile:
+            raise InvalidSessionRequest("a search scope belongs to one profile")
         hits: list[SearchHit] = []
-        key = condition(None, "{profile} = {:p}", p=profile)
-        for item in self.t.sessions.query(key, index="by_profile", newest_first=True, limit=sessions):
+        if scope.session_key is not None:
+            key, index = condition(None, "{session_key} = {:k}", k=scope.session_key), "by_key"
+        elif scope.reach is not None:
+            key, index = condition(None, "{reach} = {:r}", r=scope.reach), "by_reach"
+        else:
+            key, index = condition(None, "{profile} = {:p}", p=profile), "by_profile"
+        for item in self.t.sessions.query(key, index=index, newest_first=True, limit=sessions):
             record = self.t.session(str(item["session_id"]))  # the index copy is only eventually consistent
-            if record is None:
+            if record is None or record.get("profile") != profile:
                 continue
             session_info = info(record, self._live(record))
             hidden = session_info.hidden

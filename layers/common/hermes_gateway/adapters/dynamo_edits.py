@@ -284,6 +284,7 @@ class DynamoSessionEdits:
                     "sender_name": r.sender_name,
                     "platform_message_id": r.platform_message_id,
                     **media_fields(r.attachments),
+                    **({"sender": r.sender} if r.sender else {}),
                 }
                 for seq, r in enumerate(rows, start=1)
             ]
@@ -298,6 +299,7 @@ class DynamoSessionEdits:
         child = self.t.new_session(
             key, now, parent.get("platform") or route["platform"], parent.get("source_label"),
             parent=session_id, title=normalized[0] if normalized else None, message_count=len(rows),
+            reach=parent.get("reach"),
         )  # fmt: skip
         self._copy(child["session_id"], rows, now)
         tx = self._route_change(
@@ -345,7 +347,7 @@ class DynamoSessionEdits:
         rows = [TranscriptRow(1, "system", summary, now), *kept]
         child = self.t.new_session(
             key, now, parent.get("platform") or route["platform"], parent.get("source_label"),
-            parent=session_id, message_count=len(rows),
+            parent=session_id, message_count=len(rows), reach=parent.get("reach"),
         )  # fmt: skip
         self._copy(child["session_id"], rows, now)
         moves_route = route.get("session_id") == session_id

@@ -9,13 +9,15 @@ recreated (`stale_route`).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hermes_gateway.adapters import route_item as ri
 from hermes_gateway.adapters.dynamo_table import ConditionFailed, TxCancelled, Update, condition
 from hermes_gateway.adapters.session_tables import SessionTables
+from hermes_gateway.domain.reach import session_reach
 from hermes_gateway.domain.reset_policy import RouteState, route_decision
-from hermes_gateway.domain.sessions import AutoContinue, SessionEntry
+from hermes_gateway.domain.sessions import AutoContinue, SessionEntry, profile_of_key
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.domain.turns import compact_source
 from hermes_gateway.errors import TransientError
@@ -116,7 +118,8 @@ class DynamoRoutes:
         return True
 
     def _create(self, source: SessionSource, session_key: str, now: float) -> SessionEntry | None:
-        session = self.t.new_session(session_key, now, source.platform, source.description)
+        reach = session_reach(profile_of_key(session_key), source)
+        session = self.t.new_session(session_key, now, source.platform, source.description, reach=reach)
         route: Item = {
             "session_key": session_key,
             "session_id": session["session_id"],
@@ -179,7 +182,7 @@ class DynamoRoutes:
         chat_type = source.chat_type if source else old["chat_type"]
         label = source.description if source else old.get("display_name")
         key = old["session_key"]
-        session = self.t.new_session(key, now, platform, label)
+        session = self.t.new_session(key, now, platform, label, reach=_reach(key, source, old))
         previous = self.t.session(old["session_id"])
         had_activity = self.had_activity(old, previous)
         update = Update().set_many(
@@ -228,3 +231,10 @@ class DynamoRoutes:
         if route.get("next_seq") is not None:
             return int(route.get("next_seq") or 0) > 0 or int(route.get("n_msgs") or 0) > 0
         return session is not None and int(session.get("message_count") or 0) > 0
+
+
+def _reach(session_key: str, source: SessionSource | None, route: Item) -> str | None:
+    """A new session's reach: from the message that opens it, else from the chat's first one."""
+    if source is None and route.get("origin"):
+        source = SessionSource.from_dict(json.loads(route["origin"]))
+    return session_reach(profile_of_key(session_key), source) if source is not None else None

@@ -116,8 +116,11 @@ class SessionTables:
         parent: str | None = None,
         title: str | None = None,
         message_count: int = 0,
+        reach: str | None = None,
     ) -> Item:
-        return {
+        """A session record; `reach` (domain/reach.py) puts it in the `by_reach` index, where a
+        turn's search finds it (a record without one is found by a profile-wide search only)."""
+        item: Item = {
             "session_id": new_session_id(now),
             "session_key": session_key,
             "started_at": now,
@@ -128,6 +131,9 @@ class SessionTables:
             "title": title,
             "message_count": message_count,
         }
+        if reach:
+            item["reach"] = reach  # an index key is a string or absent, never null
+        return item
 
     def archive(
         self, tx: Tx, route: Mapping[str, Any], session: Mapping[str, Any], *, end: tuple[str, float] | None = None
@@ -253,6 +259,7 @@ def row(item: Mapping[str, Any]) -> TranscriptRow:
         platform_message_id=item.get("platform_message_id"),
         active=item.get("active") is not False,
         attachments=attachments_of(json.loads(item["media"])) if item.get("media") else (),
+        sender=item.get("sender"),
     )
 
 
@@ -274,6 +281,7 @@ def row_item(session_id: str, transcript_row: TranscriptRow) -> Item:
         "turn_id": transcript_row.turn_id,
         "platform_message_id": transcript_row.platform_message_id,
         **media_fields(transcript_row.attachments),
+        **({"sender": transcript_row.sender} if transcript_row.sender else {}),
     }
 
 

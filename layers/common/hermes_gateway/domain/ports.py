@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from hermes_gateway.domain.reach import SearchScope
 from hermes_gateway.domain.sessions import (
     Fence,
     ModelOverride,
@@ -253,9 +254,12 @@ class Catalogue(Protocol):
 
     def find_session_by_title(self, profile: str, title: str) -> SessionInfo | None: ...
 
-    def search(self, profile: str, query: str, *, limit: int = 20, sessions: int = 50) -> list[SearchHit]:
-        """Case-insensitive substring search over the active rows of the profile's newest
-        `sessions` sessions (a bounded read, not a full-text index), newest hits first."""
+    def search(
+        self, profile: str, query: str, *, limit: int = 20, sessions: int = 50, scope: SearchScope | None = None
+    ) -> list[SearchHit]:
+        """Case-insensitive substring search over the active rows of the newest `sessions`
+        sessions `scope` bounds (None: the whole profile; a bounded read, not a full-text index),
+        newest hits first."""
         ...
 
     def end_session(self, session_id: str, reason: str, now: float) -> bool:

@@ -272,6 +272,7 @@ class TranscriptRow:
     platform_message_id: str | None = None
     active: bool = True  # soft-deleted rows (undo, rewind) are inactive; reads skip them
     attachments: tuple[Attachment, ...] = ()  # a user message's media, as references (domain.media)
+    sender: str | None = None  # a user row's sender (`domain.source.sender_of`): whose words they are
 
 
 @dataclass(frozen=True)

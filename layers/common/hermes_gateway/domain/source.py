@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -66,6 +67,21 @@ class SessionSource:
         if self.thread_id:
             text += f", thread: {self.thread_id}"
         return text
+
+
+def user_handle(platform: str, user_id: str | None) -> str | None:
+    """A person's stable, non-reversible handle (12 hex characters), distinct per platform (user 42
+    on Telegram is not user 42 on Discord): their memory's scope, and the mark on their transcript
+    rows that forget and export look for."""
+    if not user_id:
+        return None
+    # surrogatepass: a hostile id still gets its handle
+    return hashlib.sha256(f"{platform}:{user_id}".encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def sender_of(source: SessionSource) -> str | None:
+    """The handle of the person who sent a message from `source`."""
+    return user_handle(source.platform, source.user_id_alt or source.user_id)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from hermes_gateway.domain.cron import turn_id_for as cron_turn_id
 from hermes_gateway.domain.media import keyed
 from hermes_gateway.domain.ports import Leases, Transcript, TurnStarter
 from hermes_gateway.domain.sessions import ModelOverride, SessionEntry, SessionTally, TranscriptRow
-from hermes_gateway.domain.source import SessionSource
+from hermes_gateway.domain.source import SessionSource, sender_of
 from hermes_gateway.domain.targets import ReplyTarget
 from hermes_gateway.domain.turn_state import CronRun, Turn, TurnKind, TurnNotes, TurnState
 from hermes_gateway.domain.turns import NextTurn, QueuedInput
@@ -52,6 +52,7 @@ def user_row(item: QueuedInput, seq: int, session_id: str) -> TranscriptRow:
         sender_name=item.source.user_name,
         platform_message_id=item.source.message_id,
         attachments=keyed(item.attachments, item.source.profile, session_id, seq),
+        sender=sender_of(item.source),
     )
 
 

@@ -27,7 +27,7 @@ from hermes_gateway.domain.receipts import ReceiptStore
 from hermes_gateway.domain.reset_policy import reset_notice, wants_reset_notice
 from hermes_gateway.domain.session_key import build_session_key
 from hermes_gateway.domain.sessions import SessionEntry, SessionTally, TranscriptRow, event_mark
-from hermes_gateway.domain.source import InboundMessage, SessionSource
+from hermes_gateway.domain.source import InboundMessage, SessionSource, sender_of
 from hermes_gateway.domain.targets import Channel, ReplyTarget
 from hermes_gateway.domain.turn_state import TurnNotes
 from hermes_gateway.errors import SessionBusy
@@ -326,7 +326,7 @@ def _user_row(message: InboundMessage, text: str, seq: int, session_id: str) -> 
     media = keyed(attachments_of(message.attachments), source.profile, session_id, seq)
     return TranscriptRow(
         seq, "user", text, message.received_at, sender_name=source.user_name, platform_message_id=source.message_id,
-        attachments=media,
+        attachments=media, sender=sender_of(source),
     )  # fmt: skip
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from hermes_gateway.domain.ports import Deliveries
+from hermes_gateway.domain.source import user_handle
 from hermes_gateway.domain.targets import Directory, ResolvedTarget
 from hermes_gateway.observability import hash_id, logger
 from hermes_gateway.providers.base import INVALID_ARGUMENTS, ToolCall, ToolSpec
@@ -25,9 +26,8 @@ MAX_RESULT_CHARS = 8000  # a result longer than this is cut: the model's context
 
 
 def user_hash(platform: str, user_id: str | None) -> str | None:
-    """The sender's handle for per-user memory: stable, not reversible, and distinct per platform
-    (user 42 on Telegram is not user 42 on Discord)."""
-    return hash_id(f"{platform}:{user_id}") if user_id else None
+    """The sender's handle for per-user memory (`domain.source.user_handle`)."""
+    return user_handle(platform, user_id)
 
 
 class ToolError(Exception):
