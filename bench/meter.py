@@ -599,7 +599,6 @@ def _size(item: Any) -> int:
     return int(item[0]) if item else 0
 
 
-
 def index_writes(spec: TableSpec, old: Any, new: Any) -> int:
     """Writes to the table's global secondary indexes when an item goes from `old` to `new`
     ((key, attributes) or None): an index that projects every attribute is written whenever its
@@ -617,6 +616,7 @@ def index_writes(spec: TableSpec, old: Any, new: Any) -> int:
         elif old_key is not None or new_key is not None:
             writes += 1
     return writes
+
 
 def _index_key(item: Any, names: list[str]) -> tuple[Any, ...] | None:
     if not item or any(name not in item[1] for name in names):

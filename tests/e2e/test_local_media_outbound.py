@@ -55,7 +55,7 @@ def test_a_media_line_in_the_answer_is_sent_as_a_photo_with_the_text_as_its_capt
     client: Client, telegram: FakeTelegram, fake_openai: FakeOpenAI, host: FakeMediaHost
 ) -> None:
     fake_openai.reply_next(f"here it is\nMEDIA:{host.url('/cat.png')}")
-    assert client.telegram(telegram_update(1, "send me a cat"))[0] == 200
+    assert client.telegram(telegram_update(1, f"send me the cat at {host.url('/cat.png')}"))[0] == 200
 
     [(method, fields)] = wait_uploads(telegram, 1)
     assert method == "sendPhoto"
@@ -66,6 +66,22 @@ def test_a_media_line_in_the_answer_is_sent_as_a_photo_with_the_text_as_its_capt
     assert host.paths() == ["/cat.png"]
 
 
+def test_a_media_url_nobody_gave_the_turn_is_never_requested(
+    client: Client, telegram: FakeTelegram, fake_openai: FakeOpenAI, host: FakeMediaHost
+) -> None:
+    # Given a model that hides the user's words in a MEDIA line's query string
+    fake_openai.reply_next(f"done\nMEDIA:{host.url('/p.png')}?d=my-passport-is-X123")
+    assert client.telegram(telegram_update(1, "my passport is X123"))[0] == 200
+    # Then the chat gets the answer and a note, and the URL's server never hears of it
+    deadline = time.time() + 20
+    while not telegram.sent and time.time() < deadline:
+        time.sleep(0.05)
+    assert [m["text"] for m in telegram.sent] == [
+        "done\n\n(I could not attach p.png: its address did not come from this conversation.)"
+    ]
+    assert host.paths() == [] and telegram.uploads() == []
+
+
 def test_send_message_with_media_attaches_the_file(
     client: Client, telegram: FakeTelegram, fake_openai: FakeOpenAI, host: FakeMediaHost
 ) -> None:
@@ -73,7 +89,7 @@ def test_send_message_with_media_attaches_the_file(
         ("send_message", {"target": "origin", "text": "a cat", "media": [host.url("/cat.png")]})
     )
     fake_openai.reply_next("Sent.")
-    assert client.telegram(telegram_update(1, "send a cat here"))[0] == 200
+    assert client.telegram(telegram_update(1, f"send {host.url('/cat.png')} here"))[0] == 200
 
     [(method, fields)] = wait_uploads(telegram, 1)
     assert (method, fields["caption"].text, fields["photo"].value) == ("sendPhoto", "a cat", PNG)
@@ -85,7 +101,8 @@ def test_the_web_chat_row_of_a_file_names_a_url_of_the_stored_file(
     import json
 
     fake_openai.reply_next(f"look\nMEDIA:{host.url('/cat.png')}")
-    message = {"chat_id": "web-1", "user_id": "web-1", "user_name": "You", "message_id": "m1", "text": "cat?"}
+    text = f"cat? {host.url('/cat.png')}"
+    message = {"chat_id": "web-1", "user_id": "web-1", "user_name": "You", "message_id": "m1", "text": text}
     headers = {
         "content-type": "application/json",
         "x-hermes-local-token": client.gateway.local_secrets["WEBCHAT_TOKEN"],

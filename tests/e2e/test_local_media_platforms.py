@@ -155,6 +155,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         **environment(keys, openid_url=teams.openid_url, certs_url=google.certs_url),
         "HERMES_LOCAL_STATE": str(tmp_path_factory.mktemp("media-platforms") / "local.json"),
         "GATEWAY_ALLOW_ALL_USERS": "true",
+        "GATEWAY_MEDIA_OUTBOUND_HOSTS": "127.0.0.1",  # the model's MEDIA line names the fake host
         "GATEWAY_PROVIDER": "openai",
         "GATEWAY_MODEL": "gpt-test",
         "OPENAI_BASE_URL": openai.base_url,

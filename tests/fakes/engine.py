@@ -61,9 +61,15 @@ class ToolModel:
         return ModelReply(step(messages) if callable(step) else step, "tooly", 5, 2)
 
 
-def tool(name: str, run: Callable[[dict[str, Any], ToolContext], str], *, approval: bool = False) -> Tool:
+def tool(
+    name: str,
+    run: Callable[[dict[str, Any], ToolContext], str],
+    *,
+    approval: bool = False,
+    gate: Callable[[dict[str, Any], ToolContext], str | None] | None = None,
+) -> Tool:
     spec = ToolSpec(name, f"the {name} tool", {"type": "object", "properties": {}, "additionalProperties": True})
-    return SpecTool(spec, run, needs_approval=approval)
+    return SpecTool(spec, run, needs_approval=approval, gate=gate)
 
 
 class Engine:

@@ -188,11 +188,13 @@ def test_the_ingress_may_only_put_items_in_the_inbox_and_mark_outbox_rows(synthe
     deployed = functions_by_name(synthesized)
     statements = role_statements(synthesized, ref(deployed["ingress"][1]["Role"]))
     data = [s for s in statements if any(a.startswith(("dynamodb:", "sqs:")) for a in as_list(s["Action"]))]
-    assert sorted((tuple(as_list(s["Action"])), ref(s["Resource"])) for s in data) == sorted([
-        (("dynamodb:PutItem",), table_logical_id(synthesized, "inbox")),
-        # a WhatsApp `failed` status marks the row of the message it reports on
-        (("dynamodb:GetItem", "dynamodb:UpdateItem"), table_logical_id(synthesized, "outbox")),
-    ])
+    assert sorted((tuple(as_list(s["Action"])), ref(s["Resource"])) for s in data) == sorted(
+        [
+            (("dynamodb:PutItem",), table_logical_id(synthesized, "inbox")),
+            # a WhatsApp `failed` status marks the row of the message it reports on
+            (("dynamodb:GetItem", "dynamodb:UpdateItem"), table_logical_id(synthesized, "outbox")),
+        ]
+    )
 
 
 def test_only_the_router_delivery_and_agent_send_to_the_dead_letters(synthesized: Synthesized) -> None:

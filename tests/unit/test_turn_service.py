@@ -72,6 +72,7 @@ def test_a_turn_replies_with_the_echo_to_the_fixed_target() -> None:
             "text": "Echo: hello there",
             "correlation_id": turn.event_id,
             "session": hash_id(turn.session_key),
+            "session_id": turn.session_id,
             "reply_to_message_id": "5",  # the user's message: shown as a reply to it (reply_to_mode)
         }
     ]
@@ -187,6 +188,7 @@ def test_fail_sends_the_apology_and_releases_the_lease() -> None:
             "text": APOLOGY,
             "correlation_id": turn.event_id,
             "session": hash_id(turn.session_key),
+            "session_id": turn.session_id,
             "reply_to_message_id": "5",  # an apology answers the message too
         }
     ]

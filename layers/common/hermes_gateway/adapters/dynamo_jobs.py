@@ -45,6 +45,7 @@ class JobItem(Model):
     schedule = UnicodeAttribute()
     deliver = ListAttribute(of=UnicodeAttribute)  # type: ignore[var-annotated]
     origin = UnicodeAttribute(null=True)  # JSON of the origin reply target
+    creator = UnicodeAttribute(null=True)  # JSON of the creator's source (domain.cron.Job.creator)
     repeat_times = NumberAttribute(null=True)
     repeat_completed = NumberAttribute(default=0)
     enabled = BooleanAttribute(default=True)
@@ -103,6 +104,7 @@ def _to_job(item: JobItem) -> Job:
         retired_reason=item.retired_reason,
         profile=item.profile,
         updated_at=float(item.updated_at or 0),
+        creator=json.loads(item.creator) if item.creator else None,
     )
 
 
@@ -120,6 +122,7 @@ class DynamoJobStore:
             schedule=job.schedule,
             deliver=list(job.deliver),
             origin=json.dumps(job.origin) if job.origin else None,
+            creator=json.dumps(job.creator, separators=(",", ":")) if job.creator else None,
             repeat_times=job.repeat.times,
             repeat_completed=job.repeat.completed,
             enabled=job.enabled,

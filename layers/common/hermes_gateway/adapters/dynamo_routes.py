@@ -18,8 +18,7 @@ from hermes_gateway.adapters.session_tables import SessionTables
 from hermes_gateway.domain.reach import session_reach
 from hermes_gateway.domain.reset_policy import RouteState, route_decision
 from hermes_gateway.domain.sessions import AutoContinue, SessionEntry, profile_of_key
-from hermes_gateway.domain.source import SessionSource
-from hermes_gateway.domain.turns import compact_source
+from hermes_gateway.domain.source import SessionSource, compact_source
 from hermes_gateway.errors import TransientError
 
 _MAX_ATTEMPTS = 8

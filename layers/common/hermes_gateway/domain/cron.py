@@ -97,6 +97,9 @@ class Job:
     retired_reason: str | None = None
     profile: str | None = None
     updated_at: float = 0.0
+    # Who made the job (their source, without empty fields): its runs reach what they may reach
+    # (BEHAVIOUR §11). None: made by the operator (the CLI), or before jobs kept their creator.
+    creator: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The job as the CLI and the `cronjob` tool show it."""
@@ -119,6 +122,7 @@ class Job:
             "retired_reason": self.retired_reason,
             "profile": self.profile,
             "created_at": self.created_at,
+            "creator": self.creator,
         }
 
     def turn_job(self, run_id: str) -> dict[str, Any]:
@@ -131,6 +135,7 @@ class Job:
             "origin": self.origin,
             "run_id": run_id,
             "profile": self.profile,  # the profile whose settings and bots run it
+            "creator": self.creator,
         }
 
 

@@ -20,6 +20,9 @@ from typing import Any
 MEDIA_KINDS = ("image", "audio", "voice", "video", "document", "sticker")
 # Kinds whose bytes are worth fetching by default: what the model can see, hear (transcribed) or read.
 FETCHED_KINDS = ("image", "audio", "voice", "document")
+# What the turn made of a stored file (its transcript, its text) lies beside it as `<key>.json`:
+# the model's input, never a file to send anywhere (BEHAVIOUR §11).
+INFO_SUFFIX = ".json"
 _REF_VALUE_CHARS = 2048  # a platform URL with its query string; longer is not a reference
 _NAME_CHARS = 200
 

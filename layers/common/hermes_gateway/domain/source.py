@@ -69,6 +69,12 @@ class SessionSource:
         return text
 
 
+def compact_source(source: SessionSource) -> dict[str, Any]:
+    """The source without its empty fields: what is stored on a route (a route write costs a
+    write unit per KB, so a DM's route stays well under one), a job and a turn's state."""
+    return {k: v for k, v in source.to_dict().items() if v not in (None, False, "")}
+
+
 def user_handle(platform: str, user_id: str | None) -> str | None:
     """A person's stable, non-reversible handle (12 hex characters), distinct per platform (user 42
     on Telegram is not user 42 on Discord): their memory's scope, and the mark on their transcript

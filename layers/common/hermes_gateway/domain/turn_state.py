@@ -21,7 +21,7 @@ from enum import StrEnum
 from typing import Any
 
 from hermes_gateway.domain.sessions import ModelOverride
-from hermes_gateway.domain.source import SessionSource
+from hermes_gateway.domain.source import SessionSource, compact_source
 from hermes_gateway.domain.targets import ReplyTarget
 from hermes_gateway.providers.base import ChatMessage, ToolCall, Usage
 
@@ -61,6 +61,7 @@ class CronRun:
     deliver: tuple[str, ...] = ("origin",)
     origin: Mapping[str, Any] | None = None
     profile: str | None = None
+    creator: SessionSource | None = None  # who made the job: the run reaches what they may
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -71,6 +72,7 @@ class CronRun:
             "deliver": list(self.deliver),
             "origin": dict(self.origin) if self.origin else None,
             "profile": self.profile,
+            "creator": compact_source(self.creator) if self.creator else None,
         }
 
     @classmethod
@@ -83,7 +85,17 @@ class CronRun:
             deliver=tuple(str(d) for d in data.get("deliver") or ("origin",)),
             origin=dict(data["origin"]) if data.get("origin") else None,
             profile=str(data["profile"]) if data.get("profile") else None,
+            creator=_source(data.get("creator")),
         )
+
+
+def _source(raw: Any) -> SessionSource | None:
+    if not isinstance(raw, Mapping) or not raw.get("platform"):
+        return None
+    try:
+        return SessionSource.from_dict(dict(raw))
+    except ValueError:
+        return None  # an unreadable creator reaches nothing (never another's data)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from hermes_gateway.domain.media import Attachment, attachments_of
 from hermes_gateway.domain.sessions import SessionEntry
-from hermes_gateway.domain.source import SessionSource
+from hermes_gateway.domain.source import SessionSource, compact_source
 from hermes_gateway.domain.targets import ReplyTarget
 from hermes_gateway.domain.turn_state import Turn
 
@@ -58,12 +58,6 @@ class QueuedInput:
         )
 
 
-def compact_source(source: SessionSource) -> dict[str, Any]:
-    """The source without its empty fields: what is stored on a route (a route write costs a
-    write unit per KB, so a DM's route stays well under one)."""
-    return {k: v for k, v in source.to_dict().items() if v not in (None, False, "")}
-
-
 @dataclass(frozen=True)
 class PendingApproval:
     """A question asked in the chat: may this turn run this tool?"""
@@ -71,7 +65,7 @@ class PendingApproval:
     turn_id: str
     tool: str
     call_id: str
-    asked_of: str | None  # the user id who may answer (besides admins); None: anyone in the chat
+    asked_of: str | None  # the user id who may answer (besides admins and approvers); None: only those
     expires_at: float
     session_id: str
     decision: str | None = None  # approved | denied | timeout, once answered

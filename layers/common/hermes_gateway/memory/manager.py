@@ -71,6 +71,9 @@ class MemoryTool:
             raise ToolError(result.content.removeprefix("error: "))
         return str(result.content)
 
+    def beyond_reach(self, arguments: dict[str, Any], ctx: ToolContext) -> str | None:
+        return None  # memory is the user's own (its scope is theirs)
+
 
 class MemoryManager:
     """The turn's memory: every provider behind one door, none able to fail the turn."""

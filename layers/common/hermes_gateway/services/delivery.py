@@ -238,6 +238,9 @@ class DeliveryJob:
     mirror: bool = False  # append what was sent to the target chat's session transcript
     correlation_id: str | None = None  # the inbound event id, when the job answers one
     session: str | None = None  # the hashed session key, for logs
+    # The session whose stored files the job may attach (the turn's own, set by the gateway's
+    # code, never by the model; BEHAVIOUR §11). None: no stored file at all (a cron run, a push).
+    session_id: str | None = None
     cron: tuple[str, str] | None = None  # (job id, run id) of a cron run's result
     buttons: tuple[Button, ...] = ()  # quick replies under the message's last chunk (an approval's)
     profile: str | None = None  # the named profile whose bot sends it (None: the deployment's own)
@@ -279,6 +282,7 @@ class DeliveryJob:
             mirror=bool(data.get("mirror", False)),
             correlation_id=_optional_id(data.get("correlation_id")),
             session=_optional_id(data.get("session")),
+            session_id=_optional_id(data.get("session_id")),
             cron=_cron_run(data.get("cron")),
             buttons=Button.parse_all(data.get("buttons")),
             profile=_optional_id(target.get("profile")),
@@ -484,7 +488,7 @@ def _staged(job: DeliveryJob, deps: DeliveryDeps) -> tuple[list[MediaFile], list
     for n, media in enumerate(job.media[:MAX_MEDIA], start=1):
         key = outbound_key(deps.profile, job.session, job.delivery_id, n)
         try:
-            files.append(stage(media, key, deps.profile, deps.media))
+            files.append(stage(media, key, deps.profile, deps.media, session_id=job.session_id))
         except MediaRefused as exc:
             logger.info("media not attached", extra={"delivery_id": job.delivery_id, "reason": str(exc)[:120]})
             notes.append(f"(I could not attach {media.name or _shown(media.reference)}: {exc}.)")

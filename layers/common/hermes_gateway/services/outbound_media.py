@@ -6,7 +6,10 @@ again, and the platform's upload reads it from there. A reference is
 - a URL: deployed, only `https` to a public address: the host is resolved and a private, loopback,
   link-local (the metadata service), shared, reserved or multicast address is refused, on every
   redirect too; local mode also takes `http(s)` on loopback (a laptop or a test serves files so);
-- a key in the media bucket under the profile's own prefix (a file a chat sent, a stored upload).
+- a key in the media bucket of a file the delivering turn's own session received
+  (`<profile>/<session id>/<seq>-<n>`, the session id from the job, never from the model), never
+  a file's record beside it (`.json`: a document's text, a voice note's transcript); a job of no
+  session (a cron run, a push) attaches no stored file (BEHAVIOUR §11).
 What cannot be had (refused, unreachable, over `media.max_bytes`, not found) raises
 `MediaRefused`: the reply goes without it, with a short note; it is never retried.
 """
@@ -22,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hermes_gateway import http_pool
-from hermes_gateway.domain.media import MEDIA_KINDS, OutboundMedia, kind_of_mime
+from hermes_gateway.domain.media import INFO_SUFFIX, MEDIA_KINDS, OutboundMedia, kind_of_mime
 from hermes_gateway.domain.ports import MediaStore
 from hermes_gateway.errors import PermanentError
 from hermes_gateway.platforms.outbound_media import LINK_SECONDS, MediaFile
@@ -52,8 +55,11 @@ def outbound_key(profile: str | None, session: str | None, delivery_id: str, n: 
     return f"{profile or 'default'}/{session or 'push'}/out/{delivery_id}-{n}"
 
 
-def stage(media: OutboundMedia, key: str, profile: str | None, how: Fetching) -> MediaFile:
-    """The file `media` names, stored at `key` (fetched now unless an earlier try stored it)."""
+def stage(
+    media: OutboundMedia, key: str, profile: str | None, how: Fetching, *, session_id: str | None = None
+) -> MediaFile:
+    """The file `media` names, stored at `key` (fetched now unless an earlier try stored it);
+    a stored key only inside `session_id`'s files."""
     reference = media.reference
     if reference.startswith(("https://", "http://")):
         found = how.store.get(key)
@@ -62,7 +68,7 @@ def stage(media: OutboundMedia, key: str, profile: str | None, how: Fetching) ->
             how.store.put(key, *found)
         stored, name = key, media.name or _url_name(reference)
     else:
-        stored, name = _own_key(reference, profile), media.name or posixpath.basename(reference)
+        stored, name = _own_key(reference, profile, session_id), media.name or posixpath.basename(reference)
         found = how.store.get(stored)
         if found is None:
             raise MediaRefused("no such stored file (it may have expired)")
@@ -142,12 +148,16 @@ def _system_resolve(host: str) -> list[str]:
     return [str(info[4][0]) for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)]
 
 
-def _own_key(reference: str, profile: str | None) -> str:
-    """A stored key the reply may attach: under the profile's own prefix, with no path tricks."""
+def _own_key(reference: str, profile: str | None, session_id: str | None) -> str:
+    """A stored key the reply may attach: a file the delivering turn's session received (under
+    `<profile>/<session id>/`, no path tricks), never a record (`.json`) nor a reply's staged copy."""
     key = reference.strip()
-    prefix = f"{profile or 'default'}/"
-    if not key.startswith(prefix) or ".." in key.split("/") or "//" in key:
-        raise MediaRefused("not a URL, nor a stored file of this profile")
+    if session_id is None:
+        raise MediaRefused("a stored file is attached only to a reply in its own conversation")
+    prefix = f"{profile or 'default'}/{session_id}/"
+    name = key.removeprefix(prefix)
+    if not key.startswith(prefix) or not name or "/" in name or ".." in name or name.endswith(INFO_SUFFIX):
+        raise MediaRefused("not a URL, nor a file of this conversation")
     return key
 
 

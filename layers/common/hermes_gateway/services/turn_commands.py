@@ -166,11 +166,10 @@ def answer_turn_command(message: InboundMessage, ctx: TurnCommandContext) -> str
         return None
     if pending is None or pending.decision is not None:
         return "Nothing is waiting for approval."
-    if not may_answer(message.source, pending, ctx.settings):
-        return "Only the person who was asked (or an admin) can answer this approval."
-    decision, scope = answer
-    if ctx.now >= pending.expires_at:
-        decision, scope = "timeout", "once"
+    refused = _not_theirs(message.source, pending, ctx.settings)
+    if refused is not None:
+        return refused
+    decision, scope = _decision(answer, pending, ctx.now)
     answered = ctx.control.answer(ctx.session_key, pending.turn_id, decision, scope)
     if answered is None:
         return "Nothing is waiting for approval."
@@ -183,6 +182,23 @@ def answer_turn_command(message: InboundMessage, ctx: TurnCommandContext) -> str
         suffix = {"session": " for this session", "always": " from now on"}.get(answered.scope, "")
         return f"Approved{suffix}: `{answered.tool}`."
     return f"Denied: `{answered.tool}`."
+
+
+def _not_theirs(source: SessionSource, pending: PendingApproval, settings: Settings) -> str | None:
+    if may_answer(source, pending, settings):
+        return None
+    if pending.asked_of is None:  # a call beyond the turn's reach (BEHAVIOUR §11)
+        return "Only an admin or an approver can answer this approval."
+    return "Only the person who was asked (or an admin) can answer this approval."
+
+
+def _decision(answer: tuple[str, str], pending: PendingApproval, now: float) -> tuple[str, str]:
+    """(decision, scope): late is a timeout; a call beyond the turn's reach is approved once only
+    (`session` and `always` are for the tools the user may allow themselves)."""
+    if now >= pending.expires_at:
+        return "timeout", "once"
+    decision, scope = answer
+    return decision, "once" if pending.asked_of is None else scope
 
 
 class TurnEnded(Exception):

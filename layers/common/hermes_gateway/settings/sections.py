@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hermes_gateway.domain.media import FETCHED_KINDS, MEDIA_KINDS
+from hermes_gateway.domain.reach import SEARCH_SCOPES
 from hermes_gateway.domain.reset_policy import MODES as RESET_MODES
 from hermes_gateway.domain.reset_policy import ResetPolicy, parse_policy_map
 from hermes_gateway.domain.turn_modes import BUSY_MODES, FOLLOWUP_MODES
@@ -161,6 +162,17 @@ class ToolSettings(Section):
     needs_approval: tuple[str, ...] = setting(
         "GATEWAY_TOOLS_NEEDING_APPROVAL", names, (), "tools whose calls wait for the user's /approve",
         check=known(TOOL_NAMES, "tool"),
+    )
+    session_search_scope: str = setting(
+        "GATEWAY_SESSION_SEARCH_SCOPE", text, "user",
+        "what session_search reads: user (a DM's user's sessions, a group's), chat (this chat's), "
+        "profile (every session; admins always)",
+        check=one_of(SEARCH_SCOPES),
+    )
+    send_message_targets: tuple[str, ...] = setting(
+        "GATEWAY_SEND_MESSAGE_TARGETS", names, (),
+        "targets send_message and cron jobs reach without an admin's approval, besides the turn's own chat and "
+        "the home channels (platform:chat_id, platform:chat_id:thread_id or the target as written)",
     )
 
 
@@ -370,6 +382,11 @@ class MediaSettings(Section):
     max_text_chars: int = setting(
         "GATEWAY_MEDIA_MAX_TEXT_CHARS", whole, 20_000, "a document's text given to the model is cut after this",
         check=between(100, 500_000),
+    )
+    outbound_hosts: tuple[str, ...] = setting(
+        "GATEWAY_MEDIA_OUTBOUND_HOSTS", names, (),
+        "hosts a reply's MEDIA: URLs may name although no message or tool result of the turn did "
+        "(example.com; *.example.com takes its subdomains too)",
     )
 
 

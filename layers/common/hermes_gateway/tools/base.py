@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from hermes_gateway.domain.ports import Deliveries
+from hermes_gateway.domain.reach import TurnReach
 from hermes_gateway.domain.source import user_handle
 from hermes_gateway.domain.targets import Directory, ResolvedTarget
 from hermes_gateway.observability import hash_id, logger
@@ -70,6 +71,8 @@ class ToolContext:
     directory: Directory | None = None
     jobs: Any = None  # JobStore (domain/cron.py)
     memory: MemoryRouter | None = None
+    # What the turn may reach (BEHAVIOUR §11); None reaches nothing beyond the call itself
+    reach: TurnReach | None = None
 
     @property
     def memory_scope(self) -> str:
@@ -99,14 +102,24 @@ class Tool(Protocol):
         """The result text for the model. Raise ToolError for a failure the model should read."""
         ...
 
+    def beyond_reach(self, arguments: dict[str, Any], ctx: ToolContext) -> str | None:
+        """Why this call reaches past the turn's user and chat (a send to another chat), so an
+        admin or approver must approve it whatever the settings say; None: it stays inside."""
+        ...
+
+
+Gate = Callable[[dict[str, Any], ToolContext], "str | None"]
+
 
 @dataclass(frozen=True)
 class SpecTool:
-    """A tool made of its spec and a function; `needs_approval` comes from settings."""
+    """A tool made of its spec and a function; `needs_approval` comes from settings, `gate`
+    (the tool's own) says which calls reach past the turn (`Tool.beyond_reach`)."""
 
     spec: ToolSpec
     handler: Callable[[dict[str, Any], ToolContext], str]
     needs_approval: bool = False
+    gate: Gate | None = None
 
     @property
     def name(self) -> str:
@@ -114,6 +127,9 @@ class SpecTool:
 
     def run(self, arguments: dict[str, Any], ctx: ToolContext) -> str:
         return self.handler(arguments, ctx)
+
+    def beyond_reach(self, arguments: dict[str, Any], ctx: ToolContext) -> str | None:
+        return self.gate(arguments, ctx) if self.gate is not None else None
 
     def with_approval(self, needed: bool) -> SpecTool:
         return dataclasses.replace(self, needs_approval=needed)

@@ -3,7 +3,9 @@
 Not offered inside cron runs (a job may not schedule jobs). Schedules and delivery targets are
 checked when the job is made, so a mistake is the model's to fix now, not a failure at run time.
 A job created by a tool call gets an id derived from the turn and the call, so a task that runs
-twice creates the job once. Jobs belong to the profile; another profile's jobs are never shown.
+twice creates the job once. Jobs belong to the profile and to the user who made them: another
+profile's jobs, and another user's (but for admins), are never shown or changed. A job reaches
+what its creator may (BEHAVIOUR §11): delivering outside their chat needs an admin's approval.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from hermes_gateway.domain.cron import (
     check_job_id,
 )
 from hermes_gateway.domain.schedule import ACCEPTED_FORMS, parse_schedule
+from hermes_gateway.domain.source import SessionSource, compact_source, user_handle
 from hermes_gateway.domain.targets import UnresolvableTarget, resolve_target
 from hermes_gateway.errors import BadRequest, Conflict
 from hermes_gateway.providers.base import ToolSpec
@@ -65,7 +68,7 @@ def cronjob(arguments: dict[str, Any], ctx: ToolContext) -> str:
         if action == "create":
             return _create(arguments, ctx, jobs)
         if action == "list":
-            listed = jobs.list(profile=ctx.profile)
+            listed = [job for job in jobs.list(profile=ctx.profile) if _mine(job, ctx)]
             return result_text({"jobs": [_shown(job) for job in listed], "count": len(listed)})
         job = _own_job(jobs, arguments, ctx)
         if action == "pause":
@@ -105,6 +108,7 @@ def _create(arguments: dict[str, Any], ctx: ToolContext, jobs: JobStore) -> str:
         schedule=schedule.text,
         deliver=tuple(deliver),
         origin=_origin(ctx),
+        creator=_creator(ctx),
         created_at=ctx.now,
         next_run_at=next_run_at,
         repeat=Repeat(times=1 if schedule.once else repeat),
@@ -132,9 +136,43 @@ def _resume(job: Job, ctx: ToolContext, jobs: JobStore) -> str:
 def _own_job(jobs: JobStore, arguments: dict[str, Any], ctx: ToolContext) -> Job:
     job_id = check_job_id(str(arguments.get("id") or ""))
     job = jobs.get(job_id)
-    if job is None or (job.profile or ctx.profile) != ctx.profile:
+    if job is None or (job.profile or ctx.profile) != ctx.profile or not _mine(job, ctx):
         raise ToolError(f"there is no job {job_id}; use action=list to see the ids")
     return job
+
+
+def _mine(job: Job, ctx: ToolContext) -> bool:
+    """A job is its creator's to see and change (and every job an admin's); a job the operator
+    made (no creator) is only an admin's."""
+    if ctx.reach is not None and ctx.reach.admin:
+        return True
+    creator = job.creator or {}
+    return (
+        bool(ctx.user_hash)
+        and user_handle(str(creator.get("platform") or ""), creator.get("user_id_alt") or creator.get("user_id"))
+        == ctx.user_hash
+    )
+
+
+def _creator(ctx: ToolContext) -> dict[str, Any] | None:
+    """Who makes the job: its runs reach what they may (BEHAVIOUR §11)."""
+    return compact_source(SessionSource.from_dict(ctx.source)) if ctx.source else None
+
+
+def outside_reach(arguments: dict[str, Any], ctx: ToolContext) -> str | None:
+    """A new job that delivers outside the turn's own chat, the home channels and the operator's
+    list: an admin or approver must approve it, as they would a send there."""
+    if arguments.get("action") != "create" or ctx.reach is None or ctx.directory is None:
+        return None
+    outside = []
+    for spec in [str(t).strip() for t in arguments.get("deliver") or ["origin"]][:MAX_TARGETS]:
+        try:
+            target = resolve_target(spec, origin=ctx.origin, home_channels=ctx.home_channels, directory=ctx.directory)
+        except UnresolvableTarget:
+            continue  # the call's own error, when it runs
+        if ctx.reach.send.needs_approval(spec, target):
+            outside.append(target.label or target.platform)
+    return f"schedule messages to {', '.join(outside)}, outside this chat" if outside else None
 
 
 def _origin(ctx: ToolContext) -> dict[str, Any] | None:
@@ -157,7 +195,8 @@ def _shown(job: Job) -> dict[str, Any]:
     shown = job.to_dict()
     shown.pop("origin", None)
     shown.pop("profile", None)
+    shown.pop("creator", None)
     return shown
 
 
-CRONJOB = SpecTool(CRONJOB_SPEC, cronjob)
+CRONJOB = SpecTool(CRONJOB_SPEC, cronjob, gate=outside_reach)

@@ -16,6 +16,7 @@ from hermes_gateway.observability import hash_id, logger
 from hermes_gateway.providers.base import ChatMessage
 from hermes_gateway.services.turn.deps import TurnDeps
 from hermes_gateway.services.turn.media import model_input, understand_rows
+from hermes_gateway.services.turn.reach import turn_reach
 from hermes_gateway.settings import Settings
 from hermes_gateway.tools.base import ToolContext, user_hash
 
@@ -248,6 +249,7 @@ def tool_context(state: TurnState, deps: TurnDeps, *, memory: bool = True) -> To
         directory=ports.get("directory"),
         jobs=ports.get("jobs") if turn.kind is TurnKind.CHAT else None,
         memory=(memory_manager(state, deps) if memory else None) or ports.get("memory"),
+        reach=turn_reach(state, deps),
     )
 
 

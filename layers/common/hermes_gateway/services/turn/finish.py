@@ -23,6 +23,7 @@ from hermes_gateway.services import lifecycle
 from hermes_gateway.services.cron import finish_run
 from hermes_gateway.services.turn.context import emit, memory_manager, transcript_messages
 from hermes_gateway.services.turn.deps import TurnDeps
+from hermes_gateway.services.turn.reach import turn_reach
 from hermes_gateway.services.turn.respond import SILENT_REPLIES, keep_reply, reply_job, respond
 
 APOLOGY = "Sorry, something went wrong while I was answering. Please try again in a moment."
@@ -225,12 +226,13 @@ def _tell(state: TurnState, deps: TurnDeps) -> str:
         # The task that failed had kept its answer (the Respond task dies after sending it and
         # finishing the turn itself, or before it could send it): that answer, never an apology,
         # under the turn's delivery id, so one already sent is not sent again.
-        replies.send(reply_job(turn, turn.turn_id, kept))
+        replies.send(reply_job(turn, turn.turn_id, kept, media=turn_reach(state, deps).media))
         return "reply"
     text = (reply.text if reply is not None else "").strip()
     if text and text not in SILENT_REPLIES and not state.stopped:
         if keep_reply(state, deps) != "stopped":
-            replies.send(reply_job(turn, turn.turn_id, reply.text if reply else ""))
+            media = turn_reach(state, deps).media
+            replies.send(reply_job(turn, turn.turn_id, reply.text if reply else "", media=media))
             return "reply"
         return "stopped"
     if state.stopped or text in SILENT_REPLIES:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hermes_gateway.domain.media import Attachment
+from hermes_gateway.domain.media import INFO_SUFFIX, Attachment
 from hermes_gateway.domain.sessions import TranscriptRow
 from hermes_gateway.domain.turn_state import Turn
 from hermes_gateway.errors import PermanentError
@@ -30,7 +30,6 @@ from hermes_gateway.services.turn.jobs import reply_job
 if TYPE_CHECKING:
     from hermes_gateway.services.turn.deps import TurnDeps
 
-INFO_SUFFIX = ".json"
 IMAGE_MIMES = ("image/jpeg", "image/png", "image/gif", "image/webp")  # what both providers accept
 ECHO_CHARS = 1000  # of a transcript shown back to the chat
 TEXT_MIMES = (

@@ -24,6 +24,7 @@ from hermes_gateway.services.turn.context import emit, history, memory_manager, 
 from hermes_gateway.services.turn.deps import TurnDeps
 from hermes_gateway.services.turn.jobs import answer_fields, reply_job
 from hermes_gateway.services.turn.presence import typing_shown
+from hermes_gateway.services.turn.reach import turn_reach
 
 SILENT_REPLIES = ("[SILENT]", "NO_REPLY")
 FLUSH_POLL_SECONDS = 0.5
@@ -165,7 +166,7 @@ def settle(state: TurnState, deps: TurnDeps, *, streamed: str | None = None) -> 
     if silent:
         logger.debug("silent reply: stored, not sent")
         return state.go(Step.FINISH)
-    job = reply_job(turn, turn.turn_id, text)
+    job = reply_job(turn, turn.turn_id, text, media=turn_reach(state, deps).media)
     if streamed is not None:
         job["streamed"] = streamed
     return state.go(Step.DELIVER, deliveries=(job,))
@@ -189,6 +190,7 @@ def _cron_jobs(state: TurnState, deps: TurnDeps) -> list[dict[str, Any]]:
     if run.origin and run.origin.get("platform") and run.origin.get("chat_id"):
         origin = ReplyTarget.from_dict(run.origin).resolved()
     directory = deps.tool_ports.get("directory")
+    media = turn_reach(state, deps).media
     jobs = []
     for i, spec in enumerate(run.deliver or ("origin",)):
         try:
@@ -203,7 +205,7 @@ def _cron_jobs(state: TurnState, deps: TurnDeps) -> list[dict[str, Any]]:
                 "delivery_id": f"{turn.turn_id}-t{i}",
                 "turn_id": turn.turn_id,
                 "target": target.to_dict(deps.settings.served_profile),  # sent by the job's profile's bot
-                **answer_fields(reply.text),
+                **answer_fields(reply.text, media),  # no session: no stored file is attached
                 "kind": "push",
                 "mirror": True,
                 "cron": {"job_id": run.job_id, "run_id": run.run_id},

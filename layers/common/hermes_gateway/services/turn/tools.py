@@ -20,7 +20,7 @@ from hermes_gateway.services.lifecycle import user_row
 from hermes_gateway.services.turn.context import emit, tool_context
 from hermes_gateway.services.turn.deps import TurnDeps
 from hermes_gateway.services.turn.respond import reply_job
-from hermes_gateway.tools.base import MAX_RESULT_CHARS, Tool, execute
+from hermes_gateway.tools.base import MAX_RESULT_CHARS, Tool, ToolContext, execute
 from hermes_gateway.tools.base import ToolResult as Outcome
 
 DENIED_RESULT = "error: the user did not approve this call; do not retry it, say what you would have done"
@@ -48,9 +48,10 @@ def run_tools(state: TurnState, deps: TurnDeps) -> TurnState:
         if call.id in results:
             continue  # done by an earlier try of this task, or before a pause
         tool = by_name.get(call.name)
-        gate = _approval_needed(state, control, tool, call.id) if tool is not None else None
+        beyond = _beyond_reach(tool, call, ctx) if tool is not None else None
+        gate = _approval_needed(state, control, tool, call.id, beyond) if tool is not None else None
         if gate == "ask":
-            return _ask(replace(state, loop=replace(loop, results=results)), deps, call)
+            return _ask(replace(state, loop=replace(loop, results=results)), deps, call, beyond)
         outcome = Outcome(gate, True) if gate else execute(call, tools, ctx)
         results[call.id] = ToolResult(outcome.content[:MAX_RESULT_CHARS], outcome.is_error)
         emit(deps, "agent:step", turn, step="tool", tool=call.name[:64], is_error=outcome.is_error)
@@ -77,9 +78,21 @@ def _control(state: TurnState, deps: TurnDeps) -> ControlState | None:
     return found
 
 
-def _approval_needed(state: TurnState, control: ControlState | None, tool: Tool, call_id: str) -> str | None:
-    """None: run the call; else the result to give the model instead, or "ask"."""
-    if not tool.needs_approval:
+def _beyond_reach(tool: Tool, call: ToolCall, ctx: ToolContext) -> str | None:
+    try:
+        return tool.beyond_reach(call.arguments, ctx)
+    except Exception as exc:  # noqa: BLE001 - a gate that cannot decide asks (never lets the call through)
+        logger.warning("reach check failed", extra={"tool": call.name[:64], "error": type(exc).__name__})
+        return f"run {call.name[:64]}"
+
+
+def _approval_needed(
+    state: TurnState, control: ControlState | None, tool: Tool, call_id: str, beyond: str | None = None
+) -> str | None:
+    """None: run the call; else the result to give the model instead, or "ask". A call `beyond`
+    the turn's reach asks an admin or approver every time: /yolo, /approve session and always
+    (the user's own choices) do not cover it."""
+    if not tool.needs_approval and beyond is None:
         return None
     decided = state.loop.decisions.get(call_id)
     if decided == "approved":
@@ -88,12 +101,12 @@ def _approval_needed(state: TurnState, control: ControlState | None, tool: Tool,
         return DENIED_RESULT
     if state.turn.kind is not TurnKind.CHAT or control is None:
         return UNATTENDED_DENIED
-    if control.approved(tool.name, state.turn.session_id or ""):
+    if beyond is None and control.approved(tool.name, state.turn.session_id or ""):
         return None
     return "ask"
 
 
-def _ask(state: TurnState, deps: TurnDeps, call: ToolCall) -> TurnState:
+def _ask(state: TurnState, deps: TurnDeps, call: ToolCall, beyond: str | None = None) -> TurnState:
     """Pause: save the state, ask in the chat, end this execution (the lease stays held)."""
     turn = state.turn
     loop = replace(state.loop, approvals=state.loop.approvals + 1)
@@ -103,7 +116,8 @@ def _ask(state: TurnState, deps: TurnDeps, call: ToolCall) -> TurnState:
         turn_id=turn.turn_id,
         tool=call.name,
         call_id=call.id,
-        asked_of=turn.source.user_id if turn.source else None,
+        # beyond the turn's reach, the user asking is not who approves: admins and approvers are
+        asked_of=turn.source.user_id if turn.source and beyond is None else None,
         expires_at=deps.now() + timeout,
         session_id=turn.session_id or "",
     )
@@ -111,12 +125,21 @@ def _ask(state: TurnState, deps: TurnDeps, call: ToolCall) -> TurnState:
     if not deps.control.pause(turn.session_key or "", turn.lease_token or "", approval, saved):
         raise LeaseLost("the session's lease is no longer held by this turn")
     args = json.dumps(call.arguments, ensure_ascii=False)[:300]
-    text = (
-        f"The agent wants to run `{call.name}` with {args}.\n"
-        f"Reply /approve (or yes) to allow it once, /approve session or /approve always to stop asking, "
-        f"/deny (or no) to refuse. No answer in {timeout // 60 or 1} min means no."
-    )
-    ask = reply_job(turn, f"{turn.turn_id}-ask{loop.approvals}", text, buttons=APPROVAL_BUTTONS, threaded=False)
+    minutes = timeout // 60 or 1
+    if beyond is not None:
+        text = (
+            f"The agent wants to {beyond}: `{call.name}` with {args}.\n"
+            f"An admin or approver must reply /approve to allow it once, or /deny. No answer in {minutes} min means no."
+        )
+        buttons = [APPROVAL_BUTTONS[0], APPROVAL_BUTTONS[-1]]
+    else:
+        text = (
+            f"The agent wants to run `{call.name}` with {args}.\n"
+            f"Reply /approve (or yes) to allow it once, /approve session or /approve always to stop asking, "
+            f"/deny (or no) to refuse. No answer in {minutes} min means no."
+        )
+        buttons = APPROVAL_BUTTONS
+    ask = reply_job(turn, f"{turn.turn_id}-ask{loop.approvals}", text, buttons=buttons, threaded=False)
     deps.deliveries.send(ask)
     logger.info("tool approval asked", extra={"turn_id": turn.turn_id, "tool": call.name})
     emit(deps, "agent:step", turn, step="approval_asked", tool=call.name)
