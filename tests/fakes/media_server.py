@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import email.parser
 import email.policy
+import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -141,3 +142,38 @@ def minimal_pdf(text: str) -> bytes:
     out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
     out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
     return bytes(out)
+
+
+def _ogg_crc(data: bytes) -> int:
+    """Ogg's page checksum: CRC-32 with polynomial 0x04C11DB7, not reflected, starting at 0."""
+    crc = 0
+    for byte in data:
+        crc ^= byte << 24
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x04C11DB7) & 0xFFFFFFFF if crc & 0x80000000 else (crc << 1) & 0xFFFFFFFF
+    return crc
+
+
+def _ogg_page(packet: bytes, sequence: int, granule: int, flags: int) -> bytes:
+    lacing = [255] * (len(packet) // 255) + [len(packet) % 255]
+    header = struct.pack("<4sBBqIIIB", b"OggS", 0, flags, granule, 0x4E6F7465, sequence, 0, len(lacing))
+    page = header + bytes(lacing) + packet
+    return page[:22] + struct.pack("<I", _ogg_crc(page)) + page[26:]
+
+
+def ogg_opus(seconds: float, size: int = 2048) -> bytes:
+    """A voice note as Telegram and WhatsApp send one: an Ogg Opus stream whose last page says it
+    lasts `seconds` (what mutagen reads), about `size` bytes of it. The audio is filler: only its
+    container is read here, and the fake speech server hears what it is told to."""
+    pre_skip = 312
+    head = b"OpusHead" + struct.pack("<BBHIhB", 1, 1, pre_skip, 48000, 0, 0)
+    tags = b"OpusTags" + struct.pack("<I", 4) + b"test" + struct.pack("<I", 0)
+    pages = [_ogg_page(head, 0, 0, 0x02), _ogg_page(tags, 1, 0, 0)]
+    filler = bytes((n * 37) % 251 for n in range(max(size - 200, 64)))
+    chunks = [filler[i : i + 4000] for i in range(0, len(filler), 4000)]
+    end = pre_skip + int(seconds * 48000)
+    for n, chunk in enumerate(chunks, start=2):
+        last = n == len(chunks) + 1
+        granule = end if last else pre_skip + int(seconds * 48000 * (n - 1) / len(chunks))
+        pages.append(_ogg_page(chunk, n, granule, 0x04 if last else 0))
+    return b"".join(pages)

@@ -3,9 +3,10 @@ sends natively (or links), fetched once into the media bucket, with the public-a
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, BinaryIO
 
 import pytest
 
@@ -45,11 +46,25 @@ class MemoryMedia:
         self.puts.append(key)
         self.objects[key] = (data, mime)
 
+    def put_file(self, key: str, file: BinaryIO, mime: str) -> None:
+        self.put(key, file.read(), mime)
+
     def get(self, key: str) -> tuple[bytes, str] | None:
         return self.objects.get(key)
 
+    def head(self, key: str) -> tuple[int, str] | None:
+        found = self.objects.get(key)
+        return (len(found[0]), found[1]) if found is not None else None
+
     def url(self, key: str, expires_seconds: int) -> str:
         return f"https://media.example.com/{key}?X-Amz-Expires={expires_seconds}&X-Amz-Signature=abc"
+
+
+def fetched(url: str, how: Fetching) -> tuple[bytes, str]:
+    """What fetch_public writes, and the type it answers."""
+    into = io.BytesIO()
+    mime = fetch_public(url, how, into)
+    return into.getvalue(), mime
 
 
 @pytest.fixture
@@ -158,8 +173,8 @@ def test_a_redirect_to_a_private_address_is_refused_before_it_is_followed(host: 
     how = Fetching(MemoryMedia(), 1_000_000, local=True)
 
     with pytest.raises(MediaRefused, match="public"):
-        fetch_public(host.url("/moved.png"), how)
-    assert fetch_public(host.url("/hop.png"), how) == (PNG, "image/png")
+        fetched(host.url("/moved.png"), how)
+    assert fetched(host.url("/hop.png"), how) == (PNG, "image/png")
 
 
 def test_the_fetch_connects_to_the_address_it_checked_not_to_a_second_dns_answer(host: FakeMediaHost) -> None:
@@ -173,7 +188,7 @@ def test_the_fetch_connects_to_the_address_it_checked_not_to_a_second_dns_answer
 
     port = host.base_url.rsplit(":", 1)[1]
     how = Fetching(MemoryMedia(), 1_000_000, local=True, resolve=resolve)
-    assert fetch_public(f"http://files.rebinding.test:{port}/cat.png", how) == (PNG, "image/png")
+    assert fetched(f"http://files.rebinding.test:{port}/cat.png", how) == (PNG, "image/png")
     assert asked == ["files.rebinding.test"]
     (received,) = host.requests
     assert received.path == "/cat.png" and received.headers["host"] == f"files.rebinding.test:{port}"
@@ -181,7 +196,7 @@ def test_the_fetch_connects_to_the_address_it_checked_not_to_a_second_dns_answer
 
 def test_a_file_over_the_limit_is_refused(host: FakeMediaHost) -> None:
     with pytest.raises(MediaRefused, match="limit"):
-        fetch_public(host.url("/cat.png"), Fetching(MemoryMedia(), 100, local=True))
+        fetched(host.url("/cat.png"), Fetching(MemoryMedia(), 100, local=True))
 
 
 # -- delivery -------------------------------------------------------------------------------------

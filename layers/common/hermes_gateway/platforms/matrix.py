@@ -366,7 +366,7 @@ class MatrixSender:
         msgtype = {"image": "m.image", "audio": "m.audio", "voice": "m.audio", "video": "m.video"}.get(
             media.kind, "m.file"
         )
-        info = {"mimetype": media.mime, "size": len(media.data)}
+        info = {"mimetype": media.mime, "size": media.size}
         return self._send_content(target, {"msgtype": msgtype, "body": media.name, "url": uri, "info": info})
 
     def _send_content(self, target: Target, content: dict[str, Any]) -> str:

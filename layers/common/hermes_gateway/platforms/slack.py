@@ -432,7 +432,7 @@ class SlackSender:
             self._http.request(
                 "POST",
                 "/files.getUploadURLExternal",
-                form={"filename": media.name, "length": str(len(media.data))},
+                form={"filename": media.name, "length": str(media.size)},
                 headers=self._auth,
             )
         )
