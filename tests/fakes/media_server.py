@@ -10,7 +10,8 @@ Anything else answers 404. Every request is recorded in `fake.requests` as it ar
 answers its path (or Telegram's own "file is too big" past 20 MB) and `GET /file/bot<token>/<path>`
 its bytes; `downloads` counts each file's downloads. `FakeSpeech` is an OpenAI-compatible speech
 to text server (`POST /v1/audio/transcriptions`): every transcription answers `text`, and
-`uploads` keeps each request's multipart fields. `minimal_pdf(text)` is a one-page PDF.
+`uploads` keeps each request's multipart fields. `minimal_pdf(text)` is a one-page PDF, `slow_pdf()` a few KB
+that pypdf spends minutes of CPU on, and `ogg_opus(seconds)` a voice note whose container says its length.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import email.parser
 import email.policy
 import struct
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -177,3 +179,32 @@ def ogg_opus(seconds: float, size: int = 2048) -> bytes:
         granule = end if last else pre_skip + int(seconds * 48000 * (n - 1) / len(chunks))
         pages.append(_ogg_page(chunk, n, granule, 0x04 if last else 0))
     return b"".join(pages)
+
+
+def slow_pdf(pages: int = 20, operators: int = 150_000, operator: bytes = b"0 0 Td ") -> bytes:
+    """A few KB of PDF whose pages all draw one compressed content stream of `operators` text
+    operators (by default moves that show nothing, so little text comes of it): pypdf parses the
+    whole stream again for every page, about 2 s of CPU each here (issue 36's slow PDF)."""
+    stream = zlib.compress(b"BT /F1 12 Tf 72 720 Td " + operator * operators + b"(a) Tj ET", 9)
+    kids = " ".join(f"{5 + n} 0 R" for n in range(pages)).encode()
+    page = (
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R"
+        b" /Resources << /Font << /F1 3 0 R >> >> >>"
+    )
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % pages,
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        *[page] * pages,
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)

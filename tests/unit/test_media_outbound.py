@@ -140,6 +140,15 @@ def test_outbound_keys_never_meet_the_inbound_ones() -> None:
         "https://[fd00::1]/x.png",
         "https://[fe80::1]/x.png",
         "https://[::ffff:10.0.0.1]/x.png",
+        # IPv6 forms that embed an IPv4 address, even a public one, and site-local
+        "https://[64:ff9b::a00:1]/x.png",  # NAT64 of 10.0.0.1
+        "https://[64:ff9b::808:808]/x.png",  # NAT64 of 8.8.8.8
+        "https://[64:ff9b:1::a00:1]/x.png",  # local-use NAT64
+        "https://[::a00:1]/x.png",  # IPv4-compatible
+        "https://[2002:a00:1::1]/x.png",  # 6to4 of 10.0.0.1
+        "https://[2002:808:808::1]/x.png",  # 6to4 of 8.8.8.8
+        "https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/x.png",  # Teredo
+        "https://[fec0::1]/x.png",  # site-local
         "https://100.64.0.1/x.png",
         "https://0.0.0.0/x.png",
         "http://93.184.216.34/x.png",  # public, but not https

@@ -272,7 +272,8 @@ def _process(turn: Turn, media: Attachment, deps: TurnDeps, room: int) -> Unders
 
 
 def _over_total(total: int) -> str:
-    return f"the message's files are over {total / 1e6:.0f} MB together, and this one was left out"
+    shown = f"{total / 1e6:.0f} MB" if total >= 1_000_000 else f"{total / 1e3:.0f} KB"
+    return f"the message's files are over {shown} together, and this one was left out"
 
 
 def _transcribed(data: bytes, mime: str, media: Attachment, deps: TurnDeps) -> Understood:
