@@ -163,13 +163,14 @@ def _ogg_page(packet: bytes, sequence: int, granule: int, flags: int) -> bytes:
     return page[:22] + struct.pack("<I", _ogg_crc(page)) + page[26:]
 
 
-def ogg_opus(seconds: float, size: int = 2048) -> bytes:
+def ogg_opus(seconds: float, size: int = 2048, vendor: bytes = b"test") -> bytes:
     """A voice note as Telegram and WhatsApp send one: an Ogg Opus stream whose last page says it
     lasts `seconds` (what mutagen reads), about `size` bytes of it. The audio is filler: only its
-    container is read here, and the fake speech server hears what it is told to."""
+    container is read here, and the fake speech server hears what it is told to. `vendor` (in its
+    tags) tells one file from another."""
     pre_skip = 312
     head = b"OpusHead" + struct.pack("<BBHIhB", 1, 1, pre_skip, 48000, 0, 0)
-    tags = b"OpusTags" + struct.pack("<I", 4) + b"test" + struct.pack("<I", 0)
+    tags = b"OpusTags" + struct.pack("<I", len(vendor)) + vendor + struct.pack("<I", 0)
     pages = [_ogg_page(head, 0, 0, 0x02), _ogg_page(tags, 1, 0, 0)]
     filler = bytes((n * 37) % 251 for n in range(max(size - 200, 64)))
     chunks = [filler[i : i + 4000] for i in range(0, len(filler), 4000)]

@@ -12,7 +12,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from hermes_gateway import http_pool
+from hermes_gateway import http_pool, pdf_text
 from hermes_gateway.adapters.session_tables import row, row_item
 from hermes_gateway.domain.media import Attachment, attachments_of, keyed, split_media_lines
 from hermes_gateway.domain.sessions import TranscriptRow
@@ -24,7 +24,6 @@ from hermes_gateway.providers.base import ChatMessage, ImagePart
 from hermes_gateway.providers.bedrock import BedrockProvider
 from hermes_gateway.providers.openai_compat import OpenAICompatProvider
 from hermes_gateway.providers.stt import OpenAITranscriber
-from hermes_gateway import pdf_text
 from hermes_gateway.services.turn.media import Understood, describe, is_pdf, model_input, text_of_file
 from hermes_gateway.settings import load_settings
 from tests.fakes.media_server import FakeSpeech, MediaTelegram, minimal_pdf, ogg_opus

@@ -353,7 +353,7 @@ class MediaSettings(Section):
     """`media:` attachments both ways (BEHAVIOUR §6a): what is fetched, how much, for how long."""
 
     max_bytes: int = setting(
-        "GATEWAY_MEDIA_MAX_BYTES", whole, 20_000_000, "larger attachments are not fetched (the chat is told)",
+        "GATEWAY_MEDIA_MAX_BYTES", whole, 20_000_000, "larger attachments are not fetched (the model is told)",
         # the agent's 256 MB (resources.py) holds the file, its base64 in the model request and the
         # request's copy besides the ~65 MB the interpreter holds (bench/cold_start.py)
         check=between(1024, 40_000_000, why="a function's memory holds the file"),
