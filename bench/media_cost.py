@@ -11,8 +11,9 @@ sessions, one after the other, with the meter reset between them:
 
 - text: a message of a few words (the baseline);
 - photo: a Telegram photo (a ~200 KB JPEG's bytes, the largest of two sizes) with a caption;
-- voice: a voice note (~30 KB of OGG), transcribed by the fake (the transcription's price is not
-  counted; its wait is one external round trip of the CPU model, as every platform request is);
+- voice: a voice note (~30 KB of Ogg Opus, 15 s by its container), transcribed by the fake (the
+  transcription's price is not counted; its wait is one external round trip of the CPU model, as
+  every platform request is);
 - document: a one-page PDF with a caption (its text read with pypdf);
 - outbound_photo: a text message whose answer carries `MEDIA:<url>` (a ~200 KB PNG's bytes
   fetched into the bucket and sent with sendPhoto).
@@ -63,7 +64,7 @@ from bench.message_cost import (  # noqa: E402
 from bench.meter import Invocation, Meter, _context, counted_logs, resource_name  # noqa: E402
 from bench.pricing import PRICES, price, profile, s3_storage_usd_per_million  # noqa: E402
 from tests.fakes.loopback import ScriptedAnswer  # noqa: E402
-from tests.fakes.media_server import FakeMediaHost, FakeSpeech, MediaTelegram, file, minimal_pdf  # noqa: E402
+from tests.fakes.media_server import FakeMediaHost, FakeSpeech, MediaTelegram, file, minimal_pdf, ogg_opus  # noqa: E402
 from tests.fakes.telegram_server import MEDIA_METHODS, RecordedRequest  # noqa: E402
 from tests.fakes.upload_server import form_fields  # noqa: E402
 
@@ -84,7 +85,7 @@ def _bytes(head: bytes, size: int, tail: bytes = b"") -> bytes:
 
 
 PHOTO = _bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00", 200_000, b"\xff\xd9")  # a ~200 KB JPEG's bytes
-VOICE = _bytes(b"OggS\x00\x02", 30_000)  # a ~30 KB OGG (Opus) voice note, about 15 s
+VOICE = ogg_opus(15.0, 30_000)  # a ~30 KB Ogg Opus voice note of 15 s (its length is read before it is heard)
 CHART = _bytes(b"\x89PNG\r\n\x1a\n", 200_000)  # the file a reply attaches
 PDF = minimal_pdf("Quarterly report: revenue grew 12 percent, costs fell 3 percent, the queue is green")
 TRANSCRIPT = "remind me to check the deploy queue tomorrow morning and tell the team"

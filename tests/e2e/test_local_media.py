@@ -18,14 +18,14 @@ import pytest
 
 from hermes_gateway.services.turn_commands import BUSY_NOTICES
 from tests.e2e.conftest import Client, telegram_update
-from tests.fakes.media_server import FakeSpeech, MediaTelegram, minimal_pdf
+from tests.fakes.media_server import FakeSpeech, MediaTelegram, minimal_pdf, ogg_opus, slow_pdf
 from tests.fakes.openai_server import FakeOpenAI
 
 pytestmark = pytest.mark.e2e
 pytest_plugins = ("tests.fakes.openai_server",)
 
 PHOTO = b"\xff\xd8\xff\xe0" + bytes(range(256)) * 8 + b"\xff\xd9"  # a JPEG's markers around some bytes
-VOICE = b"OggS" + b"\x00voice" * 200
+VOICE = ogg_opus(3.0)  # a 3 s voice note, as its container says
 
 
 @pytest.fixture
@@ -151,18 +151,15 @@ def test_documents_are_read_into_the_message_and_other_files_are_named(
     assert "vid" not in telegram.downloads
 
 
-def test_a_file_over_the_limit_gets_a_clear_answer_and_the_next_message_is_answered(
+def test_a_file_over_the_limit_gets_one_answer_from_the_model_and_the_next_message_is_answered(
     client: Client, telegram: MediaTelegram, fake_openai: FakeOpenAI
 ) -> None:
     big = {"file_id": "big", "file_unique_id": "b", "file_name": "scan.pdf", "mime_type": "application/pdf",
            "file_size": 30_000_000}  # fmt: skip
     fake_openai.reply_next("I could not read it, sorry.")
     client.telegram(media_update(1, "read this", document=big))
-    # (the notice is waited for before the model is asked, unless the delivery outlasts the
-    # turn's patience on a loaded machine: then it may come second)
-    notice = "I could not open scan.pdf: the file is 30.0 MB; the limit is 20 MB."
-    sent = wait_sent(telegram, notice, "I could not read it, sorry.")
-    assert sorted(sent) == [notice, "I could not read it, sorry."]
+    # One answer: the model's (the gateway sends no notice of its own)
+    assert wait_sent(telegram, "I could not read it, sorry.") == ["I could not read it, sorry."]
     assert telegram.calls("getFile") == [] and not telegram.downloads  # never asked for
     assert "could not be opened: the file is 30.0 MB" in user_content(fake_openai)
 
@@ -187,3 +184,68 @@ def test_the_web_chat_uploads_a_photo_that_its_message_then_carries(start_gatewa
     assert client.request("POST", "/local/upload", b"x", {"x-hermes-local-token": "wrong"})[0] == 401
     forged = {**message, "message_id": "m2", "attachments": [{"upload_id": "../../etc/passwd"}]}
     assert client.request("POST", "/webhooks/webchat", json.dumps(forged).encode(), token)[0] == 400
+
+
+def test_a_file_the_gateway_cannot_fetch_gets_one_answer_without_its_internal_error(
+    client: Client, telegram: MediaTelegram, fake_openai: FakeOpenAI
+) -> None:
+    # Given a photo Telegram will not hand over (getFile answers an error)
+    sizes = [{"file_id": "gone", "file_unique_id": "g", "width": 9, "height": 9, "file_size": 100}]
+    fake_openai.reply_next("I could not open your photo.")
+    client.telegram(media_update(1, "see", photo=sizes))
+    time.sleep(0.5)
+    # Then the chat gets the model's one answer, and the model no getFile error
+    assert wait_sent(telegram, "I could not open your photo.") == ["I could not open your photo."]
+    assert (
+        user_content(fake_openai)
+        == "see\n\n[The user sent an image (image) that could not be opened: it could not be downloaded]"
+    )
+
+
+def test_a_voice_note_whose_transcription_failed_is_not_downloaded_or_transcribed_again(
+    client: Client, telegram: MediaTelegram, speech: FakeSpeech, fake_openai: FakeOpenAI
+) -> None:
+    # Given a speech server that answers 503 to every try of the turn
+    telegram.add_file("voice-bad", VOICE)
+    voice = {"file_id": "voice-bad", "file_unique_id": "v", "duration": 3, "mime_type": "audio/ogg"}
+    speech.answer_next(503, {"error": {"message": "overloaded"}}, times=5)
+    fake_openai.reply_next("Sorry, I could not hear that.")
+    client.telegram(media_update(1, voice=voice))
+    assert wait_sent(telegram, "Sorry, I could not hear that.") == ["Sorry, I could not hear that."]
+    assert user_content(fake_openai) == (
+        "[The user sent a voice note (voice note) that could not be opened: it could not be transcribed]"
+    )
+    tried = len(speech.requests)
+    assert tried == 2 and telegram.downloads == {"voice-bad": 2}  # the turn's two tries of its task
+
+    # When the next message comes, with the voice note still in the window
+    fake_openai.reply_next("Hello again!")
+    client.telegram(telegram_update(2, "hello?"))
+    assert wait_sent(telegram, "Hello again!")[-1] == "Hello again!"
+
+    # Then the voice note is neither downloaded nor transcribed again, and the model still hears of it
+    assert len(speech.requests) == tried and telegram.downloads == {"voice-bad": 2}
+    assert any("could not be transcribed" in str(m["content"]) for m in fake_openai.sent_messages())
+
+
+def test_a_slow_pdf_is_answered_within_a_minute_and_the_next_message_too(
+    client: Client, telegram: MediaTelegram, fake_openai: FakeOpenAI
+) -> None:
+    # Given a few KB of PDF that pypdf would spend minutes on
+    telegram.add_file("slow-1", slow_pdf(pages=60))
+    pdf = {"file_id": "slow-1", "file_unique_id": "s", "file_name": "slow.pdf", "mime_type": "application/pdf"}
+    started = time.monotonic()
+    fake_openai.reply_next("Here is what I could read.")
+    client.telegram(media_update(1, "summarize", document=pdf))
+
+    # Then it is answered within a minute, with what was read and what was cut said to the model
+    assert wait_sent(telegram, "Here is what I could read.", timeout=60) == ["Here is what I could read."]
+    assert time.monotonic() - started < 60
+    content = user_content(fake_openai)
+    assert "[File slow.pdf]" in content and "CPU time" in content, content
+
+    # and the next message too, fetching and reading nothing again
+    fake_openai.reply_next("Anything else?")
+    client.telegram(telegram_update(2, "thanks"))
+    assert wait_sent(telegram, "Anything else?", timeout=30)[-1] == "Anything else?"
+    assert time.monotonic() - started < 60 and telegram.downloads == {"slow-1": 1}

@@ -35,7 +35,7 @@ from tests.e2e.conftest import BASE_ENV, Client
 from tests.fakes.feishu_server import FakeFeishu
 from tests.fakes.google_server import FakeGoogle
 from tests.fakes.loopback import ScriptedAnswer
-from tests.fakes.media_server import FakeMediaHost, FakeSpeech, MediaTelegram, file, minimal_pdf
+from tests.fakes.media_server import FakeMediaHost, FakeSpeech, MediaTelegram, file, minimal_pdf, ogg_opus
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.teams_server import DEFAULT_APP_ID, DEFAULT_APP_PASSWORD, FakeBotFramework
 from tests.fakes.upload_server import FakeApi, fields_of
@@ -78,7 +78,7 @@ def image_of(platform: str) -> bytes:
 
 
 def voice_of(platform: str) -> bytes:
-    return b"OggS" + platform.encode() + b"\x00voice" * 200
+    return ogg_opus(3.0, vendor=platform.encode())
 
 
 def document_text(platform: str) -> str:
@@ -178,6 +178,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         "TEAMS_APP_PASSWORD": DEFAULT_APP_PASSWORD,
         "TEAMS_TOKEN_URL": teams.token_url,
         "TEAMS_SERVICE_URL_HOSTS": "127.0.0.1",
+        "TEAMS_FILE_HOSTS": "127.0.0.1",
         "GOOGLE_CHAT_API_BASE_URL": google.api_base_url,
         "GOOGLE_CHAT_SERVICE_ACCOUNT_JSON": google.service_account_json(),
         "MATRIX_AS_TOKEN": credential("as", "media", "e2e"),

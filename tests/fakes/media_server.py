@@ -10,13 +10,16 @@ Anything else answers 404. Every request is recorded in `fake.requests` as it ar
 answers its path (or Telegram's own "file is too big" past 20 MB) and `GET /file/bot<token>/<path>`
 its bytes; `downloads` counts each file's downloads. `FakeSpeech` is an OpenAI-compatible speech
 to text server (`POST /v1/audio/transcriptions`): every transcription answers `text`, and
-`uploads` keeps each request's multipart fields. `minimal_pdf(text)` is a one-page PDF.
+`uploads` keeps each request's multipart fields. `minimal_pdf(text)` is a one-page PDF, `slow_pdf()` a few KB
+that pypdf spends minutes of CPU on, and `ogg_opus(seconds)` a voice note whose container says its length.
 """
 
 from __future__ import annotations
 
 import email.parser
 import email.policy
+import struct
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -130,6 +133,71 @@ def minimal_pdf(text: str) -> bytes:
         b" /Resources << /Font << /F1 5 0 R >> >> >>",
         b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+def _ogg_crc(data: bytes) -> int:
+    """Ogg's page checksum: CRC-32 with polynomial 0x04C11DB7, not reflected, starting at 0."""
+    crc = 0
+    for byte in data:
+        crc ^= byte << 24
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x04C11DB7) & 0xFFFFFFFF if crc & 0x80000000 else (crc << 1) & 0xFFFFFFFF
+    return crc
+
+
+def _ogg_page(packet: bytes, sequence: int, granule: int, flags: int) -> bytes:
+    lacing = [255] * (len(packet) // 255) + [len(packet) % 255]
+    header = struct.pack("<4sBBqIIIB", b"OggS", 0, flags, granule, 0x4E6F7465, sequence, 0, len(lacing))
+    page = header + bytes(lacing) + packet
+    return page[:22] + struct.pack("<I", _ogg_crc(page)) + page[26:]
+
+
+def ogg_opus(seconds: float, size: int = 2048, vendor: bytes = b"test") -> bytes:
+    """A voice note as Telegram and WhatsApp send one: an Ogg Opus stream whose last page says it
+    lasts `seconds` (what mutagen reads), about `size` bytes of it. The audio is filler: only its
+    container is read here, and the fake speech server hears what it is told to. `vendor` (in its
+    tags) tells one file from another."""
+    pre_skip = 312
+    head = b"OpusHead" + struct.pack("<BBHIhB", 1, 1, pre_skip, 48000, 0, 0)
+    tags = b"OpusTags" + struct.pack("<I", len(vendor)) + vendor + struct.pack("<I", 0)
+    pages = [_ogg_page(head, 0, 0, 0x02), _ogg_page(tags, 1, 0, 0)]
+    filler = bytes((n * 37) % 251 for n in range(max(size - 200, 64)))
+    chunks = [filler[i : i + 4000] for i in range(0, len(filler), 4000)]
+    end = pre_skip + int(seconds * 48000)
+    for n, chunk in enumerate(chunks, start=2):
+        last = n == len(chunks) + 1
+        granule = end if last else pre_skip + int(seconds * 48000 * (n - 1) / len(chunks))
+        pages.append(_ogg_page(chunk, n, granule, 0x04 if last else 0))
+    return b"".join(pages)
+
+
+def slow_pdf(pages: int = 20, operators: int = 150_000, operator: bytes = b"0 0 Td ") -> bytes:
+    """A few KB of PDF whose pages all draw one compressed content stream of `operators` text
+    operators (by default moves that show nothing, so little text comes of it): pypdf parses the
+    whole stream again for every page, about 2 s of CPU each here (issue 36's slow PDF)."""
+    stream = zlib.compress(b"BT /F1 12 Tf 72 720 Td " + operator * operators + b"(a) Tj ET", 9)
+    kids = " ".join(f"{5 + n} 0 R" for n in range(pages)).encode()
+    page = (
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R"
+        b" /Resources << /Font << /F1 3 0 R >> >> >>"
+    )
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % pages,
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        *[page] * pages,
     ]
     out = bytearray(b"%PDF-1.4\n")
     offsets = []

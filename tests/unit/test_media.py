@@ -12,7 +12,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from hermes_gateway import http_pool
+from hermes_gateway import http_pool, pdf_text
 from hermes_gateway.adapters.session_tables import row, row_item
 from hermes_gateway.domain.media import Attachment, attachments_of, keyed, split_media_lines
 from hermes_gateway.domain.sessions import TranscriptRow
@@ -24,13 +24,14 @@ from hermes_gateway.providers.base import ChatMessage, ImagePart
 from hermes_gateway.providers.bedrock import BedrockProvider
 from hermes_gateway.providers.openai_compat import OpenAICompatProvider
 from hermes_gateway.providers.stt import OpenAITranscriber
-from hermes_gateway.services.turn.media import Understood, describe, document_text, model_input
+from hermes_gateway.services.turn.media import Understood, describe, is_pdf, model_input, text_of_file
 from hermes_gateway.settings import load_settings
-from tests.fakes.media_server import FakeSpeech, MediaTelegram, minimal_pdf
+from tests.fakes.media_server import FakeSpeech, MediaTelegram, minimal_pdf, ogg_opus
 from tests.fakes.openai_server import FakeOpenAI
 
 pytest_plugins = ("tests.fakes.openai_server",)
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x01" * 64
+MEMO = ogg_opus(4.0)  # an audio file whose container says how long it is
 
 
 def _message(**fields: Any) -> dict[str, Any]:
@@ -184,12 +185,13 @@ def test_speech_to_text_sends_the_file_and_model_and_keeps_the_key_out_of_errors
 
 
 def test_documents_text_files_and_pdfs_are_read_others_are_not() -> None:
-    assert document_text(minimal_pdf("Hello PDF"), "application/pdf", "x.pdf") == "Hello PDF"
-    assert document_text(b"a,b\n1,2\n", "application/octet-stream", "t.csv") == "a,b\n1,2\n"
-    assert document_text(b"\x00\x01binary", "text/plain", "x.txt") is None
-    assert document_text(b"PK\x03\x04", "application/zip", "x.zip") is None
-    with pytest.raises(PermanentError, match="could not be read"):
-        document_text(b"%PDF-1.4 garbage", "application/pdf", "broken.pdf")
+    assert pdf_text.extract(minimal_pdf("Hello PDF"), max_pages=5, max_chars=1000, cpu_seconds=5).text == "Hello PDF"
+    assert is_pdf("application/octet-stream", "x.PDF") and not is_pdf("text/plain", "x.txt")
+    assert text_of_file(b"a,b\n1,2\n", "application/octet-stream", "t.csv") == "a,b\n1,2\n"
+    assert text_of_file(b"\x00\x01binary", "text/plain", "x.txt") is None
+    assert text_of_file(b"PK\x03\x04", "application/zip", "x.zip") is None
+    with pytest.raises(pdf_text.Unreadable, match="could not be read"):
+        pdf_text.extract(b"%PDF-1.4 garbage", max_pages=5, max_chars=1000, cpu_seconds=5)
 
 
 class _Store:
@@ -204,6 +206,7 @@ class _Deps:
     def __init__(self, vision: bool = True) -> None:
         self.settings = load_settings(env={"GATEWAY_VISION": str(vision).lower()}, config={})
         self.media = _Store({"p/s/1-0": (PNG, "image/png")})
+        self.now = lambda: 1.0
 
 
 def test_the_model_sees_the_answered_messages_images_and_reads_of_the_rest() -> None:
@@ -247,11 +250,13 @@ def test_a_file_the_platform_could_not_type_whose_bytes_are_an_image_is_given_as
     deps.media = _Bucket({})
     deps.fetch_media = lambda attachment, platform, profile, limit: Fetched(PNG, "image/png")
     deps.transcriber = None
-    turn: Any = SimpleNamespace(source=SimpleNamespace(platform="mattermost", profile=None), reply_to=None)
+    turn: Any = SimpleNamespace(
+        turn_id="t1", source=SimpleNamespace(platform="mattermost", profile=None), reply_to=None
+    )
 
     understood = understand_rows(turn, [message], deps)
 
-    assert understood == {"p/s/2-0": Understood(mime="image/png", stored=True)}
+    assert understood == {"p/s/2-0": Understood(mime="image/png", stored=True, size=len(PNG))}
     assert model_input(message, understood, deps, current=True) == ("", (ImagePart("image/png", PNG),))
     later, _ = model_input(message, understood, deps, current=False)
     assert later == "[The user sent an image (document) earlier in the conversation]"
@@ -275,13 +280,15 @@ def test_a_file_the_platform_could_not_type_whose_bytes_are_audio_is_transcribed
     message = TranscriptRow(3, "user", "", 1.0, attachments=(media,))
     deps: Any = _Deps()
     deps.media = _Bucket({})
-    deps.fetch_media = lambda attachment, platform, profile, limit: Fetched(b"\x00\x00\x00 ftypM4A ", "audio/mp4")
+    deps.fetch_media = lambda attachment, platform, profile, limit: Fetched(MEMO, "audio/mp4")
     deps.transcriber = lambda: Ears()
-    turn: Any = SimpleNamespace(source=SimpleNamespace(platform="mattermost", profile=None), reply_to=None)
+    turn: Any = SimpleNamespace(
+        turn_id="t1", source=SimpleNamespace(platform="mattermost", profile=None), reply_to=None
+    )
 
     understood = understand_rows(turn, [message], deps)
 
-    assert understood == {"p/s/3-0": Understood(mime="audio/mp4", stored=True, text="water the plants")}
-    assert heard == [(b"\x00\x00\x00 ftypM4A ", "audio/mp4")]
+    assert understood == {"p/s/3-0": Understood(mime="audio/mp4", stored=True, text="water the plants", size=len(MEMO))}
+    assert heard == [(MEMO, "audio/mp4")]
     text, images = model_input(message, understood, deps, current=True)
     assert text == '[Audio memo.m4a, transcribed: "water the plants"]' and images == ()

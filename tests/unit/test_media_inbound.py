@@ -276,7 +276,7 @@ def test_slack_fetches_the_private_url_with_the_bot_token(host: FakeMediaHost) -
 
 
 def test_slack_sends_its_token_to_no_other_host(host: FakeMediaHost) -> None:
-    with pytest.raises(MediaUnavailable, match="not on a Slack host"):
+    with pytest.raises(MediaUnavailable, match="not on one of the platform's hosts"):
         slack.fetch_media(slack_context(host), attachment("image", url="https://files.example/x.png"), LIMIT)
 
 
@@ -493,11 +493,37 @@ def test_discord_a_command_with_only_a_file_is_a_message() -> None:
 
 def test_discord_downloads_the_cdn_url_without_a_token(host: FakeMediaHost) -> None:
     host.files["/attachments/1/2/diagram.png?ex=6570&is=655b&hm=ab12&"] = file(PNG, "image/png")
-    ctx = context("discord", {}, {"DISCORD_BOT_TOKEN": "bot-token-never-sent"})
+    env = {"DISCORD_API_BASE_URL": host.url("/api/v10")}  # the fake serves the CDN too
+    ctx = context("discord", env, {"DISCORD_BOT_TOKEN": "bot-token-never-sent"})
     media = attachment("image", size=len(PNG), url=host.url("/attachments/1/2/diagram.png?ex=6570&is=655b&hm=ab12&"))
 
     assert discord.fetch_media(ctx, media, LIMIT) == Fetched(PNG, "image/png")
     assert "authorization" not in host.requests[0].headers
+
+
+@pytest.mark.parametrize(
+    ("fetch", "ref", "platform"),
+    [
+        (discord.fetch_media, {"url": "https://evil.example/attachments/1/2/a.png"}, "discord"),
+        (discord.fetch_media, {"url": "https://cdn.discordapp.com.evil.example/a.png"}, "discord"),
+        (teams.fetch_media, {"download_url": "https://contoso.evil.example/download.aspx?UniqueId=1"}, "teams"),
+    ],
+)
+def test_a_payloads_file_url_is_fetched_only_from_its_platforms_hosts(
+    fetch: Callable[..., Fetched], ref: dict[str, str], platform: str, host: FakeMediaHost
+) -> None:
+    with pytest.raises(MediaUnavailable, match="not on one of the platform's hosts"):
+        fetch(context(platform, {}, {}), Attachment("image", ref=ref), LIMIT)
+    assert host.requests == []
+
+
+def test_whatsapps_media_url_must_be_on_metas_media_host(host: FakeMediaHost) -> None:
+    host.authorization = f"Bearer {WA_TOKEN}"
+    lookup = {"url": "https://lookaside.fbsbx.com.evil.example/x", "mime_type": "image/png", "file_size": 3}
+    host.files[f"/v21.0/{WA_MEDIA_ID}"] = ScriptedAnswer(200, lookup)
+    with pytest.raises(MediaUnavailable, match="not on one of the platform's hosts"):
+        whatsapp.fetch_media(whatsapp_context(host), attachment("image", media_id=WA_MEDIA_ID), LIMIT)
+    assert host.paths() == [f"/v21.0/{WA_MEDIA_ID}"]  # the lookup only: the token went nowhere else
 
 
 # --- LINE ------------------------------------------------------------------------------------------
@@ -649,7 +675,7 @@ def test_twilio_fetches_with_basic_auth_and_follows_the_redirect_without_it(
 
 
 def test_twilio_sends_its_credentials_to_no_other_host(host: FakeMediaHost) -> None:
-    with pytest.raises(MediaUnavailable, match="not on the Twilio API's host"):
+    with pytest.raises(MediaUnavailable, match="not on one of the platform's hosts"):
         twilio.fetch_media(twilio_context(host), attachment("image", url="https://media.example/x.jpg"), LIMIT)
 
 
@@ -723,7 +749,12 @@ def bot_framework() -> Iterator[FakeBotFramework]:
 
 
 def teams_context(bot_framework: FakeBotFramework, hosts: str = "127.0.0.1") -> AdapterContext:
-    env = {"TEAMS_APP_ID": DEFAULT_APP_ID, "TEAMS_TOKEN_URL": bot_framework.token_url, "TEAMS_SERVICE_URL_HOSTS": hosts}
+    env = {
+        "TEAMS_APP_ID": DEFAULT_APP_ID,
+        "TEAMS_TOKEN_URL": bot_framework.token_url,
+        "TEAMS_SERVICE_URL_HOSTS": hosts,
+        "TEAMS_FILE_HOSTS": "127.0.0.1",
+    }
     return context("teams", env, {"TEAMS_APP_PASSWORD": DEFAULT_APP_PASSWORD})
 
 
@@ -1257,3 +1288,16 @@ def test_teams_a_file_over_the_limit_is_not_downloaded(host: FakeMediaHost) -> N
     with pytest.raises(MediaTooLarge):
         teams.fetch_media(ctx, attachment("document", size=LIMIT + 1, download_url=host.url("/r.pdf")), LIMIT)
     assert host.requests == []
+
+
+@pytest.mark.parametrize(
+    "where", ["https://169.254.169.254/latest/meta-data/", "http://10.0.0.1/f", "https://[64:ff9b::a9fe:a9fe]/f"]
+)
+def test_every_redirect_hop_passes_the_address_check(host: FakeMediaHost, where: str) -> None:
+    # Given the platform's own server (configured, so trusted) redirecting a download elsewhere
+    host.files[f"/api/v4/files/{FILE_A}"] = ScriptedAnswer(302, b"", {"Location": where})
+    ctx = context("mattermost", {"MATTERMOST_API_BASE_URL": host.base_url}, {"MATTERMOST_BOT_TOKEN": MM_TOKEN})
+    # Then a hop to a private, link-local or IPv4-embedding address is refused before it is followed
+    with pytest.raises(MediaUnavailable, match="refused"):
+        mattermost.fetch_media(ctx, attachment("document", file_id=FILE_A), LIMIT)
+    assert host.paths() == [f"/api/v4/files/{FILE_A}"]

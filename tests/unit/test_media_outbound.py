@@ -3,9 +3,10 @@ sends natively (or links), fetched once into the media bucket, with the public-a
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, BinaryIO
 
 import pytest
 
@@ -46,11 +47,25 @@ class MemoryMedia:
         self.puts.append(key)
         self.objects[key] = (data, mime)
 
+    def put_file(self, key: str, file: BinaryIO, mime: str) -> None:
+        self.put(key, file.read(), mime)
+
     def get(self, key: str) -> tuple[bytes, str] | None:
         return self.objects.get(key)
 
+    def head(self, key: str) -> tuple[int, str] | None:
+        found = self.objects.get(key)
+        return (len(found[0]), found[1]) if found is not None else None
+
     def url(self, key: str, expires_seconds: int) -> str:
         return f"https://media.example.com/{key}?X-Amz-Expires={expires_seconds}&X-Amz-Signature=abc"
+
+
+def fetched(url: str, how: Fetching) -> tuple[bytes, str]:
+    """What fetch_public writes, and the type it answers."""
+    into = io.BytesIO()
+    mime = fetch_public(url, how, into)
+    return into.getvalue(), mime
 
 
 @pytest.fixture
@@ -158,6 +173,15 @@ def test_outbound_keys_never_meet_the_inbound_ones() -> None:
         "https://[fd00::1]/x.png",
         "https://[fe80::1]/x.png",
         "https://[::ffff:10.0.0.1]/x.png",
+        # IPv6 forms that embed an IPv4 address, even a public one, and site-local
+        "https://[64:ff9b::a00:1]/x.png",  # NAT64 of 10.0.0.1
+        "https://[64:ff9b::808:808]/x.png",  # NAT64 of 8.8.8.8
+        "https://[64:ff9b:1::a00:1]/x.png",  # local-use NAT64
+        "https://[::a00:1]/x.png",  # IPv4-compatible
+        "https://[2002:a00:1::1]/x.png",  # 6to4 of 10.0.0.1
+        "https://[2002:808:808::1]/x.png",  # 6to4 of 8.8.8.8
+        "https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/x.png",  # Teredo
+        "https://[fec0::1]/x.png",  # site-local
         "https://100.64.0.1/x.png",
         "https://0.0.0.0/x.png",
         "http://93.184.216.34/x.png",  # public, but not https
@@ -191,8 +215,8 @@ def test_a_redirect_to_a_private_address_is_refused_before_it_is_followed(host: 
     how = Fetching(MemoryMedia(), 1_000_000, local=True)
 
     with pytest.raises(MediaRefused, match="public"):
-        fetch_public(host.url("/moved.png"), how)
-    assert fetch_public(host.url("/hop.png"), how) == (PNG, "image/png")
+        fetched(host.url("/moved.png"), how)
+    assert fetched(host.url("/hop.png"), how) == (PNG, "image/png")
 
 
 def test_the_fetch_connects_to_the_address_it_checked_not_to_a_second_dns_answer(host: FakeMediaHost) -> None:
@@ -206,7 +230,7 @@ def test_the_fetch_connects_to_the_address_it_checked_not_to_a_second_dns_answer
 
     port = host.base_url.rsplit(":", 1)[1]
     how = Fetching(MemoryMedia(), 1_000_000, local=True, resolve=resolve)
-    assert fetch_public(f"http://files.rebinding.test:{port}/cat.png", how) == (PNG, "image/png")
+    assert fetched(f"http://files.rebinding.test:{port}/cat.png", how) == (PNG, "image/png")
     assert asked == ["files.rebinding.test"]
     (received,) = host.requests
     assert received.path == "/cat.png" and received.headers["host"] == f"files.rebinding.test:{port}"
@@ -214,7 +238,7 @@ def test_the_fetch_connects_to_the_address_it_checked_not_to_a_second_dns_answer
 
 def test_a_file_over_the_limit_is_refused(host: FakeMediaHost) -> None:
     with pytest.raises(MediaRefused, match="limit"):
-        fetch_public(host.url("/cat.png"), Fetching(MemoryMedia(), 100, local=True))
+        fetched(host.url("/cat.png"), Fetching(MemoryMedia(), 100, local=True))
 
 
 # -- delivery -------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
 from hermes_gateway.errors import TransientError
 
@@ -212,6 +212,8 @@ def download(
     limit: int,
     redirects: bool = True,
     connect_to: str | None = None,
+    sink: BinaryIO | None = None,
+    deadline: float | None = None,
 ) -> Reply:
     """GET a file on a pooled connection, reading at most `limit` bytes: a longer body (announced
     by Content-Length or found while reading) raises TooLarge. Redirects are followed only without
@@ -220,7 +222,11 @@ def download(
 
     `connect_to`: the IP address to connect to, one the caller resolved and checked, so a second
     DNS answer (a rebinding name) cannot lead elsewhere; the URL's host is still the Host header,
-    TLS server name and certificate name. Such a connection is not pooled."""
+    TLS server name and certificate name. Such a connection is not pooled.
+
+    `sink`: a successful answer's body is written there as it arrives (the Reply's body is then
+    empty), so a large file never sits in memory whole. `deadline` (time.monotonic()): the
+    download ends with NoAnswer("timeout") when it is not done by then, however it trickles."""
     from http.client import HTTPException
 
     from urllib3.exceptions import HTTPError
@@ -231,23 +237,43 @@ def download(
     if connect_to is not None:
         opener, url, sent = _pinned(url, connect_to, sent)
     response = _request(
-        opener, "GET", url, timeout, headers=sent, retries=_redirects(follow), redirect=follow, preload_content=False
-    )
+        opener, "GET", url, _within(timeout, deadline), headers=sent, retries=_redirects(follow), redirect=follow,
+        preload_content=False,
+    )  # fmt: skip
+    done = False
     try:
         announced = response.headers.get("Content-Length")
         size = int(announced) if announced and announced.isdigit() else None
         if response.status < 300 and size is not None and size > limit:
             raise TooLarge(size, limit)
+        into = sink if sink is not None and response.status < 300 else None
         body = bytearray()
+        read = 0
         for chunk in response.stream(64 * 1024):
-            body += chunk
-            if len(body) > limit:
+            read += len(chunk)
+            if read > limit:
                 raise TooLarge(size, limit)
+            if deadline is not None and time.monotonic() > deadline:
+                raise NoAnswer("timeout", "the download did not finish in the time it had")
+            if into is not None:
+                into.write(chunk)
+            else:
+                body += chunk
+        done = True
         return Reply(response.status, bytes(body), response.headers)
     except (HTTPError, HTTPException, OSError) as exc:
         raise _no_answer(exc, timeout) from None
     finally:
-        response.release_conn() if response.status < 300 else response.drain_conn()
+        if not done:  # a body left unread: the connection cannot carry another request
+            response.close()
+        response.release_conn() if response.status < 300 or not done else response.drain_conn()
+
+
+def _within(timeout: float, deadline: float | None) -> float:
+    """`timeout`, or less when a deadline comes sooner (never below a moment: the call then fails fast)."""
+    if deadline is None:
+        return timeout
+    return max(0.05, min(timeout, deadline - time.monotonic()))
 
 
 def _pinned(url: str, address: str, headers: dict[str, str]) -> tuple[Any, str, dict[str, str]]:

@@ -307,9 +307,10 @@ def _sends_here() -> bool:
 def _deliver_here(job: Mapping[str, Any]) -> str:
     """A turn's delivery job sent by the agent itself (the Respond task that ends its turn), as
     the delivery function would send it, under the job's profile; its outcome."""
-    from hermes_gateway.services.delivery import TURN_WAIT_BUDGET_SECONDS, run_job
+    from hermes_gateway.services.delivery import TURN_MEDIA_SECONDS, TURN_WAIT_BUDGET_SECONDS, run_job
 
-    return run_job(dict(job), _quiet_delivery_deps, dead_letters(), events(), TURN_WAIT_BUDGET_SECONDS)
+    deadline = time.monotonic() + TURN_MEDIA_SECONDS
+    return run_job(dict(job), _quiet_delivery_deps, dead_letters(), events(), TURN_WAIT_BUDGET_SECONDS, deadline)
 
 
 @cache
@@ -617,7 +618,8 @@ def _outbound_fetching(profile: str | None) -> Fetching | None:
     store = media_store()
     if store is None:
         return None
-    return Fetching(store, profile_settings(profile).media.max_bytes, local=local_mode())
+    limits = profile_settings(profile).media
+    return Fetching(store, limits.max_bytes, local=local_mode(), max_files=limits.max_attachments)
 
 
 def _reply_to_mode(platform: str, profile: str | None) -> str:

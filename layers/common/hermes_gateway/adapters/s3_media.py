@@ -7,7 +7,7 @@ after `media.retention_days` (infra/capabilities/media.py); these calls need not
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any
+from typing import Any, BinaryIO
 
 from hermes_gateway.errors import TransientError
 
@@ -36,6 +36,27 @@ class S3MediaStore:
             )
         except ClientError as exc:
             raise _error(exc, "put") from None
+
+    def put_file(self, key: str, file: BinaryIO, mime: str) -> None:
+        from botocore.exceptions import ClientError
+
+        try:  # a seekable file body is streamed by botocore, never read whole
+            self._client.put_object(
+                Bucket=self.bucket, Key=key, Body=file, ContentType=mime or "application/octet-stream"
+            )
+        except ClientError as exc:
+            raise _error(exc, "put") from None
+
+    def head(self, key: str) -> tuple[int, str] | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            answer = self._client.head_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise _error(exc, "head") from None
+        return int(answer.get("ContentLength") or 0), str(answer.get("ContentType") or "application/octet-stream")
 
     def get(self, key: str) -> tuple[bytes, str] | None:
         from botocore.exceptions import ClientError

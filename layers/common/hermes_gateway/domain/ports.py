@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from hermes_gateway.domain.reach import SearchScope
 from hermes_gateway.domain.sessions import (
@@ -85,8 +85,16 @@ class MediaStore(Protocol):
 
     def put(self, key: str, data: bytes, mime: str) -> None: ...
 
+    def put_file(self, key: str, file: BinaryIO, mime: str) -> None:
+        """Store what `file` holds from its position on, streamed (a large file is never read whole)."""
+        ...
+
     def get(self, key: str) -> tuple[bytes, str] | None:
         """The object's bytes and content type; None when there is no such key (expired)."""
+        ...
+
+    def head(self, key: str) -> tuple[int, str] | None:
+        """The object's size and content type, without its bytes; None when there is no such key."""
         ...
 
     def url(self, key: str, expires_seconds: int) -> str:

@@ -162,6 +162,8 @@ CATALOG: tuple[PlatformSpec, ...] = (
                    "the OAuth token endpoint for sending (empty: derived from tenant_id)"),
             Option("service_url_hosts", "TEAMS_SERVICE_URL_HOSTS", "list", ("smba.trafficmanager.net",),
                    "hosts a serviceUrl may name (https; *.host for subdomains; add a sovereign cloud's)"),
+            Option("file_hosts", "TEAMS_FILE_HOSTS", "list", ("*.sharepoint.com",),
+                   "hosts a file's downloadUrl may be on (OneDrive and SharePoint; add a sovereign cloud's)"),
         ),
         retry_window_seconds=HOUR,  # the Bot Connector retries a failed activity briefly
         media=_M + "teams:fetch_media",

@@ -30,6 +30,7 @@ from hermes_gateway.errors import (
     Unauthorized,
 )
 from hermes_gateway.observability import logger
+from hermes_gateway.platforms import media as _media
 from hermes_gateway.platforms.base import (
     PRESENCE_TIMEOUT_SECONDS,
     AdapterContext,
@@ -522,19 +523,17 @@ def message_body(text: str, buttons: tuple[Button, ...]) -> dict[str, Any]:
     return body
 
 
-def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
-    """The attachment's CDN URL. It is signed by Discord and needs no token, so none is sent (the
-    bot token never leaves for the CDN); a signed URL expires after about a day."""
-    from hermes_gateway.platforms.media import MediaUnavailable, download, too_large
+# The attachment's CDN URL is signed by Discord and needs no token, so none is sent (the bot token
+# never leaves for the CDN); a signed URL expires after about a day. Only Discord's hosts are asked.
+MEDIA = _media.MediaSource(
+    "discord", "url", lambda context: {"User-Agent": USER_AGENT},
+    hosts=lambda context: ("cdn.discordapp.com", "media.discordapp.net"),
+    missing="the attachment has no URL to fetch it from",
+)  # fmt: skip
 
-    url = media.ref.get("url")
-    if not url:
-        raise MediaUnavailable("discord: the attachment has no URL to fetch it from")
-    over = too_large(media, limit)
-    if over is not None:
-        raise over
-    http = HttpClient(context.platform.api_base_url, platform="discord")
-    return download(http, url, limit=limit, headers={"User-Agent": USER_AGENT}, mime=media.mime)
+
+def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
+    return _media.fetch_from(MEDIA, context, media, limit)
 
 
 def build_sender(context: AdapterContext) -> DiscordSender | None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from hermes_gateway.domain.media import Attachment, attachment
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import BadRequest, OutcomeUnknown, PermanentError, Unauthorized
+from hermes_gateway.platforms import media as _media
 from hermes_gateway.platforms.base import (
     PRESENCE_TIMEOUT_SECONDS,
     AdapterContext,
@@ -335,22 +336,15 @@ def content_base_url(api_base_url: str) -> str:
     return api_base_url.replace(f"://{API_HOST}", f"://{CONTENT_HOST}", 1)
 
 
+# `GET /v2/bot/message/{id}/content` on the data host with the channel access token.
+MEDIA = _media.MediaSource(
+    "line", "message_id", _media.bearer("LINE_CHANNEL_ACCESS_TOKEN"), path="/v2/bot/message/{message_id}/content",
+    base=content_base_url, missing="no channel access token or no message id to fetch the content with",
+)  # fmt: skip
+
+
 def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
-    """`GET /v2/bot/message/{id}/content` on the data host with the channel access token."""
-    import urllib.parse
-
-    from hermes_gateway.platforms.media import MediaUnavailable, download, too_large
-
-    token = context.secret("LINE_CHANNEL_ACCESS_TOKEN")
-    message_id = media.ref.get("message_id")
-    if not token or not message_id:
-        raise MediaUnavailable("line: no channel access token or no message id to fetch the content with")
-    over = too_large(media, limit)
-    if over is not None:
-        raise over
-    http = HttpClient(content_base_url(context.platform.api_base_url), platform="line", scrub=(token,))
-    path = f"/v2/bot/message/{urllib.parse.quote(message_id, safe='')}/content"
-    return download(http, path, limit=limit, headers={"Authorization": f"Bearer {token}"}, mime=media.mime)
+    return _media.fetch_from(MEDIA, context, media, limit)
 
 
 def _loopback_http(url: str) -> bool:

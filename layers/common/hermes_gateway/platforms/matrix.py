@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from hermes_gateway.domain.media import Attachment, attachment
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import BadRequest, OutcomeUnknown, PermanentError, RateLimited, TargetGone, Unauthorized
+from hermes_gateway.platforms import media as _media
 from hermes_gateway.platforms.base import (
     AdapterContext,
     Answer,
@@ -366,7 +367,7 @@ class MatrixSender:
         msgtype = {"image": "m.image", "audio": "m.audio", "voice": "m.audio", "video": "m.video"}.get(
             media.kind, "m.file"
         )
-        info = {"mimetype": media.mime, "size": len(media.data)}
+        info = {"mimetype": media.mime, "size": media.size}
         return self._send_content(target, {"msgtype": msgtype, "body": media.name, "url": uri, "info": info})
 
     def _send_content(self, target: Target, content: dict[str, Any]) -> str:
@@ -411,21 +412,28 @@ class MatrixSender:
         return self._http.failure(answer, gone=(404,), detail=detail)
 
 
-def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
-    """`GET /_matrix/client/v1/media/download/{server}/{media id}` (authenticated media, Matrix
-    1.11) on the homeserver, with the application service's token."""
-    from hermes_gateway.platforms.media import MediaUnavailable, download, too_large
+def _mxc_path(
+    context: AdapterContext, http: HttpClient, auth: Mapping[str, str], media: Attachment, limit: int
+) -> tuple[str, str]:
+    found = _MXC.fullmatch(media.ref["mxc"])
+    assert found is not None  # the source's shape
+    return f"/_matrix/client/v1/media/download/{found.group(1)}/{found.group(2)}", media.mime
 
-    token = context.secret("MATRIX_AS_TOKEN")
-    found = _MXC.fullmatch(media.ref.get("mxc", ""))
-    if not token or not found or not context.platform.api_base_url:
-        raise MediaUnavailable("matrix: no as_token, homeserver URL or mxc:// URL to fetch the file with")
-    over = too_large(media, limit)
-    if over is not None:
-        raise over
-    http = HttpClient(context.platform.api_base_url, platform="matrix", scrub=(token,))
-    path = f"/_matrix/client/v1/media/download/{found.group(1)}/{found.group(2)}"
-    return download(http, path, limit=limit, headers={"Authorization": f"Bearer {token}"}, mime=media.mime)
+
+# `GET /_matrix/client/v1/media/download/{server}/{media id}` (authenticated media, Matrix 1.11) on
+# the homeserver, with the application service's token.
+MEDIA = _media.MediaSource(
+    "matrix", "mxc", _media.bearer("MATRIX_AS_TOKEN"), shape=_MXC.pattern, locate=_mxc_path,
+    missing="no as_token, homeserver URL or mxc:// URL to fetch the file with",
+)  # fmt: skip
+
+
+def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
+    if not context.platform.api_base_url:
+        from hermes_gateway.platforms.media import MediaUnavailable
+
+        raise MediaUnavailable(f"matrix: {MEDIA.missing}")
+    return _media.fetch_from(MEDIA, context, media, limit)
 
 
 def build_sender(context: AdapterContext) -> MatrixSender | None:

@@ -33,12 +33,14 @@ from __future__ import annotations
 import hmac
 import logging
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from hermes_gateway import http_pool
 from hermes_gateway.domain.media import Attachment, attachment
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import BadRequest, OutcomeUnknown, PermanentError, RateLimited, TargetGone, Unauthorized
+from hermes_gateway.platforms import media as _media
 from hermes_gateway.platforms.base import (
     AdapterContext,
     Answer,
@@ -266,12 +268,6 @@ class MattermostSender:
             raise OutcomeUnknown(f"mattermost answered HTTP {answer.status} without a post id; it may have posted")
         raise self._failure(answer)
 
-    def download(self, file_id: str, *, limit: int, mime: str) -> Fetched:
-        """`GET /api/v4/files/{id}` with the bot token (the bot must be able to read the channel)."""
-        from hermes_gateway.platforms.media import download
-
-        return download(self._http, f"/api/v4/files/{file_id}", limit=limit, headers=self._headers, mime=mime)
-
     def _failure(self, answer: Answer) -> Exception:
         if answer.status == 429:
             # Mattermost's limiter sends Retry-After and X-RateLimit-Reset, both in seconds from now.
@@ -284,18 +280,21 @@ class MattermostSender:
         return self._http.failure(answer, gone=(403, 404))
 
 
-def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
-    """A post's file from the server, with the bot token."""
-    from hermes_gateway.platforms.media import MediaUnavailable, too_large
+# A post's file from the server (`GET /api/v4/files/{id}`), with the bot token (the bot must be
+# able to read the channel).
+MEDIA = _media.MediaSource(
+    "mattermost", "file_id", lambda context: _bot_token(context), path="/api/v4/files/{file_id}", shape=_ID.pattern,
+    missing="no bot token and server URL, or no file id to fetch the file with",
+)  # fmt: skip
 
-    file_id = media.ref.get("file_id")
-    sender = build_sender(context)
-    if sender is None or not file_id or not _ID.fullmatch(file_id):
-        raise MediaUnavailable("mattermost: no bot token and server URL, or no file id to fetch the file with")
-    over = too_large(media, limit)
-    if over is not None:
-        raise over
-    return sender.download(file_id, limit=limit, mime=media.mime)
+
+def _bot_token(context: AdapterContext) -> Mapping[str, str] | None:
+    token = context.secret("MATTERMOST_BOT_TOKEN")
+    return {"Authorization": f"Bearer {token}"} if token and context.platform.api_base_url else None
+
+
+def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
+    return _media.fetch_from(MEDIA, context, media, limit)
 
 
 def build_sender(context: AdapterContext) -> MattermostSender | None:

@@ -3,8 +3,16 @@
 Each platform module that can hand over media has a `fetch_media(context, attachment, limit)`
 named in its catalogue entry (`PlatformSpec.media`): it finds the bytes from the attachment's
 `ref` (a file id, a URL, a media id) with the platform's credentials and returns them as
-`Fetched`. What cannot be fetched raises one of the errors below, so the turn can tell the chat
-why; a platform's 429 or 5xx raises RateLimited or TransientError like a send does.
+`Fetched`. Most platforms differ only in data, a `MediaSource` (which ref names the file, the
+credentials, the download's path or the hosts a URL may point to, a lookup first), fetched by
+`fetch_from`; the others (Telegram's token in the path, Google Chat's and Feishu's own tokens, a
+Teams image) build their request themselves and share `download`.
+
+Every download goes through `safe_fetch`: the platform's configured hosts (its API base URL, a
+host list in its settings) as they are, any other hop (a URL from a payload on the platform's
+public hosts, a redirect) only to public addresses; credentials never follow a redirect to
+another host. What cannot be fetched raises one of the errors below (the model is told, the log
+keeps the reason); a platform's 429 or 5xx raises RateLimited or TransientError like a send does.
 """
 
 from __future__ import annotations
@@ -12,11 +20,11 @@ from __future__ import annotations
 import threading
 import urllib.parse
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from hermes_gateway import http_pool
+from hermes_gateway import http_pool, safe_fetch
 from hermes_gateway.domain.media import Attachment
 from hermes_gateway.errors import PermanentError, TransientError
 from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, header
@@ -75,6 +83,82 @@ def sender_for(context: AdapterContext, build: Callable[[AdapterContext], Sender
         return result
 
 
+@dataclass(frozen=True)
+class MediaSource:
+    """How one platform hands over an attachment's bytes: what sets it apart, as data.
+
+    `credentials(context)`: the headers the download carries (`{}`: it needs none; None: none
+    are configured, so nothing is fetched). The file is `path` on the download base (the API base
+    URL, or what `base` makes of it), formatted with the attachment's refs, URL-quoted; or, without
+    a path, the URL the ref `ref` holds (or `locate` answers), which must be on the API base URL's
+    host or one of `hosts(context)` (`*.example.com`: its subdomains), since the credentials go
+    there. Hosts of the platform's own settings (`trusted`) are fetched as they are; the others
+    (a CDN the platform names) only from public addresses."""
+
+    platform: str
+    ref: str  # the ref that names the file (it must be there, and match `shape`)
+    credentials: Callable[[AdapterContext], Mapping[str, str] | None]
+    path: str = ""
+    shape: str = ""  # a regular expression the ref must match in full
+    hosts: Callable[[AdapterContext], Collection[str]] = lambda context: ()
+    trusted: Callable[[AdapterContext], Collection[str]] = lambda context: ()
+    base: Callable[[str], str] = lambda api_base_url: api_base_url
+    # (context, client, credentials, attachment, limit) -> the file's URL and type, looked up first
+    locate: Callable[[AdapterContext, HttpClient, Mapping[str, str], Attachment, int], tuple[str, str]] | None = None
+    missing: str = "no credentials or no reference to fetch the file with"
+
+
+def fetch_from(source: MediaSource, context: AdapterContext, media: Attachment, limit: int) -> Fetched:
+    """The attachment's bytes as `source` says the platform hands them over."""
+    import re
+
+    ref = media.ref.get(source.ref)
+    headers = source.credentials(context)
+    if headers is None or not ref or (source.shape and not re.fullmatch(source.shape, ref)):
+        raise MediaUnavailable(f"{source.platform}: {source.missing}")
+    over = too_large(media, limit)
+    if over is not None:
+        raise over
+    api = context.platform.api_base_url
+    secrets = tuple(v.split(" ", 1)[-1] for v in headers.values())
+    http = HttpClient(source.base(api) if api else "", platform=source.platform, scrub=secrets)
+    mime = media.mime
+    if source.locate is not None:
+        url, mime = source.locate(context, http, headers, media, limit)
+    elif source.path:
+        url = source.path.format(**{k: urllib.parse.quote(v, safe="") for k, v in media.ref.items()})
+    else:
+        url = ref
+    trusted = tuple(source.trusted(context))
+    if url.startswith(("https://", "http://")) and not (
+        (api and on_host(url, api)) or _listed(url, (*source.hosts(context), *trusted))
+    ):
+        raise MediaUnavailable(
+            f"{source.platform}: the file's URL is not on one of the platform's hosts; nothing is sent there"
+        )
+    return download(http, url, limit=limit, headers=headers, mime=mime, trusted=trusted)
+
+
+def _listed(url: str, hosts: Collection[str]) -> bool:
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - a malformed port raises here
+    except ValueError:
+        return False
+    host = parts.hostname or ""
+    return bool(host) and parts.username is None and safe_fetch.host_listed(host, hosts)
+
+
+def bearer(secret: str) -> Callable[[AdapterContext], Mapping[str, str] | None]:
+    """Credentials: the secret as a bearer token."""
+
+    def credentials(context: AdapterContext) -> Mapping[str, str] | None:
+        token = context.secret(secret)
+        return {"Authorization": f"Bearer {token}"} if token else None
+
+    return credentials
+
+
 def on_host(url: str, base_url: str) -> bool:
     """Whether `url` is on the host of `base_url` or one of its subdomains, by the same scheme: an
     absolute URL from a payload (a file's download URL) that may be given the platform's credentials."""
@@ -97,24 +181,21 @@ def download(
     headers: Mapping[str, str] | None = None,
     mime: str = "",
     timeout: float = DOWNLOAD_TIMEOUT_SECONDS,
+    trusted: Collection[str] = (),
 ) -> Fetched:
     """GET `url` (absolute, or a path under the client's base URL) reading at most `limit` bytes.
-    A redirect of a request with `headers` is followed once, without them. Errors never carry the
-    URL or a header (the client's `scrub` takes its secrets out)."""
+    The client's own host and `trusted` hosts are fetched as they are; any other hop only from a
+    public address (`safe_fetch`). Redirects are followed, `headers` (the credentials) never to
+    another host. Errors never carry the URL or a header (the client's `scrub` takes its secrets out)."""
     target = url if url.startswith(("https://", "http://")) else client.base + url
     if not target.startswith(("https://", "http://")):
         raise MediaUnavailable(f"{client.platform}: not an http(s) URL")
+    own = urllib.parse.urlsplit(client.base).hostname if client.base else None
+    policy = safe_fetch.Policy(trusted=(*trusted, *((own,) if own else ())))
     try:
-        reply = http_pool.download(target, headers=headers, timeout=timeout, limit=limit)
-        authorized = any(name.lower() == "authorization" for name in headers or {})
-        moved = header(reply.headers, "location") if 300 <= reply.status < 400 and authorized else None
-        if moved:
-            # A file served from elsewhere (Twilio's media, a CDN): the platform's credentials stay
-            # behind, the redirect is followed without them (http_pool follows any further ones).
-            moved = urllib.parse.urljoin(target, moved)
-            if not moved.startswith(("https://", "http://")):
-                raise MediaUnavailable(f"{client.platform}: the media download redirects to a non-http(s) URL")
-            reply = http_pool.download(moved, timeout=timeout, limit=limit)
+        reply = safe_fetch.fetch(target, policy, limit=limit, timeout=timeout, headers=headers)
+    except safe_fetch.Refused as exc:
+        raise MediaUnavailable(f"{client.platform}: the media download was refused: {exc}") from None
     except http_pool.TooLarge as exc:
         raise MediaTooLarge(exc.size, limit) from None
     except http_pool.NoAnswer as exc:

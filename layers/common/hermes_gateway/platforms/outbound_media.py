@@ -26,8 +26,16 @@ class MediaFile:
     kind: str  # image | audio | voice | video | document
     mime: str
     name: str
-    data: bytes
+    size: int  # bytes
+    # The stored bytes, read from the bucket when the file is sent: a reply's files are never all
+    # in memory at once (ten 20 MB files in a 256 MB function)
+    read: Callable[[], bytes]
     link: Callable[[], str]  # a pre-signed GET URL of the stored object (LINK_SECONDS)
+
+    @property
+    def data(self) -> bytes:
+        """The file's bytes (read anew on every use: a sender takes them once)."""
+        return self.read()
 
 
 @runtime_checkable

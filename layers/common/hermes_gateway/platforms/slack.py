@@ -50,6 +50,7 @@ from hermes_gateway.errors import (
     TransientError,
     Unauthorized,
 )
+from hermes_gateway.platforms import media as _media
 from hermes_gateway.platforms.base import (
     PRESENCE_TIMEOUT_SECONDS,
     AdapterContext,
@@ -432,7 +433,7 @@ class SlackSender:
             self._http.request(
                 "POST",
                 "/files.getUploadURLExternal",
-                form={"filename": media.name, "length": str(len(media.data))},
+                form={"filename": media.name, "length": str(media.size)},
                 headers=self._auth,
             )
         )
@@ -509,33 +510,24 @@ class SlackSender:
 def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
     """The file's private download URL with the bot token (scope `files:read`), which only goes
     to Slack's own hosts (the API base URL's host and its subdomains, as files.slack.com)."""
-    from hermes_gateway.platforms.media import MediaUnavailable, download, on_host, too_large
+    from hermes_gateway.platforms.media import MediaUnavailable, fetch_from
 
-    token = context.secret("SLACK_BOT_TOKEN")
-    url, file_id = media.ref.get("url"), media.ref.get("file_id")
-    if not token or not (url or file_id):
-        raise MediaUnavailable("slack: no bot token or no download URL to fetch the file with")
-    over = too_large(media, limit)
-    if over is not None:
-        raise over
-    http = HttpClient(context.platform.api_base_url, platform="slack", scrub=(token,))
-    auth = {"Authorization": f"Bearer {token}"}
-    url = url or _download_url(http, auth, str(file_id), limit)
-    if not on_host(url, context.platform.api_base_url):
-        raise MediaUnavailable("slack: the file's URL is not on a Slack host; the bot token is not sent there")
-    fetched = download(http, url, limit=limit, headers=auth, mime=media.mime)
+    fetched = fetch_from(MEDIA if media.ref.get("url") else CONNECT_MEDIA, context, media, limit)
     if fetched.mime == "text/html" and media.mime != "text/html":
         # Slack answers a token without files:read with its sign-in page, not an error.
         raise MediaUnavailable("slack answered a web page for the file: does the bot token have files:read?")
     return fetched
 
 
-def _download_url(http: HttpClient, auth: Mapping[str, str], file_id: str, limit: int) -> str:
+def _download_url(
+    context: AdapterContext, http: HttpClient, auth: Mapping[str, str], media: Attachment, limit: int
+) -> tuple[str, str]:
     """A Slack Connect file's download URL, from files.info (its size checked against the limit)."""
     import urllib.parse
 
     from hermes_gateway.platforms.media import MediaUnavailable, too_large
 
+    file_id = media.ref.get("file_id", "")
     answer = http.request("GET", "/files.info?" + urllib.parse.urlencode({"file": file_id}), headers=auth)
     if answer.status == 429:
         raise SlackSender._rate_limited(answer, "HTTP 429")
@@ -551,7 +543,16 @@ def _download_url(http: HttpClient, auth: Mapping[str, str], file_id: str, limit
     over = too_large(attachment("document", size=found.get("size")), limit)
     if over is not None:
         raise over
-    return url
+    return url, media.mime
+
+
+_NO_FILE = "no bot token or no download URL to fetch the file with"
+# The bot token goes with every download; a file's URL must be on Slack's hosts (the API's and its
+# subdomains); a Slack Connect file is looked up with files.info first.
+MEDIA = _media.MediaSource("slack", "url", _media.bearer("SLACK_BOT_TOKEN"), missing=_NO_FILE)
+CONNECT_MEDIA = _media.MediaSource(
+    "slack", "file_id", _media.bearer("SLACK_BOT_TOKEN"), locate=_download_url, missing=_NO_FILE
+)
 
 
 def build_sender(context: AdapterContext) -> SlackSender | None:

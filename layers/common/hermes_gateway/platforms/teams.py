@@ -40,6 +40,7 @@ from hermes_gateway.errors import (
     TransientError,
     Unauthorized,
 )
+from hermes_gateway.platforms import media as _media
 from hermes_gateway.platforms.base import (
     AdapterContext,
     Answer,
@@ -351,7 +352,8 @@ class TeamsSender:
         if not service_url_allowed(url, self._service_hosts):
             raise MediaUnavailable("teams: the attachment is not on a Bot Framework host; the bot's token stays here")
         token = self._token.get(self._fetch_token)
-        return download(self._connector, url, limit=limit, headers={"Authorization": f"Bearer {token}"}, mime=mime)
+        auth = {"Authorization": f"Bearer {token}"}
+        return download(self._connector, url, limit=limit, headers=auth, mime=mime, trusted=self._service_hosts)
 
     def _post(self, url: str, body: dict[str, Any], method: str = "POST") -> Answer:
         token = self._token.get(self._fetch_token)
@@ -392,21 +394,29 @@ def token_url(context: AdapterContext) -> str:
     return TOKEN_URL_TEMPLATE.format(tenant=tenant)
 
 
-def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
-    """A file from its pre-authenticated download URL (no token is sent), an image from the Bot
-    Framework with the bot's token."""
-    from hermes_gateway.platforms.media import MediaUnavailable, download, sender_for, too_large
+# A file (a OneDrive or SharePoint upload) from its pre-authenticated download URL, which must be on
+# one of `file_hosts`; no token is sent.
+FILES = _media.MediaSource(
+    "teams", "download_url", lambda context: {},
+    trusted=lambda context: tuple(context.option("file_hosts") or ()),
+    missing="the attachment has no URL to fetch it from",
+)  # fmt: skip
 
-    download_url, url = media.ref.get("download_url"), media.ref.get("url")
-    if not download_url and not url:
+
+def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
+    """A file from its download URL (FILES), an image from the Bot Framework with the bot's token."""
+    from hermes_gateway.platforms.media import MediaUnavailable, sender_for, too_large
+
+    if media.ref.get("download_url"):
+        return _media.fetch_from(FILES, context, media, limit)
+    url = media.ref.get("url")
+    if not url:
         raise MediaUnavailable("teams: the attachment has no URL to fetch it from")
     over = too_large(media, limit)
     if over is not None:
         raise over
-    if download_url:
-        return download(HttpClient("", platform="teams"), download_url, limit=limit, mime=media.mime)
     sender = sender_for(context, build_sender)
-    if sender is None or url is None:
+    if sender is None:
         raise MediaUnavailable("teams: no app id and password (TEAMS_APP_PASSWORD) to fetch the image with")
     return sender.download(url, limit=limit, mime=media.mime)
 

@@ -24,6 +24,7 @@ from hermes_gateway.errors import (
     TransientError,
     Unauthorized,
 )
+from hermes_gateway.platforms import media as _media
 from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, Target, header, retry_after_seconds
 from hermes_gateway.platforms.outbound_media import MediaFile
 from hermes_gateway.services.ingress import Accepted, HttpRequest, HttpResponse, Ignored, Parsed
@@ -202,12 +203,9 @@ class _Account:
     def call(self, method: str, path: str, form: Mapping[str, str] | None = None) -> Answer:
         return self.http.request(method, self.path + path, form=form, headers=self._auth)
 
-    def download(self, url: str, *, limit: int, mime: str) -> Fetched:
-        """A media URL, with basic auth (Twilio's media may require it); Twilio redirects to the
-        file's storage, which is fetched without it."""
-        from hermes_gateway.platforms.media import download
-
-        return download(self.http, url, limit=limit, headers=self._auth, mime=mime)
+    @property
+    def auth(self) -> Mapping[str, str]:
+        return self._auth
 
     def failure(self, answer: Answer) -> Exception:
         body = answer.json_object()
@@ -266,20 +264,20 @@ def _account(context: AdapterContext) -> _Account | None:
     return _Account(context.platform.api_base_url, account_sid, token) if token and account_sid else None
 
 
-def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
-    """The media URL, on the API's host only (the account's credentials go nowhere else)."""
-    from hermes_gateway.platforms.media import MediaUnavailable, on_host, too_large
-
+def _basic_auth(context: AdapterContext) -> Mapping[str, str] | None:
     account = _account(context)
-    url = media.ref.get("url")
-    if account is None or not url:
-        raise MediaUnavailable("twilio: no account SID and auth token, or no media URL to fetch the file with")
-    if not on_host(url, context.platform.api_base_url):
-        raise MediaUnavailable("twilio: the media URL is not on the Twilio API's host; no credentials are sent there")
-    over = too_large(media, limit)
-    if over is not None:
-        raise over
-    return account.download(url, limit=limit, mime=media.mime)
+    return account.auth if account is not None else None
+
+
+# The media URL, on the API's host only (the account's credentials go nowhere else), with basic
+# auth; Twilio redirects to the file's storage, which is fetched without it.
+MEDIA = _media.MediaSource(
+    "sms", "url", _basic_auth, missing="no account SID and auth token, or no media URL to fetch the file with"
+)
+
+
+def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
+    return _media.fetch_from(MEDIA, context, media, limit)
 
 
 def build_sender(context: AdapterContext) -> TwilioSender | None:

@@ -24,6 +24,7 @@ from hermes_gateway.errors import (
     TransientError,
     Unauthorized,
 )
+from hermes_gateway.platforms import media as _media
 from hermes_gateway.platforms.base import (
     PRESENCE_TIMEOUT_SECONDS,
     AdapterContext,
@@ -379,35 +380,40 @@ def _recipient_type(chat_id: str) -> str:
     return "individual" if canonical_whatsapp_id(chat_id).isdigit() else "group"
 
 
-def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
-    """`GET /{media id}` for the file's short-lived URL (and its size), then that URL, both with the
-    access token in the Authorization header, as Meta requires."""
-    from hermes_gateway.platforms.media import MediaUnavailable, download, too_large
+def _media_url(
+    context: AdapterContext, http: HttpClient, auth: Mapping[str, str], media: Attachment, limit: int
+) -> tuple[str, str]:
+    """`GET /{media id}`: the file's short-lived URL, its size (checked) and type."""
+    from hermes_gateway.platforms.media import MediaUnavailable, too_large
 
-    token = context.secret("WHATSAPP_ACCESS_TOKEN")
-    media_id = media.ref.get("media_id")
-    if not token or not media_id or not media_id.isalnum():
-        raise MediaUnavailable("whatsapp: no access token or no media id to fetch the file with")
-    over = too_large(media, limit)
-    if over is not None:
-        raise over
-    http = HttpClient(context.platform.api_base_url, platform="whatsapp", scrub=(token,))
-    auth = {"Authorization": f"Bearer {token}"}
-    answer = http.request("GET", f"/{media_id}", headers=auth)
+    answer = http.request("GET", f"/{media.ref['media_id']}", headers=auth)
     found = answer.json_object()
     url = found.get("url")
     if answer.status != 200 or not isinstance(url, str) or not url:
         if answer.status == 429 or answer.status >= 500:
-            raise WhatsAppSender(context.platform.api_base_url, token, "")._failure(answer)
+            raise WhatsAppSender(context.platform.api_base_url, str(context.secret(_TOKEN_SECRET)), "")._failure(answer)
         raise MediaUnavailable(
             f"whatsapp: the media id is not usable (HTTP {answer.status}); media expire after 30 days"
         )
-    size = found.get("file_size")
-    over = too_large(attachment(media.kind, size=size), limit)
+    over = too_large(attachment(media.kind, size=found.get("file_size")), limit)
     if over is not None:
         raise over
     mime = found.get("mime_type") if isinstance(found.get("mime_type"), str) else media.mime
-    return download(http, url, limit=limit, headers=auth, mime=str(mime or ""))
+    return url, str(mime or "")
+
+
+_TOKEN_SECRET = "WHATSAPP_ACCESS_TOKEN"  # noqa: S105 - the secret's name, not its value
+# The media id is looked up for the file's URL, and both requests carry the access token in the
+# Authorization header, as Meta requires; the URL must be on Meta's media host (or the API's).
+MEDIA = _media.MediaSource(
+    "whatsapp", "media_id", _media.bearer(_TOKEN_SECRET), shape="[A-Za-z0-9]+",
+    hosts=lambda context: ("lookaside.fbsbx.com",), locate=_media_url,
+    missing="no access token or no media id to fetch the file with",
+)  # fmt: skip
+
+
+def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
+    return _media.fetch_from(MEDIA, context, media, limit)
 
 
 def build_sender(context: AdapterContext) -> WhatsAppSender | None:

@@ -53,7 +53,7 @@ from hermes_gateway.observability import MetricUnit, correlate, hash_id, logger,
 from hermes_gateway.platforms.base import Button, Sender, Target, editor_of
 from hermes_gateway.platforms.catalog import text_limit
 from hermes_gateway.platforms.outbound_media import MediaFile, link_line, media_sender_of
-from hermes_gateway.services.outbound_media import MAX_MEDIA, Fetching, MediaRefused, outbound_key, stage
+from hermes_gateway.services.outbound_media import Fetching, MediaRefused, outbound_key, stage
 
 KINDS = ("reply", "push")  # a reply answers the chat's own message; a push is sent unasked
 MIRROR_PREFIX = "[Delivered to this chat by the agent]"
@@ -63,6 +63,9 @@ INLINE_RATE_LIMIT_SECONDS = 5.0  # a 429 asking for at most this long is waited 
 # A turn's answers (the Deliver task's list, or the Respond task sending its own answer) wait out
 # rate limits this long at most, within their task's time limit, and are then tried again.
 TURN_WAIT_BUDGET_SECONDS = 5.0
+# A Respond task that sends its own answer has at least 40 s of its 85 left (turn/finish.py's
+# END_HERE_WITHIN_SECONDS): the answer's files are fetched within this part of it.
+TURN_MEDIA_SECONDS = 25.0
 # Deployed, a chunk's outbox row keeps this much of its text (with a byte cap for wide characters):
 # with the ids, status and times a row stays under 1 KB, one write unit per write.
 OUTBOX_PREVIEW_CHARS = 300
@@ -334,11 +337,13 @@ def run_job(
     dead_letters: DeadLetters,
     events: LifecycleEvents | None,
     wait_budget: float,
+    media_deadline: float | None = None,
 ) -> str:
     """Deliver one job as it came (a dict): its outcome (sent, recorded, gone, skipped, unknown,
     dead_lettered). A job that can never succeed (malformed, an unknown profile, refused by the
     platform) goes to the dead letters at once, with the reason, and is done. Raises RateLimited
-    or TransientError for the caller to retry. `deps_for(profile)`: the profile's delivery ports."""
+    or TransientError for the caller to retry. `deps_for(profile)`: the profile's delivery ports.
+    `media_deadline` (time.monotonic()): the files of the reply are fetched by then, or go without."""
     try:
         job = DeliveryJob.from_dict(raw)
     except BadRequest as exc:
@@ -349,7 +354,7 @@ def run_job(
     except UnknownProfile as exc:  # the profile was removed from the deployment since the job was made
         return dead_letter(raw, str(exc), dead_letters, events)
     try:
-        return deliver_waiting(job, deps, wait_budget).status
+        return deliver_waiting(job, deps, wait_budget, media_deadline).status
     except Undeliverable as exc:
         outcome = dead_letter(raw, str(exc), dead_letters, events)
         if exc.chunk is not None:
@@ -381,13 +386,18 @@ def dead_letter(raw: Any, reason: str, dead_letters: DeadLetters, events: Lifecy
     return "dead_lettered"
 
 
-def deliver_waiting(job: DeliveryJob, deps: DeliveryDeps, budget_seconds: float) -> DeliveryResult:
+def deliver_waiting(
+    job: DeliveryJob, deps: DeliveryDeps, budget_seconds: float, media_deadline: float | None = None
+) -> DeliveryResult:
     """Deliver, waiting out a platform's short rate limits (at most INLINE_RATE_LIMIT_SECONDS each,
     `budget_seconds` in all) in the function instead of failing the job: the chunks already sent
     are skipped when it goes on. A longer one is raised for the caller to retry later. A paced
-    chat's send slot is waited for until `budget_seconds` from now."""
+    chat's send slot is waited for until `budget_seconds` from now. The job's files are fetched
+    by `media_deadline` (time.monotonic()), all of them together."""
     waited = 0.0
     deps = replace(deps, pace_until=deps.now() + max(budget_seconds, 0.0))
+    if media_deadline is not None and deps.media is not None:
+        deps = replace(deps, media=replace(deps.media, deadline=media_deadline))
     while True:
         try:
             return deliver(job, deps)
@@ -485,15 +495,16 @@ def _staged(job: DeliveryJob, deps: DeliveryDeps) -> tuple[list[MediaFile], list
         return [], [f"(I could not attach {len(job.media)} file(s): no media bucket is set up.)"]
     files: list[MediaFile] = []
     notes: list[str] = []
-    for n, media in enumerate(job.media[:MAX_MEDIA], start=1):
+    most = deps.media.max_files
+    for n, media in enumerate(job.media[:most], start=1):
         key = outbound_key(deps.profile, job.session, job.delivery_id, n)
-        try:
+        try:  # one file at a time: streamed into the bucket, its bytes read again only to send it
             files.append(stage(media, key, deps.profile, deps.media, session_id=job.session_id))
         except MediaRefused as exc:
             logger.info("media not attached", extra={"delivery_id": job.delivery_id, "reason": str(exc)[:120]})
             notes.append(f"(I could not attach {media.name or _shown(media.reference)}: {exc}.)")
-    if len(job.media) > MAX_MEDIA:
-        notes.append(f"({len(job.media) - MAX_MEDIA} more files were not attached: {MAX_MEDIA} at most.)")
+    if len(job.media) > most:
+        notes.append(f"({len(job.media) - most} more files were not attached: {most} at most.)")
     return files, notes
 
 

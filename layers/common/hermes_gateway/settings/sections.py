@@ -365,7 +365,7 @@ class MediaSettings(Section):
     """`media:` attachments both ways (BEHAVIOUR §6a): what is fetched, how much, for how long."""
 
     max_bytes: int = setting(
-        "GATEWAY_MEDIA_MAX_BYTES", whole, 20_000_000, "larger attachments are not fetched (the chat is told)",
+        "GATEWAY_MEDIA_MAX_BYTES", whole, 20_000_000, "larger attachments are not fetched (the model is told)",
         # the agent's 256 MB (resources.py) holds the file, its base64 in the model request and the
         # request's copy besides the ~65 MB the interpreter holds (bench/cold_start.py)
         check=between(1024, 40_000_000, why="a function's memory holds the file"),
@@ -382,6 +382,26 @@ class MediaSettings(Section):
     max_text_chars: int = setting(
         "GATEWAY_MEDIA_MAX_TEXT_CHARS", whole, 20_000, "a document's text given to the model is cut after this",
         check=between(100, 500_000),
+    )
+    max_attachments: int = setting(
+        "GATEWAY_MEDIA_MAX_ATTACHMENTS", whole, 10,
+        "files opened per message, and attached per reply; the rest are named as left out",
+        check=between(1, 50),
+    )
+    max_total_bytes: int = setting(
+        "GATEWAY_MEDIA_MAX_TOTAL_BYTES", whole, 50_000_000,
+        "the files of one message fetched together at most this; the rest are named as left out",
+        check=between(1024, 500_000_000),
+    )
+    max_pdf_pages: int = setting(
+        "GATEWAY_MEDIA_MAX_PDF_PAGES", whole, 50, "a PDF's text is read from at most this many pages",
+        check=between(1, 2000),
+    )
+    pdf_seconds: int = setting(
+        "GATEWAY_MEDIA_PDF_SECONDS", whole, 10,
+        "CPU seconds a PDF's text may take (a child process, stopped then; what was read is kept)",
+        # the Respond task has 85 s for the files and the model call together
+        check=between(1, 30, why="the Respond task's limit holds the files and the model call"),
     )
     outbound_hosts: tuple[str, ...] = setting(
         "GATEWAY_MEDIA_OUTBOUND_HOSTS", names, (),
@@ -406,6 +426,11 @@ class SttSettings(Section):
     )
     echo_transcripts: bool = setting(
         "GATEWAY_STT_ECHO_TRANSCRIPTS", flag, True, "show the chat what was heard in a voice note",
+    )
+    max_seconds: int = setting(
+        "GATEWAY_STT_MAX_SECONDS", whole, 600,
+        "longer audio (its length read from the file) is not transcribed; nor is audio whose length cannot be read",
+        check=between(1, 7200),
     )
 
 
