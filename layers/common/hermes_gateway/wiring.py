@@ -84,7 +84,7 @@ def secrets(profile: str | None = None) -> Secrets:
 def session_stores() -> SessionStores:
     """Every session storage port, on the deployment's tables (each table bound when first used)."""
     from hermes_gateway.adapters.session_tables import SessionTables
-    from hermes_gateway.domain.reset_policy import rules_from_settings
+    from hermes_gateway.settings import rules_from_settings
 
     return stores_on(SessionTables(bindings(), region(), rules=rules_from_settings(settings())))
 
