@@ -253,6 +253,11 @@ class LocalGateway:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def aws_endpoint(self) -> str:
+        """The embedded AWS (moto's server on loopback), for other processes (the CLI, the AWS CLI)."""
+        return f"http://127.0.0.1:{self.moto_port}"
+
     def shown_secrets(self) -> dict[str, str]:
         """The local secrets as start-up prints them: a generated one in full (the user needs it to
         sign requests), one the user set in the environment masked (they know it, and a terminal
@@ -421,7 +426,7 @@ class LocalGateway:
             "ok": all(t.is_alive() for t in self._threads),
             "uptime_seconds": round(time.time() - self.started_at, 1),
             "functions": sorted(self.functions.handlers),
-            "aws_endpoint": f"http://127.0.0.1:{self.moto_port}",
+            "aws_endpoint": self.aws_endpoint,
         }
 
     def events(self) -> list[dict[str, Any]]:
