@@ -32,6 +32,7 @@ from hermes_cli import (
     sessions,
     webhooks,
 )
+from hermes_cli.aws_errors import aws_error_line, region_from_aws_region
 from hermes_gateway.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -132,6 +133,7 @@ class StopSignals:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hermes-gateway", description=__doc__.splitlines()[0])
+    parser.add_argument("--region", default=None, help="a deployed stack's AWS region (default: AWS_DEFAULT_REGION)")
     commands = parser.add_subparsers(dest="command", required=True)
     local = commands.add_parser("local", help="run the whole gateway locally on 127.0.0.1 with an embedded AWS")
     local.add_argument("--port", type=int, default=None, help="HTTP port (default $GATEWAY_PORT or 8080)")
@@ -154,10 +156,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.region:
+        os.environ["AWS_DEFAULT_REGION"] = args.region
+    region_from_aws_region()
     try:
         return int(args.run(args))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        # What the AWS SDK raises (no region, no credentials, no network, refused): one line
+        line = aws_error_line(exc, local=getattr(args, "local", None))
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
         return 2
 
 

@@ -72,20 +72,20 @@ def check_node(run: Run = _run, which: Callable[[str], str | None] = shutil.whic
 
 
 def check_aws() -> tuple[Check, str | None, str | None]:
+    """Credentials and a region, asked of STS; what fails is said as it is (no region, no
+    credentials, refused credentials, or no network: each with its fix)."""
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
+    from hermes_cli.aws_errors import REGION_HINT, aws_error_line
+
     region = boto3.session.Session().region_name
     if not region:
-        return Check("AWS", False, "no region: set AWS_REGION (or a profile's region)"), None, None
+        return Check("AWS", False, f"no region: {REGION_HINT}"), None, None
     try:
         account = str(boto3.client("sts", region_name=region).get_caller_identity()["Account"])
     except (BotoCoreError, ClientError) as exc:
-        return (
-            Check("AWS", False, f"no usable credentials ({type(exc).__name__}): run `aws configure` or set a profile"),
-            None,
-            None,
-        )
+        return Check("AWS", False, aws_error_line(exc) or f"{type(exc).__name__}: {exc}"), None, None
     return Check("AWS", True, f"account {account}, region {region}"), account, region
 
 

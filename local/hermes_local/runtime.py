@@ -190,6 +190,18 @@ def local_settings_env(config_path: Path | None, environ: dict[str, str]) -> tup
     return settings_env(settings), notices
 
 
+def operator_cli() -> str:
+    """The CLI as the user runs it from where local mode started: `hermes-gateway` when that is
+    the one on PATH, else the path of the one beside this interpreter (`.venv/bin/hermes-gateway`
+    after `make install`), which the pairing reply then names."""
+    script = Path(sys.executable).parent / "hermes-gateway"
+    found = shutil.which("hermes-gateway")
+    if found is not None and Path(found).resolve() == script.resolve():
+        return "hermes-gateway"
+    relative = os.path.relpath(script)
+    return relative if not relative.startswith("..") else str(script)
+
+
 def profile_platforms(settings: Settings) -> dict[str, list[str]]:
     """Named profile -> the platforms it serves, in catalog order."""
     return {
@@ -237,6 +249,7 @@ class LocalGateway:
         self._saved_environ: dict[str, str] | None = None
         self._saved_gc: tuple[int, ...] | None = None
         self._settings_dir: str | None = None
+        self._state_path: Path | None = None  # the state file the CLI's `--local` reads
         self.started_at = 0.0
         self.settings: Settings | None = None  # what the functions run with, once started
 
@@ -300,6 +313,7 @@ class LocalGateway:
             **local_aws_environment(self.moto_port, REGION),
             **self.local_secrets,
             "HERMES_LOCAL_MODE": "1",
+            wiring.LOCAL_CLI_ENV: operator_cli(),
             **{
                 k: v
                 for k, v in self.base_environ.items()
@@ -345,7 +359,7 @@ class LocalGateway:
         self.port = self._http.server_address[1]
         # How the CLI's `--local` (another process) finds this gateway and its embedded AWS;
         # written once the port is known.
-        write_local_state(
+        self._state_path = write_local_state(
             {
                 "pid": os.getpid(),
                 "url": self.url,
@@ -357,7 +371,8 @@ class LocalGateway:
                 "resources": resource_env,
                 # `hermes-gateway sessions --local` (the state file is the user's own, under ~/.cache)
                 "session_api": {"url": f"{self.url}/api/sessions", "token": self.local_secrets["SESSION_API_TOKEN"]},
-            }
+            },
+            self.port,
         )
         self._saved_gc = tune_garbage_collector()
         return self
@@ -465,7 +480,9 @@ class LocalGateway:
 
             IN_PROCESS.forget(f"http://127.0.0.1:{self.moto_port}")
             self._moto.stop()
-            remove_local_state(os.getpid())
+        if self._state_path is not None:
+            remove_local_state(self._state_path, os.getpid())
+            self._state_path = None
         if self._saved_gc is not None:
             restore_garbage_collector(self._saved_gc)
             self._saved_gc = None

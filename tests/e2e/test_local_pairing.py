@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from hermes_cli import main as cli
+from hermes_local.runtime import operator_cli
 from tests.e2e.conftest import Client, telegram_update
 
 pytestmark = pytest.mark.e2e
@@ -52,7 +53,8 @@ def test_an_unknown_user_is_paired_with_the_cli_and_then_answered(
     assert client.telegram(telegram_update(1, "hello?", user_id=42))[0] == 200
     [reply] = client.wait_outbox(1)
     code = CODE.search(reply["text"]).group(1)  # type: ignore[union-attr]
-    assert f"hermes-gateway pairing approve telegram {code}" in reply["text"]
+    # ... with the command as the user runs it from here (`.venv/bin/hermes-gateway` unless on PATH)
+    assert f"{operator_cli()} pairing approve telegram {code} --local" in reply["text"]
     # ... the operator lists (no code shown) and approves with the CLI
     assert cli(["pairing", "list", "--local"]) == 0
     printed = capsys.readouterr().out

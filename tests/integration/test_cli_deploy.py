@@ -88,3 +88,17 @@ def test_an_old_stack_with_empty_queues_may_be_upgraded(aws: Any, tmp_path: Path
     old_stack()
     checks, _ = run_checks(tmp_path / "gateway.yaml", run=lambda cmd: "v20.11.1\n")
     assert (checks[-1].name, checks[-1].ok) == ("old queues", True)
+
+
+def test_aws_region_alone_is_enough(
+    aws: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given only AWS_REGION (the AWS CLI's and the CDK's variable; botocore reads AWS_DEFAULT_REGION)
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    monkeypatch.setenv("GATEWAY_CONFIG", str(tmp_path / "gateway.yaml"))
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
+    # When `make deploy` checks the prerequisites
+    main(["deploy", "--check"])
+    # Then the region is found
+    assert "ok   AWS            account 123456789012, region eu-west-1" in capsys.readouterr().out
