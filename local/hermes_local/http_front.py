@@ -28,6 +28,7 @@ DNS name to 127.0.0.1, can neither read the page's token nor call the endpoints.
 from __future__ import annotations
 
 import base64
+import functools
 import hmac
 import json
 import re
@@ -53,6 +54,7 @@ TOKEN_HEADER = "x-hermes-local-token"  # noqa: S105 - a header name, not a secre
 SESSION_API_PATH = "/api/sessions"  # as deployed (infra/capabilities/api.py)
 SESSION_API_TOKEN = "SESSION_API_TOKEN"  # noqa: S105 - the name of the local bearer token
 _CHAT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what the web chat adapter accepts
+_METHOD = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,20}")  # an HTTP method is a token (RFC 9110)
 
 
 class SessionStoreReader(Protocol):
@@ -277,6 +279,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_OPTIONS(self) -> None:  # a CORS preflight gets no CORS headers: nothing here is cross-origin
         self._route("OPTIONS")
+
+    def __getattr__(self, name: str) -> Any:
+        """Any other method (TRACE, CONNECT, a made-up one) is routed as those above are, so it is
+        answered as API Gateway answers it (405 from the ingress function on a webhook, 404 or 405
+        here), never with http.server's 501."""
+        if name.startswith("do_") and _METHOD.fullmatch(name[3:]):
+            return functools.partial(self._route, name[3:])
+        raise AttributeError(name)
 
     def _get(self, path: str, query: dict[str, str]) -> None:
         from hermes_gateway import wiring
