@@ -166,7 +166,8 @@ def route_message(
     if command is not None:
         if command.resubmit_text is None:
             return RouteOutcome("command", "ok")
-        message = replace(message, text=command.resubmit_text)  # /retry: the undone text, as a new turn
+        # /retry: the undone message (its text and its files), as a new turn
+        message = replace(message, text=command.resubmit_text, attachments=command.resubmit_attachments)
     # Hooks see the message before it is routed; a trusted in-process hook may switch its session.
     session_key = pre_route(
         access.events,
