@@ -452,15 +452,19 @@ class LocalGateway:
 
     def outbox(self, chat_id: str | None = None, platform: str | None = None) -> list[dict[str, Any]]:
         """Every delivery that would have gone to a platform, newest last. A file's row names its
-        stored object with a pre-signed URL of the embedded S3 (`reference`: the page shows it)."""
+        stored object with a pre-signed URL of the embedded S3 (`reference`: the page shows it); a
+        web chat answer that is streaming shows its text so far."""
         from hermes_gateway import wiring
         from hermes_gateway.platforms.outbound_media import LINK_SECONDS
+        from hermes_gateway.platforms.webchat import live_text
 
         store = wiring.media_store()
         rows = []
         for row in wiring.outbox().recent():
             if (chat_id is None or row.chat_id == chat_id) and (platform is None or row.platform == platform):
                 found = row.to_dict()
+                if row.status == "streaming":  # the web chat's streamed message shows the text so far
+                    found["text"] = live_text(row.platform_message_id) or row.text
                 if row.media and store is not None:
                     found["media"] = [{**m, "reference": store.url(m["key"], LINK_SECONDS)} for m in row.media]
                 rows.append(found)

@@ -73,7 +73,10 @@ class StreamRows(Protocol):
         *,
         platform_message_id: str | None = None,
         error: str | None = None,
-    ) -> None: ...
+        text: str | None = None,
+    ) -> None:
+        """Set the chunk's status (and what is given: its message id, the error, the text it shows)."""
+        ...
 
 
 def _no_tools(kind: TurnKind) -> Sequence[Tool]:

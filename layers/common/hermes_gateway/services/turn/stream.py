@@ -156,7 +156,8 @@ class StreamWriter:
     def close(self) -> None:
         """No reply will be delivered (/stop, a silent answer): the message stays as it is."""
         if self.message_id is not None:
-            self.rows.mark(row_id(self.turn_id), "sent", self.wall(), platform_message_id=self.message_id)
+            shown = self.shown[:300] if self.shown is not None else None  # what the message keeps showing
+            self.rows.mark(row_id(self.turn_id), "sent", self.wall(), platform_message_id=self.message_id, text=shown)
 
     @property
     def _budget(self) -> int:
