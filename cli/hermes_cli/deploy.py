@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hermes_cli.config import deploy_warnings
 from hermes_gateway.errors import ConfigError
 from hermes_gateway.outputs import LEGACY_QUEUES, queue_output_key, stack_name
 from hermes_gateway.settings import load_settings_file
@@ -160,6 +161,9 @@ def _deploy(args: argparse.Namespace) -> int:
     checks, stage = run_checks(config, stage=args.stage)
     for check in checks:
         print(f"{'ok  ' if check.ok else 'FAIL'} {check.name:<14} {check.detail}")
+    if checks[0].ok:  # the configuration is valid: say what it deploys that may not be meant
+        for warning in deploy_warnings(load_settings_file(config)):
+            print(f"WARN {warning}")
     if not all(check.ok for check in checks):
         print("fix what failed above, then run this again", file=sys.stderr)
         return 1

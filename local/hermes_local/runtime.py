@@ -202,6 +202,17 @@ def operator_cli() -> str:
     return relative if not relative.startswith("..") else str(script)
 
 
+def _set_function_log_level(level: str | int) -> str | int:
+    """The functions' logger at `level`; the level it had. The logger is made when its module is
+    first imported (the CLI imports it before local mode starts), so POWERTOOLS_LOG_LEVEL set for
+    the functions afterwards would not reach it: every INFO line would print."""
+    from hermes_gateway.observability import logger
+
+    saved: str | int = logger.log_level
+    logger.setLevel(level)
+    return saved
+
+
 def profile_platforms(settings: Settings) -> dict[str, list[str]]:
     """Named profile -> the platforms it serves, in catalog order."""
     return {
@@ -250,6 +261,7 @@ class LocalGateway:
         self._saved_gc: tuple[int, ...] | None = None
         self._settings_dir: str | None = None
         self._state_path: Path | None = None  # the state file the CLI's `--local` reads
+        self._saved_log_level: str | int | None = None
         self.started_at = 0.0
         self.settings: Settings | None = None  # what the functions run with, once started
 
@@ -331,6 +343,7 @@ class LocalGateway:
             os.environ.pop(name, None)
         os.environ.update(env)
         wiring.reset()
+        self._saved_log_level = _set_function_log_level(env["POWERTOOLS_LOG_LEVEL"])
 
         configure_moto()
         self.functions = Functions(PREFIX, REGION)
@@ -493,6 +506,9 @@ class LocalGateway:
         if self._saved_environ is not None:
             os.environ.clear()
             os.environ.update(self._saved_environ)
+        if self._saved_log_level is not None:
+            _set_function_log_level(self._saved_log_level)
+            self._saved_log_level = None
         if self._settings_dir is not None:
             shutil.rmtree(self._settings_dir, ignore_errors=True)
         from hermes_gateway import wiring

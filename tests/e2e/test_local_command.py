@@ -171,6 +171,9 @@ def test_the_local_command_starts_answers_and_stops(
     while not fake_telegram.sent and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [m["text"] for m in fake_telegram.sent] == ["Hello from the model."]
+    # And the functions' log lines in its terminal are warnings and errors only, as the banner's
+    # `logs tail --local` says (POWERTOOLS_LOG_LEVEL=INFO shows every line)
+    assert not [line for line in running.lines if '"level":"INFO"' in line.replace(" ", "")]
     assert json.loads(state.read_text())["pid"] == running.process.pid
 
     # When it is stopped as `make` stops it (the process group's SIGTERM: two at once, and Ctrl+C)

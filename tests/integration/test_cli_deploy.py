@@ -102,3 +102,32 @@ def test_aws_region_alone_is_enough(
     main(["deploy", "--check"])
     # Then the region is found
     assert "ok   AWS            account 123456789012, region eu-west-1" in capsys.readouterr().out
+
+
+def test_the_defaults_deploy_with_warnings_about_the_echo_agent(
+    aws: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given no gateway.yaml: the echo agent
+    monkeypatch.setenv("GATEWAY_CONFIG", str(tmp_path / "gateway.yaml"))
+    bootstrap_stack()
+    monkeypatch.setattr("hermes_cli.deploy._run", lambda cmd: "v20.11.1\n")
+    # When `make deploy` checks, Then it says so (and the checks still pass: a warning stops nothing)
+    assert main(["deploy", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "WARN provider: the echo agent answers with the user's own words" in out
+    assert "WARN access" not in out  # strangers get a pairing code: nobody is let in unasked
+
+
+def test_a_bot_open_to_everyone_is_warned_of(
+    aws: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        "provider: {name: openai, model: gpt-4o-mini}\nplatforms:\n  telegram: {allowed_users: ['*']}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("GATEWAY_CONFIG", str(config))
+    assert main(["config", "check"]) == 0
+    out = capsys.readouterr().out
+    assert "WARN access: anyone who finds the bot may use it on telegram" in out
+    assert "WARN provider" not in out
