@@ -717,7 +717,7 @@ def counted_logs(custom_metrics: bool | None = None) -> Iterator[ByteSink]:
     from hermes_gateway.observability import METRICS_DISABLED_ENV, logger
 
     if custom_metrics is None:
-        from bench.pricing import default_plan
+        from bench.plan import default_plan
 
         custom_metrics = bool(default_plan().custom_metrics)
     saved_switch = os.environ.get(METRICS_DISABLED_ENV)

@@ -39,6 +39,7 @@ from statistics import fmean
 from typing import Any
 
 from bench.meter import ESM_TRIGGERS, TRACE_ROOTS, Invocation, Meter
+from bench.plan import default_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 PRICES: dict[str, Any] = json.loads((ROOT / "bench" / "prices.json").read_text(encoding="utf-8"))
@@ -248,20 +249,6 @@ def trace_roots(meter: Meter, traced: Callable[[str], bool] = lambda function: T
         for i in meter.invocations
         if i.trigger in TRACE_ROOTS and traced(i.function)
     )
-
-
-def default_plan() -> Any:
-    """The deployment's observability tier as the stack builds it (infra/capabilities/observability)."""
-    import os
-
-    # The plan's module imports the CDK (jsii starts Node.js): quiet about this machine's Node.js
-    os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
-    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-    from hermes_gateway import wiring
-    from hermes_gateway.resources import SCHEDULES
-    from infra.capabilities.observability import ObservabilityPlan
-
-    return ObservabilityPlan.of(wiring.settings(), {s.function for s in SCHEDULES})
 
 
 def webhook_endpoint() -> str:

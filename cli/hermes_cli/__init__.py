@@ -15,9 +15,9 @@ import importlib.util
 import os
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hermes_cli import (
     config,
@@ -32,7 +32,11 @@ from hermes_cli import (
     sessions,
     webhooks,
 )
+from hermes_cli.aws_errors import aws_error_line, region_from_aws_region
 from hermes_gateway.errors import ConfigError
+
+if TYPE_CHECKING:
+    from hermes_local.runtime import LocalGateway
 
 
 def _run_local(args: argparse.Namespace) -> int:
@@ -55,47 +59,81 @@ def _run_local(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"cannot start local mode on port {port}: {exc}", file=sys.stderr)
         return 1
-    elapsed = time.perf_counter() - started
-    env = os.environ
-    provider = env.get("GATEWAY_PROVIDER", "echo")
-    print(f"Hermes Gateway local mode is up in {elapsed:.1f}s (config: {config if config.exists() else 'defaults'})")
-    print(f"  web chat         {gateway.url}/")
-    for name in gateway.enabled_platforms():
-        if name != "webchat":
-            print(f"  {name} webhook{' ' * max(1, 8 - len(name))}{gateway.url}/webhooks/{name}")
-    for profile, platforms in gateway.profile_platforms().items():
-        for name in platforms:
-            print(f"  {name} webhook ({profile}) {gateway.url}/p/{profile}/webhooks/{name}")
-    print(f"  outbox           {gateway.url}/local/outbox  (header x-hermes-local-token: WEBCHAT_TOKEN)")
-    print(f"  health           {gateway.url}/local/health")
-    print(f"  embedded AWS     {env['AWS_ENDPOINT_URL']}  (moto; aws --endpoint-url works)")
-    print(f"  provider         {provider}{' / ' + env.get('GATEWAY_MODEL', '') if provider != 'echo' else ''}")
-    print("Local secrets (generated unless set in the environment):")
-    for name, value in gateway.shown_secrets().items():
-        print(f"  {name}={value}")
-    telegram_sends = (
-        "really sends to " + env["TELEGRAM_API_BASE_URL"]
-        if env.get("TELEGRAM_BOT_TOKEN")
-        else ("records replies in the outbox only (no TELEGRAM_BOT_TOKEN)")
-    )
-    print(f"  Telegram delivery {telegram_sends}")
-    for notice in gateway.notices:
-        print(f"Note: {notice}")
+    for line in local_banner(gateway, config, time.perf_counter() - started):
+        print(line)
     print("Press Ctrl+C to stop.", flush=True)
-
-    stopped = threading.Event()
-    # Both set explicitly: a shell script's background job starts with SIGINT ignored.
-    for stop_signal in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(stop_signal, lambda *_: stopped.set())
-    while not stopped.wait(0.5):
-        pass
+    stop = StopSignals().install()
+    stop.wait()
     gateway.stop()
     print("stopped")
     return 0
 
 
+def local_banner(gateway: LocalGateway, config: Path, elapsed: float) -> list[str]:
+    """What `hermes-gateway local` prints once it is up, read from the settings the gateway runs
+    with (the environment's settings variables are moved into its settings file at start)."""
+    settings = gateway.settings
+    assert settings is not None, "the gateway is started"
+    lines = [
+        f"Hermes Gateway local mode is up in {elapsed:.1f}s (config: {config if config.exists() else 'defaults'})",
+        f"  web chat         {gateway.url}/",
+    ]
+    for name in gateway.enabled_platforms():
+        if name != "webchat":
+            lines.append(f"  {name} webhook{' ' * max(1, 8 - len(name))}{gateway.url}/webhooks/{name}")
+    for profile, platforms in gateway.profile_platforms().items():
+        lines += [f"  {name} webhook ({profile}) {gateway.url}/p/{profile}/webhooks/{name}" for name in platforms]
+    provider = settings.provider
+    lines += [
+        f"  outbox           {gateway.url}/local/outbox  (header x-hermes-local-token: WEBCHAT_TOKEN)",
+        f"  health           {gateway.url}/local/health",
+        f"  embedded AWS     {gateway.aws_endpoint}  (moto; aws --endpoint-url works)",
+        f"  provider         {provider.name}" + (f" / {provider.model}" if provider.name != "echo" else ""),
+        "Local secrets (generated unless set in the environment):",
+        *(f"  {name}={value}" for name, value in gateway.shown_secrets().items()),
+    ]
+    telegram = settings.platforms.get("telegram")
+    if telegram is not None and telegram.enabled:
+        sends = (
+            f"really sends to {telegram.api_base_url}"
+            if gateway.base_environ.get("TELEGRAM_BOT_TOKEN")
+            else "records replies in the outbox only (no TELEGRAM_BOT_TOKEN)"
+        )
+        lines.append(f"  Telegram delivery {sends}")
+    lines += [f"Note: {notice}" for notice in gateway.notices]
+    return lines
+
+
+class StopSignals:
+    """SIGINT and SIGTERM, counted: `wait` returns once one came.
+
+    The handler takes no lock. Python runs a handler in the main thread between two bytecodes, so
+    a handler that takes a lock (`threading.Event.set`) deadlocks when a second signal arrives
+    while the first handler holds it, and `make` forwards a stop to the whole process group, so
+    two come at once. A signal that comes while the gateway stops is counted and changes nothing."""
+
+    POLL_SECONDS = 0.2
+
+    def __init__(self) -> None:
+        self.received = 0
+
+    def install(self) -> StopSignals:
+        # Both set explicitly: a shell script's background job starts with SIGINT ignored.
+        for stop_signal in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(stop_signal, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.received += 1
+
+    def wait(self) -> None:
+        while not self.received:
+            time.sleep(self.POLL_SECONDS)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hermes-gateway", description=__doc__.splitlines()[0])
+    parser.add_argument("--region", default=None, help="a deployed stack's AWS region (default: AWS_DEFAULT_REGION)")
     commands = parser.add_subparsers(dest="command", required=True)
     local = commands.add_parser("local", help="run the whole gateway locally on 127.0.0.1 with an embedded AWS")
     local.add_argument("--port", type=int, default=None, help="HTTP port (default $GATEWAY_PORT or 8080)")
@@ -118,10 +156,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.region:
+        os.environ["AWS_DEFAULT_REGION"] = args.region
+    region_from_aws_region()
     try:
         return int(args.run(args))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        # What the AWS SDK raises (no region, no credentials, no network, refused): one line
+        line = aws_error_line(exc, local=getattr(args, "local", None))
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
         return 2
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hermes_cli.config import deploy_warnings
 from hermes_gateway.errors import ConfigError
 from hermes_gateway.outputs import LEGACY_QUEUES, queue_output_key, stack_name
 from hermes_gateway.settings import load_settings_file
@@ -72,20 +73,20 @@ def check_node(run: Run = _run, which: Callable[[str], str | None] = shutil.whic
 
 
 def check_aws() -> tuple[Check, str | None, str | None]:
+    """Credentials and a region, asked of STS; what fails is said as it is (no region, no
+    credentials, refused credentials, or no network: each with its fix)."""
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
+    from hermes_cli.aws_errors import REGION_HINT, aws_error_line
+
     region = boto3.session.Session().region_name
     if not region:
-        return Check("AWS", False, "no region: set AWS_REGION (or a profile's region)"), None, None
+        return Check("AWS", False, f"no region: {REGION_HINT}"), None, None
     try:
         account = str(boto3.client("sts", region_name=region).get_caller_identity()["Account"])
     except (BotoCoreError, ClientError) as exc:
-        return (
-            Check("AWS", False, f"no usable credentials ({type(exc).__name__}): run `aws configure` or set a profile"),
-            None,
-            None,
-        )
+        return Check("AWS", False, aws_error_line(exc) or f"{type(exc).__name__}: {exc}"), None, None
     return Check("AWS", True, f"account {account}, region {region}"), account, region
 
 
@@ -160,6 +161,9 @@ def _deploy(args: argparse.Namespace) -> int:
     checks, stage = run_checks(config, stage=args.stage)
     for check in checks:
         print(f"{'ok  ' if check.ok else 'FAIL'} {check.name:<14} {check.detail}")
+    if checks[0].ok:  # the configuration is valid: say what it deploys that may not be meant
+        for warning in deploy_warnings(load_settings_file(config)):
+            print(f"WARN {warning}")
     if not all(check.ok for check in checks):
         print("fix what failed above, then run this again", file=sys.stderr)
         return 1

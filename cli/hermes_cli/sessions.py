@@ -78,7 +78,7 @@ class SessionApiClient:
             raise ConfigError("no AWS credentials found to sign the session API request")
         region = self.region or region_of(url) or session.region_name
         if not region:
-            raise ConfigError("cannot tell the session API's region; set AWS_REGION")
+            raise ConfigError("cannot tell the session API's region: set AWS_DEFAULT_REGION or pass --region")
         request = AWSRequest(method="POST", url=url, data=data, headers=headers)
         SigV4Auth(credentials.get_frozen_credentials(), "execute-api", region).add_auth(request)
         return dict(request.headers.items())

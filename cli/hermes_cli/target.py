@@ -22,19 +22,25 @@ if TYPE_CHECKING:
     from hermes_gateway.settings import Settings
 
 LOCAL_STATE_ENV = "HERMES_LOCAL_STATE"
+PORT_ENV = "GATEWAY_PORT"
+DEFAULT_PORT = 8080
+START_HINT = "start it with `make run`"
 
 
-def local_state_path() -> Path:
-    """Where a running local mode says how to reach it (override with HERMES_LOCAL_STATE)."""
+def _state_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hermes-gateway"
+
+
+def local_state_path(port: int) -> Path:
+    """Where the local mode on `port` says how to reach it: one file per port, so a second local
+    mode (another `make run`, a test's) never overwrites the first one's. HERMES_LOCAL_STATE names
+    one file instead, for that local mode and the commands that should talk to it."""
     override = os.environ.get(LOCAL_STATE_ENV)
-    if override:
-        return Path(override)
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "hermes-gateway" / "local.json"
+    return Path(override) if override else _state_dir() / f"local-{port}.json"
 
 
-def write_local_state(state: dict[str, Any]) -> Path:
-    path = local_state_path()
+def write_local_state(state: dict[str, Any], port: int) -> Path:
+    path = local_state_path(port)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Owner-only: it holds local mode's session API token.
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -44,8 +50,8 @@ def write_local_state(state: dict[str, Any]) -> Path:
     return path
 
 
-def remove_local_state(pid: int) -> None:
-    path = local_state_path()
+def remove_local_state(path: Path, pid: int) -> None:
+    """Remove the state file a local mode wrote, unless another one (same path) has written it since."""
     try:
         if json.loads(path.read_text(encoding="utf-8")).get("pid") == pid:
             path.unlink()
@@ -53,14 +59,63 @@ def remove_local_state(pid: int) -> None:
         pass
 
 
-def local_state() -> dict[str, Any]:
-    """What the running local mode wrote about itself (its URL, platforms, embedded AWS)."""
-    path = local_state_path()
+def _read(path: Path) -> dict[str, Any] | None:
     try:
-        state: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        state = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        raise ConfigError(f"no running local mode found ({path} is missing): start it with `make run`") from None
-    return state
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def _alive(state: dict[str, Any]) -> bool:
+    """Whether the process that wrote the state runs (a state without a pid is taken as it is)."""
+    pid = state.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return "pid" not in state
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: it runs
+    return True
+
+
+def _port_of(path: Path) -> str:
+    return path.stem.removeprefix("local-")
+
+
+def local_state() -> dict[str, Any]:
+    """What the running local mode wrote about itself (its URL, platforms, embedded AWS): the one
+    HERMES_LOCAL_STATE names, else the one on GATEWAY_PORT (8080 by default, as `make run`), else
+    the only one running. A clear ConfigError when there is none, when it is gone, or when several
+    run and GATEWAY_PORT does not say which."""
+    override = os.environ.get(LOCAL_STATE_ENV)
+    port = os.environ.get(PORT_ENV) or str(DEFAULT_PORT)
+    path = Path(override) if override else _state_dir() / f"local-{port}.json"
+    state = _read(path)
+    if state is not None and _alive(state):
+        return state
+    if state is not None:
+        gone = f"the local mode on port {_port_of(path)} (pid {state.get('pid')}) is not running any more"
+        if not override:
+            path.unlink(missing_ok=True)
+        raise ConfigError(f"{gone}: {START_HINT}")
+    if override or os.environ.get(PORT_ENV):
+        raise ConfigError(f"no running local mode found ({path} is missing): {START_HINT}")
+    running = {}
+    for other in sorted(_state_dir().glob("local-*.json")):
+        found = _read(other)
+        if found is not None and _alive(found):
+            running[_port_of(other)] = found
+        elif found is not None:
+            other.unlink(missing_ok=True)  # a local mode that ended without a word (killed)
+    if len(running) == 1:
+        return next(iter(running.values()))
+    if running:
+        ports = ", ".join(sorted(running, key=lambda p: int(p) if p.isdigit() else 0))
+        raise ConfigError(f"several local modes are running (ports {ports}): set {PORT_ENV} to the one you mean")
+    raise ConfigError(f"no running local mode found: {START_HINT}")
 
 
 def use_local() -> Bindings:
@@ -71,14 +126,22 @@ def use_local() -> Bindings:
 
 
 def stack_outputs(stage: str) -> dict[str, str]:
-    """The deployed stack's outputs (your AWS credentials and region)."""
+    """The deployed stack's outputs (your AWS credentials and region). A stack that is not there is
+    a ConfigError; no region, credentials or network reach the caller as the AWS SDK raised them
+    (the CLI's `main` says each in one line)."""
     import boto3
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import ClientError
 
     try:
         stacks = boto3.client("cloudformation").describe_stacks(StackName=stack_name(stage))["Stacks"]
-    except (BotoCoreError, ClientError) as exc:
-        raise ConfigError(f"cannot read stack {stack_name(stage)}: {exc}") from None
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "ValidationError":
+            raise
+        region = boto3.session.Session().region_name
+        raise ConfigError(
+            f"no stack {stack_name(stage)} in {region}: deploy it (`make deploy`), pick another --stage "
+            "or --region, or add --local for the running local mode"
+        ) from None
     return {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
 
 

@@ -85,16 +85,21 @@ UNRESOLVED_VALUE_BYTES = 160
 
 def secret_parameters(secrets: Iterable[str], named_profiles: Mapping[str, Iterable[PlatformSpec]]) -> tuple[str, ...]:
     """The parameters (names under the deployment's prefix) a function reading `secrets` may read:
-    each secret, and each named profile's own value of it (`NAME__<PROFILE>`). A platform's secret
-    only for a profile that enables a platform using it (a profile's bot has its own credentials);
-    the others (the model's API key, Honcho's) for every profile, which may override them."""
+    each secret, and `NAME__*` for a secret some named profile has its own value of
+    (`NAME__<PROFILE>`): a platform's secret when a profile enables a platform using it (a
+    profile's bot has its own credentials); the others (the model's API key, Honcho's) whenever
+    there are named profiles, which may override them.
+
+    One pattern per secret, not one name per secret and profile: ten profiles with every platform
+    listed each name, 24,138 characters in the agent's policy, four times IAM's 6,144 for a managed
+    policy, and the deploy failed. The pattern still names the secret: the ingress reads no bot
+    token, the delivery no webhook secret; what it adds is the values of profiles that do not use
+    that platform, which the operator does not store."""
     secrets = tuple(secrets)
     names = list(secrets)
-    for profile, platforms in named_profiles.items():
+    for platforms in named_profiles.values():
         used = {name for spec in platforms for name in spec.secrets}
-        names += [
-            profile_secret_name(name, profile) for name in secrets if name not in PLATFORM_SECRETS or name in used
-        ]
+        names += [profile_secret_name(name, "*") for name in secrets if name not in PLATFORM_SECRETS or name in used]
     return tuple(dict.fromkeys(names))
 
 
@@ -380,6 +385,8 @@ class GatewayFunction(Construct):
         if not self.spec.secrets:
             return
         stack = Stack.of(self)
+        names = secret_parameters(self.spec.secrets, named_profiles)
+        folder = prefix.strip("/")
         self.role.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=["ssm:GetParameter"],
@@ -387,13 +394,20 @@ class GatewayFunction(Construct):
                     stack.format_arn(
                         service="ssm",
                         resource="parameter",
-                        resource_name=f"{prefix.strip('/')}/{name}",
+                        resource_name=f"{folder}/{name}",
                         arn_format=ArnFormat.SLASH_RESOURCE_NAME,
                     )
-                    for name in secret_parameters(self.spec.secrets, named_profiles)
+                    for name in names
                 ],
             )
         )
+        for name in (n for n in names if n.endswith("*")):
+            acknowledge(
+                self.role,
+                f"IAM5[Resource::arn:<AWS::Partition>:ssm:<AWS::Region>:<AWS::AccountId>:parameter/{folder}/{name}]",
+                "One secret's values for the named profiles (NAME__<PROFILE>), which the CLI stores: one "
+                "pattern per secret keeps the policy within IAM's size limit with ten profiles.",
+            )
 
 
 class GatewayFunctions(Construct):

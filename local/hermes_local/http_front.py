@@ -6,7 +6,7 @@ plus the web chat page and local-only endpoints:
   whether local mode runs.
 - `GET /local/events`: the lifecycle events published to the (embedded) event bus, newest last.
 - `GET /local/session?chat_id=<id>`: which session a web chat chat id is in (`session_key`, and
-  `session_id`, `created_at`, `updated_at` once the first message made one, else null).
+  `session_id`, `title`, `created_at`, `updated_at` once the first message made one, else null).
 - `GET /local/info`: the agent (provider name and model), the enabled platforms, the version and
   the gateway commands (`name`, `summary`, `everyone`); the page builds its command buttons from it.
 - `POST /local/upload`: a file the web chat page attaches (raw body, `Content-Type`, `x-file-name`),
@@ -28,6 +28,7 @@ DNS name to 127.0.0.1, can neither read the page's token nor call the endpoints.
 from __future__ import annotations
 
 import base64
+import functools
 import hmac
 import json
 import re
@@ -42,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 if TYPE_CHECKING:
-    from hermes_gateway.domain.sessions import SessionEntry
+    from hermes_gateway.domain.sessions import SessionEntry, SessionInfo
     from hermes_gateway.settings import Settings
     from hermes_local.runtime import LocalGateway
 
@@ -53,14 +54,22 @@ TOKEN_HEADER = "x-hermes-local-token"  # noqa: S105 - a header name, not a secre
 SESSION_API_PATH = "/api/sessions"  # as deployed (infra/capabilities/api.py)
 SESSION_API_TOKEN = "SESSION_API_TOKEN"  # noqa: S105 - the name of the local bearer token
 _CHAT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what the web chat adapter accepts
+_METHOD = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,20}")  # an HTTP method is a token (RFC 9110)
 
 
 class SessionStoreReader(Protocol):
     def get(self, session_key: str) -> SessionEntry | None: ...
 
 
-def webchat_session(chat_id: str, settings: Settings, store: SessionStoreReader) -> dict[str, Any]:
-    """The session a web chat chat id is in: its key, and the route's session once one exists.
+class SessionTitles(Protocol):
+    def get_session(self, session_id: str) -> SessionInfo | None: ...
+
+
+def webchat_session(
+    chat_id: str, settings: Settings, store: SessionStoreReader, titles: SessionTitles | None = None
+) -> dict[str, Any]:
+    """The session a web chat chat id is in: its key, and the route's session once one exists,
+    with its title (`/title`; None until one is set).
 
     The source is the one the web chat adapter builds for the page (a DM, the chat id as user id),
     keyed with the running settings, as ingress and the router key it."""
@@ -75,10 +84,12 @@ def webchat_session(chat_id: str, settings: Settings, store: SessionStoreReader)
         profile=settings.profile,
     )
     route = store.get(key)
+    found = titles.get_session(route.session_id) if route is not None and titles is not None else None
     return {
         "chat_id": chat_id,
         "session_key": key,
         "session_id": route.session_id if route else None,
+        "title": found.title if found is not None else None,
         "created_at": route.created_at if route else None,
         "updated_at": route.updated_at if route else None,
     }
@@ -278,6 +289,14 @@ class _Handler(BaseHTTPRequestHandler):
     def do_OPTIONS(self) -> None:  # a CORS preflight gets no CORS headers: nothing here is cross-origin
         self._route("OPTIONS")
 
+    def __getattr__(self, name: str) -> Any:
+        """Any other method (TRACE, CONNECT, a made-up one) is routed as those above are, so it is
+        answered as API Gateway answers it (405 from the ingress function on a webhook, 404 or 405
+        here), never with http.server's 501."""
+        if name.startswith("do_") and _METHOD.fullmatch(name[3:]):
+            return functools.partial(self._route, name[3:])
+        raise AttributeError(name)
+
     def _get(self, path: str, query: dict[str, str]) -> None:
         from hermes_gateway import wiring
 
@@ -304,7 +323,8 @@ class _Handler(BaseHTTPRequestHandler):
             if not _CHAT_ID.match(chat_id):
                 self._json(400, {"ok": False, "error": "chat_id must be 1-64 letters, digits, '_' or '-'"})
                 return
-            self._json(200, webchat_session(chat_id, wiring.settings(), wiring.session_stores().routes))
+            stores = wiring.session_stores()
+            self._json(200, webchat_session(chat_id, wiring.settings(), stores.routes, stores.catalogue))
 
     def _upload(self) -> None:
         """A file the web chat page attaches to a message: kept in the media bucket (the embedded

@@ -190,6 +190,29 @@ def local_settings_env(config_path: Path | None, environ: dict[str, str]) -> tup
     return settings_env(settings), notices
 
 
+def operator_cli() -> str:
+    """The CLI as the user runs it from where local mode started: `hermes-gateway` when that is
+    the one on PATH, else the path of the one beside this interpreter (`.venv/bin/hermes-gateway`
+    after `make install`), which the pairing reply then names."""
+    script = Path(sys.executable).parent / "hermes-gateway"
+    found = shutil.which("hermes-gateway")
+    if found is not None and Path(found).resolve() == script.resolve():
+        return "hermes-gateway"
+    relative = os.path.relpath(script)
+    return relative if not relative.startswith("..") else str(script)
+
+
+def _set_function_log_level(level: str | int) -> str | int:
+    """The functions' logger at `level`; the level it had. The logger is made when its module is
+    first imported (the CLI imports it before local mode starts), so POWERTOOLS_LOG_LEVEL set for
+    the functions afterwards would not reach it: every INFO line would print."""
+    from hermes_gateway.observability import logger
+
+    saved: str | int = logger.log_level
+    logger.setLevel(level)
+    return saved
+
+
 def profile_platforms(settings: Settings) -> dict[str, list[str]]:
     """Named profile -> the platforms it serves, in catalog order."""
     return {
@@ -237,6 +260,8 @@ class LocalGateway:
         self._saved_environ: dict[str, str] | None = None
         self._saved_gc: tuple[int, ...] | None = None
         self._settings_dir: str | None = None
+        self._state_path: Path | None = None  # the state file the CLI's `--local` reads
+        self._saved_log_level: str | int | None = None
         self.started_at = 0.0
         self.settings: Settings | None = None  # what the functions run with, once started
 
@@ -252,6 +277,11 @@ class LocalGateway:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def aws_endpoint(self) -> str:
+        """The embedded AWS (moto's server on loopback), for other processes (the CLI, the AWS CLI)."""
+        return f"http://127.0.0.1:{self.moto_port}"
 
     def shown_secrets(self) -> dict[str, str]:
         """The local secrets as start-up prints them: a generated one in full (the user needs it to
@@ -295,6 +325,7 @@ class LocalGateway:
             **local_aws_environment(self.moto_port, REGION),
             **self.local_secrets,
             "HERMES_LOCAL_MODE": "1",
+            wiring.LOCAL_CLI_ENV: operator_cli(),
             **{
                 k: v
                 for k, v in self.base_environ.items()
@@ -312,6 +343,7 @@ class LocalGateway:
             os.environ.pop(name, None)
         os.environ.update(env)
         wiring.reset()
+        self._saved_log_level = _set_function_log_level(env["POWERTOOLS_LOG_LEVEL"])
 
         configure_moto()
         self.functions = Functions(PREFIX, REGION)
@@ -340,7 +372,7 @@ class LocalGateway:
         self.port = self._http.server_address[1]
         # How the CLI's `--local` (another process) finds this gateway and its embedded AWS;
         # written once the port is known.
-        write_local_state(
+        self._state_path = write_local_state(
             {
                 "pid": os.getpid(),
                 "url": self.url,
@@ -352,7 +384,8 @@ class LocalGateway:
                 "resources": resource_env,
                 # `hermes-gateway sessions --local` (the state file is the user's own, under ~/.cache)
                 "session_api": {"url": f"{self.url}/api/sessions", "token": self.local_secrets["SESSION_API_TOKEN"]},
-            }
+            },
+            self.port,
         )
         self._saved_gc = tune_garbage_collector()
         return self
@@ -421,7 +454,7 @@ class LocalGateway:
             "ok": all(t.is_alive() for t in self._threads),
             "uptime_seconds": round(time.time() - self.started_at, 1),
             "functions": sorted(self.functions.handlers),
-            "aws_endpoint": f"http://127.0.0.1:{self.moto_port}",
+            "aws_endpoint": self.aws_endpoint,
         }
 
     def events(self) -> list[dict[str, Any]]:
@@ -432,15 +465,19 @@ class LocalGateway:
 
     def outbox(self, chat_id: str | None = None, platform: str | None = None) -> list[dict[str, Any]]:
         """Every delivery that would have gone to a platform, newest last. A file's row names its
-        stored object with a pre-signed URL of the embedded S3 (`reference`: the page shows it)."""
+        stored object with a pre-signed URL of the embedded S3 (`reference`: the page shows it); a
+        web chat answer that is streaming shows its text so far."""
         from hermes_gateway import wiring
         from hermes_gateway.platforms.outbound_media import LINK_SECONDS
+        from hermes_gateway.platforms.webchat import live_text
 
         store = wiring.media_store()
         rows = []
         for row in wiring.outbox().recent():
             if (chat_id is None or row.chat_id == chat_id) and (platform is None or row.platform == platform):
                 found = row.to_dict()
+                if row.status == "streaming":  # the web chat's streamed message shows the text so far
+                    found["text"] = live_text(row.platform_message_id) or row.text
                 if row.media and store is not None:
                     found["media"] = [{**m, "reference": store.url(m["key"], LINK_SECONDS)} for m in row.media]
                 rows.append(found)
@@ -460,13 +497,18 @@ class LocalGateway:
 
             IN_PROCESS.forget(f"http://127.0.0.1:{self.moto_port}")
             self._moto.stop()
-            remove_local_state(os.getpid())
+        if self._state_path is not None:
+            remove_local_state(self._state_path, os.getpid())
+            self._state_path = None
         if self._saved_gc is not None:
             restore_garbage_collector(self._saved_gc)
             self._saved_gc = None
         if self._saved_environ is not None:
             os.environ.clear()
             os.environ.update(self._saved_environ)
+        if self._saved_log_level is not None:
+            _set_function_log_level(self._saved_log_level)
+            self._saved_log_level = None
         if self._settings_dir is not None:
             shutil.rmtree(self._settings_dir, ignore_errors=True)
         from hermes_gateway import wiring

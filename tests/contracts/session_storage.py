@@ -593,6 +593,27 @@ def check_compress_continues_in_a_child(make: Make) -> None:
     assert again.session_id == child.session_id and not again.created
 
 
+def check_a_compressed_session_keeps_its_title_in_the_child(make: Make) -> None:
+    # Given a titled session
+    stores = make(SessionRules())
+    parent = stores.routes.open(DM, KEY, T0)
+    chat(stores, "q1", "a1")
+    stores.edits.rename(parent.session_id, "Trip plans", fence=fence(route(stores)), now=T0 + 1)
+    # When it is compressed, Then the session goes on in the child under its title
+    child = stores.edits.compress(parent.session_id, "Summary", fence=fence(route(stores)), now=T0 + 10)
+    info = stores.catalogue.get_session(child.session_id)
+    assert info is not None and info.title == "Trip plans"
+    assert stores.catalogue.find_session_by_title("agent:main", "trip plans").session_id == child.session_id  # type: ignore[union-attr]
+    old = stores.catalogue.get_session(parent.session_id)
+    assert old is not None and old.title is None  # one session has the title, as before
+    # And an untitled session's child has none
+    stores2 = make(SessionRules())
+    plain = stores2.routes.open(DM, KEY, T0)
+    chat(stores2, "q1", "a1")
+    child2 = stores2.edits.compress(plain.session_id, "Summary", fence=fence(route(stores2)), now=T0 + 10)
+    assert stores2.catalogue.get_session(child2.session_id).title is None  # type: ignore[union-attr]
+
+
 def check_a_turn_holding_the_lease_compresses_and_answers_in_the_child(make: Make) -> None:
     stores = make(SessionRules())
     parent = stores.routes.open(DM, KEY, T0)

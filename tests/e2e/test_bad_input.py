@@ -167,6 +167,13 @@ class TestEveryPlatform:
         request = gateway.signed(PLATFORMS["telegram"], 1, telegram_payload(1, "4242"))
         assert gateway.sent_now(Request("POST", path, request.body, request.headers)) == (404, 0)
 
+    @pytest.mark.parametrize("method", ["TRACE", "PROPFIND", "BREW"])
+    @pytest.mark.parametrize("path", ["/webhooks/telegram", "/webhooks/slack", "/local/outbox", "/"])
+    def test_an_unknown_method_is_a_405_not_a_501(self, gateway: Gateway, method: str, path: str) -> None:
+        # As the deployed API answers it (a 501 was http.server's own, which a client may retry)
+        status, _ = gateway.client.request(method, path, None, {"x-hermes-local-token": "ignored"})
+        assert status == 405
+
     def test_a_valid_matrix_user_id_with_two_dots_does_not_block_the_transaction(self, gateway: Gateway) -> None:
         n = next(gateway.numbers)
         events = json.loads(matrix_payload(n, "!room:example.org"))["events"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from hermes_cli import main as cli
+from hermes_local.runtime import operator_cli
 from tests.e2e.conftest import Client, telegram_update
 
 pytestmark = pytest.mark.e2e
@@ -20,7 +21,8 @@ CODE = re.compile(r"pairing code is ([A-Z2-9]{8})")
 
 @pytest.fixture
 def keep_function_logs() -> Iterator[Callable[[], list[str]]]:
-    """Every line the functions log, at every level, formatted as in CloudWatch."""
+    """Every line the functions log, at the level the gateway is started with (DEBUG: every one),
+    formatted as in CloudWatch."""
     from hermes_gateway.observability import logger
 
     std = logging.getLogger(logger.name)
@@ -47,12 +49,18 @@ def test_an_unknown_user_is_paired_with_the_cli_and_then_answered(
     log_lines = keep_function_logs()
     # Given local mode with an allowlist that names someone else, and pairing on for DMs
     state = tmp_path / "local.json"
-    client = start_gateway(TELEGRAM_ALLOWED_USERS="7", TELEGRAM_UNAUTHORIZED_DM="pair", HERMES_LOCAL_STATE=str(state))
+    client = start_gateway(
+        TELEGRAM_ALLOWED_USERS="7",
+        TELEGRAM_UNAUTHORIZED_DM="pair",
+        HERMES_LOCAL_STATE=str(state),
+        POWERTOOLS_LOG_LEVEL="DEBUG",  # every line: local mode's own level is warnings and errors
+    )
     # When user 42 writes
     assert client.telegram(telegram_update(1, "hello?", user_id=42))[0] == 200
     [reply] = client.wait_outbox(1)
     code = CODE.search(reply["text"]).group(1)  # type: ignore[union-attr]
-    assert f"hermes-gateway pairing approve telegram {code}" in reply["text"]
+    # ... with the command as the user runs it from here (`.venv/bin/hermes-gateway` unless on PATH)
+    assert f"{operator_cli()} pairing approve telegram {code} --local" in reply["text"]
     # ... the operator lists (no code shown) and approves with the CLI
     assert cli(["pairing", "list", "--local"]) == 0
     printed = capsys.readouterr().out

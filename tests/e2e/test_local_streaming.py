@@ -37,3 +37,6 @@ def test_a_slow_answer_streams_into_one_telegram_message(
     assert fake_telegram.text_of(1) == f"Echo: {QUESTION}"
     assert len(fake_telegram.edits) >= 2
     assert [(r["status"], r["platform_message_id"]) for r in rows] == [("sent", "1")]
+    # the row's text is the answer the message ends with, not the first words it was posted with
+    # (`/local/outbox` and `outbox list` showed "Echo: word0 word1 …" while Telegram had it all)
+    assert rows[0]["text"] == f"Echo: {QUESTION}"

@@ -1,6 +1,8 @@
 """The local web chat page in a real headless browser (Debian's Chromium, driven by Playwright):
-a message typed and answered, the session header, history across a reload, approvals as buttons,
-the command buttons, the other platforms' outbox, and errors shown rather than swallowed."""
+a message typed and answered, the session header (with its title, which stays after /compress),
+history across a reload, buttons from the gateway's options only (an approval's, never a reply's
+text), a streamed answer growing in place, the command buttons, the other platforms' outbox, and
+errors shown rather than swallowed."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -23,29 +26,39 @@ TIMEOUT_MS = 15_000
 
 
 @pytest.fixture
-def page(start_gateway: Callable[..., Client]) -> Iterator[tuple[Page, Client]]:
+def open_page(start_gateway: Callable[..., Client]) -> Iterator[Callable[..., tuple[Page, Client]]]:
+    """Local mode started with the given environment, and its page in a headless Chromium."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("no Chromium on PATH (apt-get install chromium); CI installs it")
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in requirements/dev.txt")
-    client = start_gateway()
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"], headless=True)
-        try:
+
+        def open_one(**env: str) -> tuple[Page, Client]:
+            client = start_gateway(**env)
             tab = browser.new_context().new_page()
             tab.set_default_timeout(TIMEOUT_MS)
             sync_api.expect.set_options(timeout=TIMEOUT_MS)
             tab.goto(client.gateway.url + "/")
-            yield tab, client
+            return tab, client
+
+        try:
+            yield open_one
         finally:
             browser.close()
+
+
+@pytest.fixture
+def page(open_page: Callable[..., tuple[Page, Client]]) -> tuple[Page, Client]:
+    return open_page()
 
 
 def chat_id_of(tab: Page) -> str:
     return str(tab.evaluate("localStorage.getItem('hermes.chat')"))
 
 
-def craft_outbox_row(chat_id: str, delivery_id: str, text: str) -> None:
+def craft_outbox_row(chat_id: str, delivery_id: str, text: str, buttons: list[dict[str, str]] | None = None) -> None:
     """A reply as the delivery function records it, written straight into the local outbox."""
     from hermes_gateway import wiring
 
@@ -61,6 +74,7 @@ def craft_outbox_row(chat_id: str, delivery_id: str, text: str) -> None:
         chunk=1,
         chunks=1,
         now=now,
+        buttons=buttons,
     )
     outbox.mark(delivery_id, "recorded", now)
 
@@ -103,12 +117,12 @@ def test_a_message_is_sent_and_its_answer_rendered(page: tuple[Page, Client]) ->
     expect(tab.locator("#session")).to_have_attribute("data-session-id", session["session_id"])
     assert chat_id_of(tab) == chat_id
 
-    # When a reply offers options, they are buttons; clicking one sends its command
-    craft_outbox_row(chat_id, "crafted-approval", "Run `make deploy` (**production**)?\n[Approve] [Deny]")
+    # When a reply comes with the gateway's options, they are buttons; clicking one sends its reply
+    options = [{"label": "Approve", "reply": "/approve"}, {"label": "Deny", "reply": "/deny"}]
+    craft_outbox_row(chat_id, "crafted-approval", "Run `make deploy` (**production**)?", options)
     approval = tab.locator(".msg.bot").filter(has_text="Run make deploy")
     expect(approval.locator("code")).to_have_text("make deploy")
     expect(approval.locator("strong")).to_have_text("production")
-    expect(approval.locator(".body")).not_to_contain_text("[Approve]")
     expect(approval.locator(".actions button")).to_have_text(["Approve", "Deny"])
     approval.get_by_role("button", name="Approve").click()
     expect(approval.locator(".actions button.chosen")).to_have_text("Approve")
@@ -154,7 +168,7 @@ def test_commands_buttons_markdown_and_errors(page: tuple[Page, Client]) -> None
     tab.locator("#text").type("line two")
     expect(tab.locator("#text")).to_have_value("line one\nline two")
 
-    # A row carrying `buttons` gets them; untrusted text is never HTML, links only http(s)
+    # A row carrying the gateway's `buttons` gets them; untrusted text is never HTML, links only http(s)
     chat_id = chat_id_of(tab)
     crafted = {
         "delivery_id": "crafted-buttons",
@@ -168,7 +182,12 @@ def test_commands_buttons_markdown_and_errors(page: tuple[Page, Client]) -> None
         "chunks": 1,
         "status": "recorded",
         "created_at": time.time(),
-        "buttons": ["Allow once", {"label": "Never", "send": "/deny always"}],
+        "buttons": [
+            {"label": "Allow once", "reply": "/approve"},
+            {"label": "Never", "reply": "/deny always"},
+            "Made up",  # not the gateway's shape: no button
+            {"label": "No reply"},
+        ],
     }
 
     def with_crafted_row(route: Route) -> None:
@@ -179,7 +198,7 @@ def test_commands_buttons_markdown_and_errors(page: tuple[Page, Client]) -> None
     tab.route("**/local/outbox", with_crafted_row)
     row = tab.locator(".msg.bot").filter(has_text="see docs")
     expect(row.locator(".actions button")).to_have_text(["Allow once", "Never"])
-    expect(row.locator(".actions button").first).to_have_attribute("data-send", "/allow once")
+    expect(row.locator(".actions button").first).to_have_attribute("data-send", "/approve")
     expect(row.locator(".actions button").last).to_have_attribute("data-send", "/deny always")
     assert row.locator("img").count() == 0
     expect(row.locator(".body")).to_contain_text("<img src=x onerror=alert(1)>")
@@ -205,3 +224,100 @@ def test_commands_buttons_markdown_and_errors(page: tuple[Page, Client]) -> None
     tab.unroute_all(behavior="wait")
     failed.get_by_role("button", name="Retry").click()
     expect(tab.locator(".msg.bot").filter(has_text="Echo: unreachable")).to_have_count(1)
+
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 2
+
+
+def test_buttons_come_from_the_gateways_options_never_from_a_replys_text(
+    open_page: Callable[..., tuple[Page, Client]], tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    # Given local mode where the memory tool waits for the user's approval
+    tab, _ = open_page(GATEWAY_TOOLS_NEEDING_APPROVAL="memory")
+    # When an answer's last line is a row of bracketed items (a model's "[Yes] [No]")
+    tab.locator("#text").fill("Shall I?\n[Yes] [No]")
+    tab.locator("#text").press("Enter")
+    # Then it is text, not buttons that would send "/yes"
+    listed = tab.locator(".msg.bot").filter(has_text="Echo: Shall I?")
+    expect(listed).to_have_count(1)
+    expect(listed.locator(".body")).to_contain_text("[Yes] [No]")
+    expect(listed.locator(".actions button")).to_have_count(0)
+    # Nor is the echo agent's own line about a photo a button that would send "/images: ..."
+    photo = tmp_path / "dot.png"
+    photo.write_bytes(PNG)
+    tab.locator("#file").set_input_files(str(photo))
+    expect(tab.locator("#pending")).to_contain_text("dot.png")
+    expect(tab.locator("#pending")).not_to_contain_text("\u2026")  # uploaded
+    tab.locator("#text").fill("look")
+    tab.locator("#text").press("Enter")
+    seen = tab.locator(".msg.bot").filter(has_text=f"[images: image/png {len(PNG)} bytes]")
+    expect(seen).to_have_count(1)
+    expect(seen.locator(".actions button")).to_have_count(0)
+
+    # When a tool call waits for approval, Then its question carries the gateway's buttons
+    tab.locator("#text").fill('echo-tool:memory {"action": "add", "text": "likes green tea"}')
+    tab.locator("#text").press("Enter")
+    question = tab.locator(".msg.bot").filter(has_text="wants to run")
+    expect(question.locator(".actions button")).to_have_text(["Approve", "Approve for session", "Deny"])
+    expect(question.locator(".actions button").first).to_have_attribute("data-send", "/approve")
+    # And pressing Approve runs the tool, whose answer follows
+    question.get_by_role("button", name="Approve", exact=True).click()
+    expect(tab.locator(".msg.bot").filter(has_text="Echo: [memory]")).to_have_count(1)
+
+
+def test_a_streamed_answer_grows_in_the_page_and_its_row_ends_with_the_answer(
+    open_page: Callable[..., tuple[Page, Client]],
+) -> None:
+    from playwright.sync_api import expect
+
+    # Given a model that writes slowly (a word every 80 ms) and the web chat's streaming (on by default)
+    tab, client = open_page(
+        HERMES_ECHO_STREAM_DELAY="0.08", WEBCHAT_STREAMING_FIRST_AFTER="0.2", WEBCHAT_STREAMING_EDIT_INTERVAL="0.3"
+    )
+    question = " ".join(f"word{i}" for i in range(40))
+    final = f"Echo: {question}"
+    # When the user asks
+    tab.locator("#text").fill(question)
+    tab.locator("#text").press("Enter")
+    # Then the answer is shown while it is written, growing in one message
+    shown: list[str] = []
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        texts = tab.locator(".msg.bot .body").all_inner_texts()
+        if texts and (not shown or texts[-1] != shown[-1]):
+            shown.append(texts[-1])
+        if shown and shown[-1] == final:
+            break
+        time.sleep(0.05)
+    assert shown and shown[-1] == final, shown
+    partial = [text for text in shown if text != final]
+    assert partial, "the answer appeared only once it was complete"
+    assert all(final.startswith(text.rstrip()) for text in partial), partial
+    expect(tab.locator(".msg.bot")).to_have_count(1)
+    expect(tab.locator(".msg.bot.streaming")).to_have_count(0)  # done: no cursor
+    # And the outbox row holds the whole answer, not its first words
+    (row,) = client.outbox(platform="webchat")
+    assert (row["text"], row["status"]) == (final, "sent")
+
+
+def test_the_header_shows_the_title_and_it_stays_after_compress(page: tuple[Page, Client]) -> None:
+    from playwright.sync_api import expect
+
+    tab, _ = page
+    tab.locator("#text").fill("hello")
+    tab.locator("#text").press("Enter")
+    expect(tab.locator(".msg.bot").filter(has_text="Echo: hello")).to_have_count(1)
+    # When the user names the session, Then the header says so
+    tab.locator("#text").fill("/title Trip plans")
+    tab.locator("#text").press("Enter")
+    expect(tab.locator(".msg.bot").filter(has_text='Session titled "Trip plans".')).to_have_count(1)
+    expect(tab.locator("#session")).to_have_attribute("data-title", "Trip plans")
+    expect(tab.locator("#session")).to_contain_text("Trip plans")
+    before = tab.locator("#session").get_attribute("data-session-id")
+    # When the session is compressed, it goes on in a new session under the same title
+    tab.locator("#text").fill("/compress")
+    tab.locator("#text").press("Enter")
+    expect(tab.locator("#session")).not_to_have_attribute("data-session-id", before or "")
+    expect(tab.locator("#session")).to_have_attribute("data-title", "Trip plans")

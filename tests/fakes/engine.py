@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 from hermes_gateway.domain.ports import Deliveries, SessionStores
-from hermes_gateway.domain.reset_policy import rules_from_settings
 from hermes_gateway.domain.sessions import SessionEntry
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.domain.turn_state import TurnKind
@@ -23,7 +22,7 @@ from hermes_gateway.errors import TransientError
 from hermes_gateway.providers.base import ChatMessage, ModelReply, ToolCall, ToolSpec
 from hermes_gateway.services.router import Access, RouteOutcome, route_message
 from hermes_gateway.services.turn import TurnDeps, run_step
-from hermes_gateway.settings import Settings
+from hermes_gateway.settings import Settings, rules_from_settings
 from hermes_gateway.tools.base import SpecTool, Tool, ToolContext
 from tests.fakes.access import FakePairingStore
 from tests.fakes.services import FakeDeliveryQueue, FakeEvents, FakeStarter, make_settings

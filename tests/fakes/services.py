@@ -215,6 +215,7 @@ class FakeOutbox:
         *,
         platform_message_id: str | None = None,
         error: str | None = None,
+        text: str | None = None,
     ) -> None:
         # Stricter than DynamoDB's update (which would create a partial item): marking an entry that
         # was never recorded is a bug in the caller.
@@ -227,6 +228,7 @@ class FakeOutbox:
             attempts=entry.attempts + 1,
             platform_message_id=platform_message_id if platform_message_id is not None else entry.platform_message_id,
             error=error[:500] if error is not None else entry.error,
+            text=text if text is not None else entry.text,
         )
         self.marks.append((delivery_id, status))
 

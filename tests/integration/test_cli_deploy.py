@@ -88,3 +88,46 @@ def test_an_old_stack_with_empty_queues_may_be_upgraded(aws: Any, tmp_path: Path
     old_stack()
     checks, _ = run_checks(tmp_path / "gateway.yaml", run=lambda cmd: "v20.11.1\n")
     assert (checks[-1].name, checks[-1].ok) == ("old queues", True)
+
+
+def test_aws_region_alone_is_enough(
+    aws: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given only AWS_REGION (the AWS CLI's and the CDK's variable; botocore reads AWS_DEFAULT_REGION)
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    monkeypatch.setenv("GATEWAY_CONFIG", str(tmp_path / "gateway.yaml"))
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
+    # When `make deploy` checks the prerequisites
+    main(["deploy", "--check"])
+    # Then the region is found
+    assert "ok   AWS            account 123456789012, region eu-west-1" in capsys.readouterr().out
+
+
+def test_the_defaults_deploy_with_warnings_about_the_echo_agent(
+    aws: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given no gateway.yaml: the echo agent
+    monkeypatch.setenv("GATEWAY_CONFIG", str(tmp_path / "gateway.yaml"))
+    bootstrap_stack()
+    monkeypatch.setattr("hermes_cli.deploy._run", lambda cmd: "v20.11.1\n")
+    # When `make deploy` checks, Then it says so (and the checks still pass: a warning stops nothing)
+    assert main(["deploy", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "WARN provider: the echo agent answers with the user's own words" in out
+    assert "WARN access" not in out  # strangers get a pairing code: nobody is let in unasked
+
+
+def test_a_bot_open_to_everyone_is_warned_of(
+    aws: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        "provider: {name: openai, model: gpt-4o-mini}\nplatforms:\n  telegram: {allowed_users: ['*']}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("GATEWAY_CONFIG", str(config))
+    assert main(["config", "check"]) == 0
+    out = capsys.readouterr().out
+    assert "WARN access: anyone who finds the bot may use it on telegram" in out
+    assert "WARN provider" not in out

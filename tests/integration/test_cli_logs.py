@@ -255,7 +255,7 @@ def test_a_trace_that_finds_nothing_fails_clearly(deployed: Any, capsys: pytest.
 def test_a_missing_stack_is_a_clear_error(aws: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     monkeypatch.setenv("GATEWAY_CONFIG", "/nonexistent/gateway.yaml")
     assert main(["logs", "tail", "--stage", "nope"]) == 2
-    assert "cannot read stack HermesGateway-nope" in capsys.readouterr().err
+    assert "no stack HermesGateway-nope in us-east-1: deploy it" in capsys.readouterr().err
 
 
 def test_a_stack_without_log_group_outputs_says_to_deploy(

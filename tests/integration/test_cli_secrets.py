@@ -4,6 +4,7 @@ check names what each enabled platform still needs."""
 from __future__ import annotations
 
 import io
+import json
 import secrets
 from typing import Any
 
@@ -73,3 +74,24 @@ def test_check_names_what_each_enabled_platform_needs(
     assert "slack        missing SLACK_BOT_TOKEN" in lines
     set_secret(monkeypatch, "SLACK_BOT_TOKEN", "b")
     assert main(["secrets", "check"]) == 0
+
+
+def test_webhook_status_reads_the_bot_token_from_ssm_with_the_operators_credentials(
+    cli: Any, fake_telegram: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given the deployed stage's token in SSM (as `secrets set` stores it) and the stack's outputs
+    set_secret(monkeypatch, "TELEGRAM_BOT_TOKEN", fake_telegram.token)
+    monkeypatch.setenv("TELEGRAM_API_BASE_URL", fake_telegram.base_url)
+    outputs = {"TelegramWebhookUrl": {"Value": "https://example.execute-api.test/webhooks/telegram"}}
+    template = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}, "Outputs": outputs}
+    boto3.client("cloudformation").create_stack(StackName="HermesGateway-qa", TemplateBody=json.dumps(template))
+    capsys.readouterr()
+    registered = {"url": "https://example.execute-api.test/webhooks/telegram", "pending_update_count": 0}
+    fake_telegram.answer_next(200, {"ok": True, "result": registered})
+    # When the operator asks Telegram what it has registered
+    assert main(["webhooks", "status", "telegram"]) == 0
+    # Then the Bot API was asked with the stored token, and nothing was logged as a function would
+    shown = capsys.readouterr()
+    assert json.loads(shown.out)["registered"] == registered
+    assert [r.api_method for r in fake_telegram.requests] == ["getWebhookInfo"]
+    assert shown.err == ""

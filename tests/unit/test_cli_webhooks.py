@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +61,16 @@ def test_register_fails_clearly_without_the_bot_token(
     monkeypatch.setenv("GATEWAY_CONFIG", "/nonexistent/gateway.yaml")
     assert main(["webhooks", "register", "telegram", "--local", "--url", "https://x.example/webhooks/telegram"]) == 1
     assert "TELEGRAM_BOT_TOKEN" in capsys.readouterr().out
+
+
+def test_every_guide_the_urls_name_exists(local_state: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `webhooks urls` names each platform's guide (docs/platforms/<name>.md) where no API registers it
+    from hermes_gateway.platforms.catalog import CATALOG
+
+    root = Path(__file__).resolve().parents[2]
+    assert main(["webhooks", "urls", "--local"]) == 0
+    named = re.findall(r"\((docs/platforms/[a-z_]+\.md)\)", capsys.readouterr().out)
+    assert "docs/platforms/webchat.md" in named
+    missing = [guide for guide in named if not (root / guide).is_file()]
+    missing += [spec.name for spec in CATALOG if not (root / "docs" / "platforms" / f"{spec.name}.md").is_file()]
+    assert missing == []

@@ -17,12 +17,12 @@ from hermes_gateway.domain.context import (
     request_tokens,
     text_tokens,
 )
-from hermes_gateway.domain.reset_policy import rules_from_settings
 from hermes_gateway.domain.session_key import key_namespace
 from hermes_gateway.errors import Conflict, PermanentError
 from hermes_gateway.providers.base import ChatMessage, ImagePart, ModelReply, ToolSpec
 from hermes_gateway.services.turn.compaction import COMPRESSED_REPLY, NOTHING_REPLY, SUMMARY_PROMPT, summarize
 from hermes_gateway.services.turn.context import SUMMARY_HEAD, fit
+from hermes_gateway.settings import rules_from_settings
 from hermes_gateway.settings.sections import ProviderSettings
 from tests.fakes.dynamo import session_tables_client
 from tests.fakes.engine import Engine, ToolModel

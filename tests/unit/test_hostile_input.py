@@ -38,6 +38,12 @@ from tests.fakes.webhook_signers import (
 )
 
 HOST = "gateway.test"
+SORT_KEY_BYTES = 1024  # DynamoDB's limit on a sort key's value
+PARTITION_KEY_BYTES = 2048  # on a partition key's
+# The source's ids: keys later on (the routes' key is made of them, the pairing table's holds the user's)
+ID_FIELDS = (
+    *("chat_id", "user_id", "thread_id", "user_id_alt", "chat_id_alt", "scope_id", "parent_chat_id", "message_id"),
+)
 PLATFORMS = EVERY_PLATFORM
 # What a hostile request may be answered with: accepted or ignored, malformed, unauthenticated,
 # not found or wrong method (Matrix routes), too large. Never a 5xx, never an exception.
@@ -94,6 +100,13 @@ class Harness:
         text = json.dumps(envelope, ensure_ascii=False)
         text.encode("utf-8")
         assert json.loads(text) == json.loads(json.dumps(envelope))
+        # What DynamoDB accepts as a key: the event id is the inbox's sort key, the session key the
+        # routes' partition key, a user id part of the pairing table's (ValidationException beyond)
+        assert len(str(envelope["event_id"]).encode()) <= SORT_KEY_BYTES
+        assert len(str(envelope["session_key"]).encode()) <= PARTITION_KEY_BYTES // 2
+        for name in ID_FIELDS:  # (names and text are values, never keys)
+            value = envelope["source"].get(name)
+            assert value is None or len(str(value).encode()) <= SORT_KEY_BYTES // 2, name
         self.enqueued.append(envelope)
         return True
 
@@ -234,6 +247,92 @@ def test_a_log_line_holding_a_lone_surrogate_is_written_and_not_lost(capsys: pyt
     assert "Logging error" not in capsys.readouterr().err
 
 
+# --- ids too long for a key, and values of the wrong shape -----------------------------------------
+
+LONG_ID = "x" * 3000  # DynamoDB takes 1,024 bytes in a sort key, 2,048 in a partition key
+EMOJI_ID = "\U0001f600" * 700  # 700 characters, 2,800 bytes
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "value"),
+    [
+        ("line", ("events", 0, "webhookEventId"), LONG_ID),
+        ("whatsapp", ("entry", 0, "changes", 0, "value", "messages", 0, "id"), LONG_ID),
+        ("teams", ("conversation", "id"), LONG_ID),
+        ("slack", ("team_id",), EMOJI_ID),
+        ("feishu", ("header", "event_id"), EMOJI_ID),
+        ("telegram", ("message", "chat", "id"), EMOJI_ID),
+    ],
+    ids=lambda v: v if isinstance(v, str) and len(v) < 20 else "",
+)
+def test_an_id_too_long_for_a_key_is_a_400_not_an_inbox_write_that_fails(
+    harness: Harness, name: str, path: tuple[Any, ...], value: str
+) -> None:
+    # Given a correctly signed request whose id is longer than any DynamoDB key (a 500 before: the
+    # inbox's PutItem raised ValidationException, and the platform retried it for hours or days)
+    request = harness.signed(name, _with(harness.payload(name), path, value))
+    # Then it is refused once, with the reason, and nothing is enqueued
+    assert harness.sent_now(request) == (400, 0)
+
+
+def test_a_twilio_message_sid_too_long_for_a_key_is_a_400(harness: Harness) -> None:
+    fields = dict(urllib.parse.parse_qsl(harness.payload("sms").decode()))
+    body = urllib.parse.urlencode({**fields, "MessageSid": "SM" + LONG_ID}).encode()
+    assert harness.sent_now(harness.signed("sms", body)) == (400, 0)
+
+
+@pytest.mark.parametrize("value", [LONG_ID, EMOJI_ID])
+def test_a_matrix_event_id_too_long_is_ignored_and_the_transaction_goes_on(harness: Harness, value: str) -> None:
+    events = json.loads(harness.payload("matrix", 7))["events"]
+    body = json.dumps({"events": [{**events[0], "event_id": "$" + value}, {**events[0], "event_id": "$fine8"}]})
+    # A 400 would make the homeserver resend the transaction forever: the bad event is ignored
+    assert harness.sent_now(harness.signed("matrix", body.encode(), n=7)) == (200, 1)
+
+
+@pytest.mark.parametrize("shape", [[], ["text"], {"type": "text"}, 7], ids=repr)
+@pytest.mark.parametrize(
+    ("name", "path"),
+    [
+        ("matrix", ("events", 0, "content", "msgtype")),
+        ("feishu", ("event", "message", "message_type")),
+        ("line", ("events", 0, "message", "type")),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_an_array_or_number_where_a_string_belongs_is_no_crash(
+    harness: Harness, name: str, path: tuple[Any, ...], shape: Any
+) -> None:
+    # Given a signed request with an array, an object or a number where the platform sends a
+    # string (TypeError: unhashable type: 'list' before, a 500)
+    request = harness.signed(name, _with(harness.payload(name), path, shape))
+    # Then it is answered: a message of no type the gateway reads is ignored (200) or refused (400)
+    status, enqueued = harness.sent_now(request)
+    assert status in (200, 400) and enqueued == 0
+
+
+@pytest.mark.parametrize("shape", [[], ["mention"], {"type": "mention"}, 7, None], ids=repr)
+def test_a_teams_entity_type_of_the_wrong_shape_is_no_crash(harness: Harness, shape: Any) -> None:
+    activity = json.loads(harness.payload("teams"))
+    activity["entities"] = [{"type": shape, "text": "<at>bot</at>", "mentioned": {"id": shape}}, shape]
+    assert harness.sent_now(harness.signed("teams", json.dumps(activity).encode())) == (200, 1)
+
+
+def test_every_value_of_every_platform_may_have_the_wrong_shape_or_length(harness: Harness) -> None:
+    # Every value of each platform's well-formed payload, in turn: each wrong shape and each id
+    # too long for a key. Each request is answered 2xx or 4xx, and what is enqueued fits the keys
+    # (the harness's check); the properties below throw the same at random.
+    for name in sorted(PLATFORMS):
+        base = harness.payload(name, 900)
+        try:
+            tree = json.loads(base)
+        except ValueError:
+            continue  # a form (Twilio, Mattermost): every value is a string (the Twilio test above)
+        for path in _paths(tree):
+            for value in (*WRONG_SHAPES, *LONG_VALUES):
+                status = harness.send(harness.signed(name, _with(base, path, value), n=900)).status
+                assert status in ANSWERS, (name, path, value if not isinstance(value, str) else len(value))
+
+
 # --- Teams mentions ----------------------------------------------------------------------------
 
 
@@ -294,6 +393,8 @@ HOSTILE_HEADERS = (
 )
 HOSTILE_FORM = ("%ED%A0%80", "%FF%FE", "9" * 5000, "../../etc", "a%00b", "%", "a=b&a=c", "")
 _MARK = "\u0001hostile\u0001"
+WRONG_SHAPES: tuple[Any, ...] = ([], ["text"], [["x"]], {}, {"type": "text"}, 7, -1.5, True, None)
+LONG_VALUES = ("x" * 3000, "\U0001f600" * 700, "$" + "e" * 2100 + ":example.org")
 
 
 def _paths(tree: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -315,12 +416,18 @@ def _json_mutation(data: st.DataObject, body: bytes) -> bytes:
     node = tree
     for step in path[:-1]:
         node = node[step]
-    kind = data.draw(st.sampled_from(["raw", "text", "nested", "delete"]))
+    kind = data.draw(st.sampled_from(["raw", "text", "nested", "delete", "shape", "long"]))
     if kind == "delete" and isinstance(node, dict):
         del node[path[-1]]
         return json.dumps(tree).encode()
     if kind == "text":
         node[path[-1]] = data.draw(st.text(max_size=40) | st.integers() | st.floats(allow_nan=False))
+        return json.dumps(tree).encode()
+    if kind == "shape":  # an array, an object, a number or a boolean where the platform sends a string
+        node[path[-1]] = data.draw(st.sampled_from(WRONG_SHAPES))
+        return json.dumps(tree).encode()
+    if kind == "long":  # an id longer than any key DynamoDB takes, in bytes (a wide character is 4)
+        node[path[-1]] = data.draw(st.sampled_from(LONG_VALUES))
         return json.dumps(tree).encode()
     literal = data.draw(st.sampled_from(HOSTILE_JSON))
     if kind == "nested":

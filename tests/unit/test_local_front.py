@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from hermes_gateway import __version__, wiring
-from hermes_gateway.domain.sessions import SessionEntry
+from hermes_gateway.domain.sessions import SessionEntry, SessionInfo
 from hermes_gateway.errors import ConfigError
 from hermes_gateway.services.ingress import decode_body
 from hermes_gateway.settings import Settings, load_settings
@@ -297,6 +297,7 @@ def test_a_chat_with_no_session_yet_has_a_key_and_no_session() -> None:
         "chat_id": "web-1",
         "session_key": "agent:main:webchat:dm:web-1",
         "session_id": None,
+        "title": None,
         "created_at": None,
         "updated_at": None,
     }
@@ -360,7 +361,11 @@ def front(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, FakeSessions]]
     store = FakeSessions({"agent:main:webchat:dm:web-1": route("agent:main:webchat:dm:web-1", "s-42")})
     settings: Settings = load_settings(env={}, config={})
     monkeypatch.setattr(wiring, "settings", lambda: settings)
-    monkeypatch.setattr(wiring, "session_stores", lambda: type("Stores", (), {"routes": store})())
+    def titled(_: object, session_id: str) -> SessionInfo:
+        return SessionInfo(session_id, "k", "default", "webchat", 1.0, title="Trip plans")
+
+    titles = type("Titles", (), {"get_session": titled})()
+    monkeypatch.setattr(wiring, "session_stores", lambda: type("Stores", (), {"routes": store, "catalogue": titles})())
     server = serve(StubGateway(), "127.0.0.1", 0)  # type: ignore[arg-type]
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", store
@@ -396,6 +401,7 @@ def test_the_session_endpoint(front: tuple[str, FakeSessions]) -> None:
 
     assert status == 200
     assert (body["session_key"], body["session_id"]) == ("agent:main:webchat:dm:web-1", "s-42")
+    assert body["title"] == "Trip plans"  # the page's header shows it
     assert get(base + "/local/session?chat_id=web-2")[1]["session_id"] is None
 
 

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from hermes_gateway.domain.profiles import ProfileDirectory, directory_for, pairing_for
-from hermes_gateway.domain.reset_policy import rules_from_settings
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.domain.targets import Channel
 from hermes_gateway.errors import ConfigError, UnknownProfile
@@ -22,7 +21,7 @@ from hermes_gateway.services.ingress import HttpRequest, handle_webhook, webhook
 from hermes_gateway.services.router import Access, route_message
 from hermes_gateway.services.turn import turn_profile
 from hermes_gateway.services.turn_commands import reply_target
-from hermes_gateway.settings import MAX_PROFILES, load_settings, settings_env
+from hermes_gateway.settings import MAX_PROFILES, load_settings, rules_from_settings, settings_env
 from tests.fakes import platforms
 from tests.fakes.access import FakePairingStore
 from tests.fakes.services import FakeDeliveryQueue, FakeDirectory, FakeEnqueue, FakeEvents, FakeStarter

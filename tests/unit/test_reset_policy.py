@@ -21,9 +21,9 @@ from hermes_gateway.domain.reset_policy import (
     reset_notice,
     reset_reason,
     route_decision,
-    rules_from_settings,
 )
 from hermes_gateway.errors import ConfigError
+from hermes_gateway.settings import rules_from_settings
 from tests.fakes.services import make_settings
 
 ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo", "Australia/Lord_Howe", "America/Santiago"]

@@ -7,11 +7,10 @@ from typing import Any
 import pytest
 
 from hermes_gateway.domain.ports import SessionStores
-from hermes_gateway.domain.reset_policy import rules_from_settings
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.domain.turn_state import TurnState
 from hermes_gateway.services.session_sweep import sweep_expired_sessions
-from hermes_gateway.settings import Settings
+from hermes_gateway.settings import Settings, rules_from_settings
 from tests.fakes.engine import Engine
 from tests.fakes.services import FakeDeliveryQueue, FakeEvents, FakeStarter, make_settings
 from tests.fakes.sessions import memory_stores

@@ -151,8 +151,22 @@ def _context(args: argparse.Namespace, platform: str) -> Any:
     settings = profile_settings(_settings(), getattr(args, "profile", None))
     env = dict(os.environ)
     if not args.local:
-        env.setdefault("HERMES_SECRETS_PREFIX", secrets_prefix(_stage(args)))
+        env.update(_stored_secrets(secrets_prefix(_stage(args)), platform, settings.served_profile))
     return AdapterContext(settings.platforms[platform], settings, Secrets(env).for_profile(settings.served_profile))
+
+
+def _stored_secrets(prefix: str, platform: str, profile: str | None) -> dict[str, str]:
+    """The platform's secrets of the profile as stored in SSM, read with the operator's own
+    credentials (no region, credentials or network: the AWS SDK's error, said in one line by `main`)."""
+    import boto3
+
+    from hermes_gateway.secrets import profile_secret_name
+
+    names = [profile_secret_name(name, profile) for name in catalog.BY_NAME[platform].secrets]
+    if not names:
+        return {}
+    found = boto3.client("ssm").get_parameters(Names=[prefix + n for n in names], WithDecryption=True)
+    return {p["Name"].removeprefix(prefix): p["Value"] for p in found.get("Parameters", [])}
 
 
 def _module(platform: str) -> Any:

@@ -55,6 +55,10 @@ def local_mode() -> bool:
     return os.environ.get("HERMES_LOCAL_MODE") == "1"
 
 
+# Local mode: how the user runs the CLI from where they started it (`.venv/bin/hermes-gateway`)
+LOCAL_CLI_ENV = "HERMES_LOCAL_CLI"
+
+
 def region() -> str | None:
     return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
 
@@ -84,7 +88,7 @@ def secrets(profile: str | None = None) -> Secrets:
 def session_stores() -> SessionStores:
     """Every session storage port, on the deployment's tables (each table bound when first used)."""
     from hermes_gateway.adapters.session_tables import SessionTables
-    from hermes_gateway.domain.reset_policy import rules_from_settings
+    from hermes_gateway.settings import rules_from_settings
 
     return stores_on(SessionTables(bindings(), region(), rules=rules_from_settings(settings())))
 
@@ -137,6 +141,8 @@ def access(profile: str | None = None) -> Access:
         directory=directory(profile),
         receipts=receipts(),
         replies_ahead=router_deliveries_ahead(),
+        operator_cli=(os.environ.get(LOCAL_CLI_ENV) if local_mode() else None) or "hermes-gateway",
+        local=local_mode(),
     )
 
 

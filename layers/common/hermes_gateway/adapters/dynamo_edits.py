@@ -218,7 +218,13 @@ class DynamoSessionEdits:
             )
             errors.append(_stale())
         self._commit(tx, errors)
-        return UndoResult(removed, to_seq, first.content if first else None, self._entry(session["session_key"]))
+        return UndoResult(
+            removed,
+            to_seq,
+            first.content if first else None,
+            self._entry(session["session_key"]),
+            first.attachments if first else (),
+        )
 
     def rewind(self, session_id: str, to_seq: int, *, fence: Fence, now: float) -> UndoResult:
         if to_seq < 0:
@@ -345,9 +351,10 @@ class DynamoSessionEdits:
             route = self._fenced_route(key, fence, generation=True)
         kept = self._rows(parent, route)[-keep_last:] if keep_last > 0 else []
         rows = [TranscriptRow(1, "system", summary, now), *kept]
+        title = str(parent.get("title") or "") or None  # the session goes on in the child: so does its title
         child = self.t.new_session(
             key, now, parent.get("platform") or route["platform"], parent.get("source_label"),
-            parent=session_id, message_count=len(rows), reach=parent.get("reach"),
+            parent=session_id, title=title, message_count=len(rows), reach=parent.get("reach"),
         )  # fmt: skip
         self._copy(child["session_id"], rows, now)
         moves_route = route.get("session_id") == session_id
@@ -360,6 +367,8 @@ class DynamoSessionEdits:
         tx = self._route_change(key, fence, generation=True, update=update)
         tx.put(self.t.sessions, child, condition(None, "attribute_not_exists({session_id})"))
         ended = Update().set_many({"ended_at": now, "end_reason": "compressed", "continued_in": child["session_id"]})
+        if title:
+            ended.remove("title")
         if moves_route:
             for attr, value in self._archived(route, parent).items():
                 ended.set(attr, value)
@@ -369,7 +378,19 @@ class DynamoSessionEdits:
             ended,
             condition(ended, "attribute_exists({session_id}) AND attribute_not_exists({ended_at})"),
         )
-        self._commit(tx, [_stale(), None, Conflict("the session has already ended")])
+        errors: list[Exception | None] = [_stale(), None, Conflict("the session has already ended")]
+        if title:
+            # The title's claim (what /resume <title> and the title index find) moves to the child.
+            partition = titles_partition(str(parent.get("profile") or profile_of_key(key)))
+            moved = Update().set("content", child["session_id"])
+            tx.update(
+                self.t.messages,
+                {"session_id": partition, "seq": marker_seq(title.casefold())},
+                moved,
+                condition(moved, "{content} = {:sid}", sid=session_id),
+            )
+            errors.append(Conflict("the session's title changed"))
+        self._commit(tx, errors)
         return self._entry(key, created=moves_route)
 
     def _leased_route(self, session_key: str, lease_token: str | None) -> tuple[Item, Fence]:

@@ -182,6 +182,7 @@ class DynamoOutbox:
         *,
         platform_message_id: str | None = None,
         error: str | None = None,
+        text: str | None = None,
     ) -> None:
         Outbox = self.model
         actions: list[Action] = [Outbox.status.set(status), Outbox.updated_at.set(now), Outbox.attempts.add(1)]
@@ -189,6 +190,8 @@ class DynamoOutbox:
             actions.append(Outbox.platform_message_id.set(platform_message_id))
         if error is not None:
             actions.append(Outbox.error.set(error[:500]))
+        if text is not None:  # a streamed answer's row: the text its message ends with
+            actions.append(Outbox.text.set(text))
         Outbox(delivery_id).update(actions=actions)
 
     def fail_sent(self, delivery_id: str, *, platform: str, platform_message_id: str, error: str, now: float) -> str:

@@ -7,14 +7,51 @@ answer is the same, and a message from an allowlisted user costs no read.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from hermes_gateway.domain.session_key import canonical_whatsapp_id
 from hermes_gateway.domain.source import SessionSource
-from hermes_gateway.settings import PlatformSettings, Settings
 
 IsPaired = Callable[[str, str], bool]  # (platform, user id) -> approved by pairing
+
+
+# What authorization reads of the settings, declared here so the domain imports no settings (the
+# settings package imports the domain); `hermes_gateway.settings.Settings` is one.
+class PlatformAccess(Protocol):
+    @property
+    def allowed_users(self) -> tuple[str, ...]: ...
+    @property
+    def allow_all_users(self) -> bool: ...
+    @property
+    def allowed_chats(self) -> tuple[str, ...]: ...
+    @property
+    def group_users(self) -> Mapping[str, tuple[str, ...]]: ...
+    @property
+    def bot_policy(self) -> str: ...
+    @property
+    def unauthorized_dm(self) -> str: ...
+    @property
+    def admins(self) -> tuple[str, ...]: ...
+
+
+class GatewayAccess(Protocol):
+    @property
+    def allowed_users(self) -> tuple[str, ...]: ...
+    @property
+    def allow_all_users(self) -> bool: ...
+    @property
+    def admins(self) -> tuple[str, ...]: ...
+
+
+class AccessRules(Protocol):
+    @property
+    def access(self) -> GatewayAccess: ...
+
+    def platform(self, name: str) -> PlatformAccess | None:
+        """The platform's access settings when it is enabled."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -53,7 +90,7 @@ def _listed(user_id: str, allowed: Iterable[str], platform: str) -> bool:
 
 def authorize(
     source: SessionSource,
-    settings: Settings,
+    settings: AccessRules,
     *,
     is_paired: IsPaired,
     facts: AccessFacts = AccessFacts(),
@@ -68,7 +105,7 @@ def authorize(
     return _by_source(source, platform, facts) or _by_user(source, platform, settings, is_paired, facts)
 
 
-def _by_source(source: SessionSource, platform: PlatformSettings, facts: AccessFacts) -> Decision | None:
+def _by_source(source: SessionSource, platform: PlatformAccess, facts: AccessFacts) -> Decision | None:
     """Layers 2-3: an allowlisted group chat, and the bot-sender policy (layer 1, trust, is checked first)."""
     if source.chat_type != "dm" and source.chat_id and _listed(source.chat_id, platform.allowed_chats, ""):
         return Decision(True, "group_chat_allowlist")
@@ -80,7 +117,7 @@ def _by_source(source: SessionSource, platform: PlatformSettings, facts: AccessF
 
 
 def _by_user(
-    source: SessionSource, platform: PlatformSettings, settings: Settings, is_paired: IsPaired, facts: AccessFacts
+    source: SessionSource, platform: PlatformAccess, settings: AccessRules, is_paired: IsPaired, facts: AccessFacts
 ) -> Decision:
     """Layers 4-9, on the sender's ids; the pairing read comes last (see the module doc)."""
     user_ids = [u for u in (source.user_id, source.user_id_alt) if u]
@@ -105,13 +142,13 @@ def _by_user(
     return Decision(False, "not_allowlisted")
 
 
-def any_allowlist(platform: PlatformSettings, settings: Settings) -> bool:
+def any_allowlist(platform: PlatformAccess, settings: AccessRules) -> bool:
     return bool(
         platform.allowed_users or platform.allowed_chats or platform.group_users or settings.access.allowed_users
     )
 
 
-def unauthorized_dm_action(source: SessionSource, settings: Settings) -> str:
+def unauthorized_dm_action(source: SessionSource, settings: AccessRules) -> str:
     """`pair` or `ignore` for a DM that was denied (groups are always ignored): the platform's
     explicit setting first; e-mail ignores; with any allowlist configured, ignore; else pair."""
     platform = settings.platform(source.platform)
@@ -124,7 +161,7 @@ def unauthorized_dm_action(source: SessionSource, settings: Settings) -> str:
     return "ignore" if any_allowlist(platform, settings) else "pair"
 
 
-def is_admin(source: SessionSource, settings: Settings) -> bool:
+def is_admin(source: SessionSource, settings: AccessRules) -> bool:
     platform = settings.platform(source.platform)
     admins = (*settings.access.admins, *(platform.admins if platform else ()))
     return any(u and _listed(u, admins, source.platform) for u in (source.user_id, source.user_id_alt))

@@ -10,13 +10,34 @@ any other is refused when it is chosen, with the list, instead of failing every 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from hermes_gateway.domain.sessions import InvalidSessionRequest, ModelOverride
 
-if TYPE_CHECKING:
-    from hermes_gateway.settings import Settings
+
+class _ProviderChoice(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def openai_base_url(self) -> str: ...
+    @property
+    def allowed_base_urls(self) -> tuple[str, ...]: ...
+
+
+class ModelChoices(Protocol):
+    """What the policy reads of the settings (`hermes_gateway.settings.Settings` is one): the
+    domain imports no settings, the settings import the domain."""
+
+    @property
+    def provider(self) -> _ProviderChoice: ...
+
+    def for_profile(self, name: str | None) -> ModelChoices: ...
+
+    def all_profiles(self) -> Sequence[ModelChoices]: ...
 
 
 @dataclass(frozen=True)
@@ -26,7 +47,7 @@ class ModelPolicy:
     bedrock_models: frozenset[str]  # the models the stack grants InvokeModel on
 
     @classmethod
-    def of(cls, settings: Settings, profile: str | None = None) -> ModelPolicy:
+    def of(cls, settings: ModelChoices, profile: str | None = None) -> ModelPolicy:
         """The policy of `profile` in `settings` (None: of `settings` themselves). Given the
         deployment's settings, the Bedrock grant covers every profile's model; a named profile's
         own settings know only its own."""

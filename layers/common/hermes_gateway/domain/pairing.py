@@ -137,12 +137,17 @@ class PairingStore(Protocol):
     def clear_pending(self, platform: str) -> int: ...
 
 
-def pairing_reply(platform: str, code: str, profile: str | None = None) -> str:
-    """What an unknown user is told; a named profile's bot names itself in the command."""
+def pairing_reply(
+    platform: str, code: str, profile: str | None = None, *, cli: str = "hermes-gateway", local: bool = False
+) -> str:
+    """What an unknown user is told: the command as the operator runs it (`cli`; in local mode the
+    path of the one beside it, with `--local`); a named profile's bot names itself in the command."""
     return (
         f"Hi! I don't know you yet. Your pairing code is {code} (valid for up to one hour).\n"
         f"Ask the operator of this bot to run:\n"
-        f"hermes-gateway pairing approve {platform} {code}" + (f" --profile {profile}" if profile else "")
+        f"{cli} pairing approve {platform} {code}"
+        + (f" --profile {profile}" if profile else "")
+        + (" --local" if local else "")
     )
 
 

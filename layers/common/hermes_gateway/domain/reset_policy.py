@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from zoneinfo import ZoneInfo
 
 if TYPE_CHECKING:
     from hermes_gateway.domain.sessions import SessionEntry
-    from hermes_gateway.settings import Settings
 
 MODES = ("none", "idle", "daily", "both")
 DEFAULT_IDLE_MINUTES = 1440
@@ -214,33 +213,6 @@ def route_decision(state: RouteState, rules: SessionRules, now: float) -> RouteD
     return decision
 
 
-def rules_from_settings(settings: Settings) -> SessionRules:
-    """The store's rules from validated settings (load_settings already checked every policy),
-    with each named profile's own."""
-    from hermes_gateway.domain.session_key import key_namespace
-
-    own = _profile_rules(settings)
-    if not settings.profiles:
-        return own
-    named = {key_namespace(p.profile): _profile_rules(p) for p in settings.profiles.values()}
-    return replace(own, by_namespace=named)
-
-
-def _profile_rules(settings: Settings) -> SessionRules:
-    s = settings.sessions
-    default = ResetPolicy(s.reset_mode, s.reset_idle_minutes, s.reset_at_hour)
-    by_platform = {
-        name: parse_policy_map(p.reset_policy, default) for name, p in settings.platforms.items() if p.reset_policy
-    }
-    return SessionRules(
-        PolicyTable(default, parse_policy_map(s.reset_policy, default), by_platform),
-        settings.time_zone,
-        s.resume_window_seconds,
-        lease_ttl_seconds=s.lease_ttl_seconds,
-        route_ttl_seconds=s.route_max_idle_days * 86_400,
-    )
-
-
 _NOTICE_WHY = {
     "idle": "after a quiet spell",
     "daily": "for the new day",
@@ -255,7 +227,20 @@ def reset_notice(reason: str | None) -> str:
     return f"Started a fresh session{' ' + why if why else ''}. Use /resume to go back to the previous one."
 
 
-def wants_reset_notice(entry: SessionEntry, settings: Settings) -> bool:
+class _NoticeSwitch(Protocol):
+    @property
+    def reset_notice(self) -> bool: ...
+
+
+class NoticeSwitches(Protocol):
+    """What the notice reads of the settings (`hermes_gateway.settings.Settings` is one): the
+    domain imports no settings, the settings import the domain."""
+
+    @property
+    def platforms(self) -> Mapping[str, _NoticeSwitch]: ...
+
+
+def wants_reset_notice(entry: SessionEntry, settings: NoticeSwitches) -> bool:
     """True for the call that replaced a session automatically (the policy, or a suspension),
     unless notices are off for the entry's platform (`platforms.<p>.reset_notice`)."""
     if not (entry.created and entry.reset_reason and (entry.was_auto_reset or entry.reset_reason == "suspended")):

@@ -305,6 +305,8 @@ class UndoResult:
     rewound_to_seq: int  # the last seq still active
     user_text: str | None  # the earliest undone user message (retry re-sends it)
     entry: SessionEntry  # the route after the change (new revision)
+    # that message's files (retry re-sends them: their media-bucket keys stay this session's)
+    user_attachments: tuple[Attachment, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -208,7 +208,7 @@ CATALOG: tuple[PlatformSpec, ...] = (
         media=_M + "mattermost:fetch_media",
     ),
     PlatformSpec(
-        "webchat", "Local web chat", _M + "webchat:WebchatInbound", None, 8000,
+        "webchat", "Local web chat", _M + "webchat:WebchatInbound", _M + "webchat:build_sender", 8000,
         inbound_secrets=("WEBCHAT_TOKEN",), local_only=True, api_base_url=None,
         retry_window_seconds=0,  # the page does not retry
         media=_M + "webchat:fetch_media",
@@ -226,7 +226,7 @@ def spec(name: str) -> PlatformSpec | None:
 
 # The platforms whose sender can edit a message it sent (platforms.base.Editor): their answers
 # stream by default (`<NAME>_STREAMING`).
-STREAMING_PLATFORMS = ("telegram", "discord", "slack", "mattermost", "matrix", "feishu", "teams")
+STREAMING_PLATFORMS = ("telegram", "discord", "slack", "mattermost", "matrix", "feishu", "teams", "webchat")
 
 
 def text_limit(platform: str, default: int = 4000) -> int:

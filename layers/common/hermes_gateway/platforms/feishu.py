@@ -255,12 +255,12 @@ def _content(
     message: Mapping[str, Any], mentions: list[dict[str, Any]]
 ) -> tuple[str, tuple[Attachment, ...]] | Ignored:
     """A text message's text (mentions resolved), or a media message's attachment (no text)."""
-    message_type = message.get("message_type")
+    message_type = optional_str(message, "message_type")  # (an array there is no type, and no dict key)
     if message_type != "text" and message_type not in _MEDIA_TYPES:
         return Ignored("unsupported_message_type")
     content = _json_object(required_str(message, "content", "feishu event").encode("utf-8"), "feishu message content")
     if message_type in _MEDIA_TYPES:
-        return "", (media_attachment(str(message_type), content, str(message["message_id"])),)
+        return "", (media_attachment(message_type, content, str(message["message_id"])),)
     raw_text = content.get("text")
     if not isinstance(raw_text, str):
         raise BadRequest("feishu text message content has no text")

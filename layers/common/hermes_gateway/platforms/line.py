@@ -145,7 +145,7 @@ def parse_event(event: Any, *, bot: str | None, received_at: float) -> InboundMe
 def _content(message: dict[str, Any]) -> tuple[str, tuple[Attachment, ...]] | None:
     """A text message's text, or a media message's attachment (with no text); None for a message
     with neither (a sticker, a location, an empty text)."""
-    kind = message.get("type")
+    kind = optional_str(message, "type")  # (an array there is no type, and no set member)
     if kind in _MEDIA_TYPES:
         return "", (media_attachment(message),)
     if kind != "text":

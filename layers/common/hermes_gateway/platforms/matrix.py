@@ -42,6 +42,7 @@ from hermes_gateway.services.ingress import (
     hostile,
     may_hold_surrogates,
     parse_json,
+    too_long,
 )
 
 if TYPE_CHECKING:
@@ -208,7 +209,7 @@ def _envelope(event: Any, bot_user_id: str) -> tuple[str, str, str, dict[str, An
     content = event.get("content")
     if event_id is None or room_id is None or sender is None or not isinstance(content, dict):
         return Ignored("malformed_event")
-    if not _key_safe(room_id) or "\x00" in sender:
+    if not _key_safe(room_id) or "\x00" in sender or any(too_long(v) for v in (event_id, room_id, sender)):
         # A 400 would block the homeserver's queue: the transaction is resent unchanged forever.
         return Ignored("unsafe_id")
     if bot_user_id and sender == bot_user_id:
@@ -221,7 +222,7 @@ def _text_of(content: dict[str, Any], relation: dict[str, Any]) -> tuple[str, st
     replies to, or why it is not a message to answer."""
     if relation.get("rel_type") == "m.replace":
         return Ignored("edited")
-    msgtype = content.get("msgtype")
+    msgtype = optional_str(content, "msgtype")  # (an array there is no message type, and no set member)
     if msgtype == "m.notice":
         # The spec: automated clients must never answer a notice (it stops bot-to-bot loops).
         return Ignored("notice")
@@ -275,8 +276,9 @@ def attachments(content: Mapping[str, Any]) -> tuple[Attachment, ...]:
 
 
 def _key_safe(value: str) -> bool:
-    """Whether an id may appear in a session key as it is (domain/session_key.py refuses `..` and NUL)."""
-    return ".." not in value and "\x00" not in value
+    """Whether an id may appear in a session key as it is (domain/session_key.py refuses `..` and
+    NUL; ingress an id too long to be a key)."""
+    return ".." not in value and "\x00" not in value and not too_long(value)
 
 
 def key_safe_user_id(user_id: str) -> str:

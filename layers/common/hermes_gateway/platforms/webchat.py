@@ -5,12 +5,20 @@ The page posts `{"chat_id", "user_id", "user_name", "message_id", "text", "attac
 serves, so another page in the browser cannot talk to the gateway. Replies are read from the outbox.
 A file is uploaded first (`POST /local/upload`, kept in the media bucket under `uploads/webchat/`)
 and the message names it: `attachments: [{"upload_id", "name", "mime", "size"}]`.
+
+Its sender records (the page reads the outbox) and can edit, so an answer streams into the page
+as it does into a Telegram chat (`WEBCHAT_STREAMING`, on by default): a streamed message's text so
+far is kept here, in the process every local function runs in, and `/local/outbox` shows it on the
+message's row until the Deliver state completes the row with the answer's text.
 """
 
 from __future__ import annotations
 
 import hmac
 import re
+import secrets
+import threading
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from hermes_gateway.domain.media import Attachment, attachment, kind_of_mime
@@ -20,7 +28,9 @@ from hermes_gateway.platforms.base import AdapterContext
 from hermes_gateway.services.ingress import HttpRequest, Ignored, Parsed, json_payload
 
 if TYPE_CHECKING:
+    from hermes_gateway.platforms.base import Target
     from hermes_gateway.platforms.media import Fetched
+    from hermes_gateway.platforms.outbound_media import MediaFile
 
 TOKEN_HEADER = "x-hermes-local-token"  # noqa: S105 - a header name, not a secret
 TEXT_LIMIT = 8000
@@ -107,3 +117,47 @@ def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetch
     if len(found[0]) > limit:
         raise MediaTooLarge(len(found[0]), limit)
     return Fetched(found[0], found[1])
+
+
+# A streamed message's text so far, by its message id: the page shows it on the message's outbox
+# row while it streams. Kept for the last LIVE_KEPT messages (a message the page has read is done).
+LIVE_KEPT = 200
+_live: OrderedDict[str, str] = OrderedDict()
+_live_lock = threading.Lock()
+
+
+def live_text(message_id: str | None) -> str | None:
+    """The text a streamed web chat message shows now, or None when it is not one of them."""
+    with _live_lock:
+        return _live.get(message_id) if message_id else None
+
+
+def _show(message_id: str, text: str) -> None:
+    with _live_lock:
+        _live[message_id] = text
+        _live.move_to_end(message_id)
+        while len(_live) > LIVE_KEPT:
+            _live.popitem(last=False)
+
+
+class WebchatSender:
+    """Records for the page (the outbox is where it reads its replies) and edits a streamed message."""
+
+    status = "recorded"  # the delivery records the row as such: nothing leaves this machine
+    caption_limit = TEXT_LIMIT
+
+    def send(self, target: Target, text: str) -> str:
+        message_id = "webchat-" + secrets.token_hex(8)
+        if target.delivery_id is None:  # a streamed answer's first post: its row is written after it
+            _show(message_id, text)
+        return message_id
+
+    def send_media(self, target: Target, media: MediaFile, caption: str) -> str:
+        return ""  # the row names the stored file, which the page shows
+
+    def edit(self, target: Target, message_id: str, text: str) -> None:
+        _show(message_id, text)
+
+
+def build_sender(context: AdapterContext) -> WebchatSender:
+    return WebchatSender()

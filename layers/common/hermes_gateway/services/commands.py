@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from hermes_gateway.domain.access import is_admin
 from hermes_gateway.domain.context import COMPRESS_COMMAND
@@ -88,10 +88,12 @@ class CommandContext:
 
 @dataclass(frozen=True)
 class CommandResult:
-    """The gateway's answer. `resubmit_text`: route this text as a new user turn after replying."""
+    """The gateway's answer. `resubmit_text`: route this text as a new user turn after replying,
+    with `resubmit_attachments` (the files of the message /retry repeats, as JSON)."""
 
     reply: str
     resubmit_text: str | None = None
+    resubmit_attachments: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,10 @@ def answer_command(text: str, context: CommandContext) -> CommandResult | None:
         raise
     result = answer if isinstance(answer, CommandResult) else CommandResult(answer)
     if receipts is not None and claim is not None:
-        receipts.complete(*claim, {"reply": result.reply, "resubmit_text": result.resubmit_text}, context.now)
+        receipt: dict[str, Any] = {"reply": result.reply, "resubmit_text": result.resubmit_text}
+        if result.resubmit_attachments:
+            receipt["resubmit_attachments"] = list(result.resubmit_attachments)
+        receipts.complete(*claim, receipt, context.now)
     if context.events is not None:
         context.events.emit(
             f"command:{command.name}",
@@ -200,7 +205,8 @@ def _claim(command: Command, context: CommandContext) -> tuple[str, str] | Comma
     fingerprint = hashlib.sha256(f"{command.name} {command.args}".encode()).hexdigest()
     claim = context.receipts.claim(key, fingerprint, context.now)
     if claim.status == "done" and claim.receipt is not None:
-        return CommandResult(str(claim.receipt["reply"]), claim.receipt.get("resubmit_text"))
+        files = claim.receipt.get("resubmit_attachments") or ()
+        return CommandResult(str(claim.receipt["reply"]), claim.receipt.get("resubmit_text"), tuple(files))
     if claim.status == "mismatch":
         return None  # not a redelivery (an event id reused with other text): run it as it is
     if claim.status != "claimed" or claim.token is None:
@@ -345,7 +351,8 @@ def _retry(call: CommandCall) -> str | CommandResult:
         return CHANGED_REPLY
     if result.removed == 0 or not result.user_text:
         return "Nothing to retry."
-    return CommandResult("Retrying your last message.", resubmit_text=result.user_text)
+    files = tuple(a.to_dict() for a in result.user_attachments)
+    return CommandResult("Retrying your last message.", resubmit_text=result.user_text, resubmit_attachments=files)
 
 
 def _compress(call: CommandCall) -> str | CommandResult:

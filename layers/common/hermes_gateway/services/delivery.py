@@ -137,7 +137,10 @@ class Outbox(Protocol):
         *,
         platform_message_id: str | None = None,
         error: str | None = None,
-    ) -> None: ...
+        text: str | None = None,
+    ) -> None:
+        """Set the chunk's status (and what is given: its message id, the error, the text it shows)."""
+        ...
 
 
 class Pacing(Protocol):
@@ -649,9 +652,17 @@ def _complete_stream(
         except Exception as exc:
             _mark(deps, part.delivery_id, "failed", error=f"{type(exc).__name__}: {exc}")
             raise Undeliverable(f"{type(exc).__name__}: {exc}", chunk=part.delivery_id) from exc
-    _mark_sent(deps, part.delivery_id, "sent", entry.platform_message_id)
+    # The row was written at the message's first post, with the text shown then: it ends with the
+    # answer's, as the chat does (the same write that marks it sent).
+    final = _row_text(job, deps, part.text)
+    _mark(deps, part.delivery_id, "sent", platform_message_id=entry.platform_message_id, text=final)
     metrics.add_metric(name="DeliveryStreamCompleted", unit=MetricUnit.Count, value=1)
     return "sent"
+
+
+def _row_text(job: DeliveryJob, deps: DeliveryDeps, chunk: str) -> str:
+    """What a chunk's outbox row keeps of its text (a preview deployed; redacted unless local)."""
+    return preview(chunk if deps.store_sensitive else masked(chunk, job.redact), deps.outbox_text_chars)
 
 
 def _replying_to(job: DeliveryJob, chunk: int, deps: DeliveryDeps) -> str | None:
@@ -677,7 +688,7 @@ def _record_chunk(
         platform=job.platform,
         chat_id=job.chat_id,
         thread_id=job.thread_id,
-        text=preview(chunk if deps.store_sensitive else masked(chunk, job.redact), deps.outbox_text_chars),
+        text=_row_text(job, deps, chunk),
         turn_id=job.turn_id,
         chunk=index,
         chunks=count,

@@ -153,6 +153,23 @@ class AdapterLookup(Protocol):
 MAX_JSON_DEPTH = 64  # platform payloads nest about 10 deep (Teams cards, Slack blocks)
 MAX_NUMBER_CHARS = 40  # ids beyond 64 bits travel as strings; no float needs more digits
 MAX_TIMESTAMP_DIGITS = 12  # seconds until the year 33658: `now - t` can never overflow a float
+# A platform id (a chat, a user, an event) is at most this long in UTF-8: platforms' own ids are
+# under 100 characters. The ids become DynamoDB keys (the inbox's sort key, the routes' partition
+# key, the pairing table's) of at most 1,024 and 2,048 bytes, with prefixes: a longer one would be
+# a ValidationException at the inbox's write, a 500 the platform retries for days.
+MAX_ID_BYTES = 512
+MAX_SESSION_KEY_BYTES = 1024  # the routes' partition key, and keys made of it, with room to spare
+ID_FIELDS = (
+    "chat_id",
+    "user_id",
+    "thread_id",
+    "user_id_alt",
+    "chat_id_alt",
+    "scope_id",
+    "parent_chat_id",
+    "message_id",
+    "prospective_thread_id",
+)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
 
@@ -231,6 +248,20 @@ def read_json(raw: bytes, what: str = "body") -> Any:
     if reason is not None:
         raise BadRequest(f"{what} holds {reason}")
     return value
+
+
+def too_long(value: str | None) -> bool:
+    """Whether a platform id is longer than MAX_ID_BYTES (in UTF-8) and so cannot be a key."""
+    return value is not None and (len(value) > MAX_ID_BYTES or len(value.encode("utf-8")) > MAX_ID_BYTES)
+
+
+def _check_ids(item: InboundMessage) -> None:
+    """InvalidIdentifier naming the first id of the message too long to be a key (never its value)."""
+    if too_long(item.event_id):
+        raise InvalidIdentifier(f"the event id is over {MAX_ID_BYTES} bytes")
+    for name in ID_FIELDS:
+        if too_long(getattr(item.source, name)):
+            raise InvalidIdentifier(f"the {name} is over {MAX_ID_BYTES} bytes")
 
 
 def has_surrogate(text: str) -> bool:
@@ -440,6 +471,7 @@ def _enqueue_one(platform: str, item: InboundMessage | Ignored, settings: Settin
         log("webhook ignored", extra={"platform": platform, "reason": item.reason})
         metrics.add_metric(name="InboundIgnored", unit=MetricUnit.Count, value=1)
         return item.reason
+    _check_ids(item)
     if settings.served_profile:
         # A named profile's messages say so, and its event ids are its own: two bots in one chat
         # may both see an event numbered 7, and neither may be dropped as the other's duplicate.
@@ -454,6 +486,8 @@ def _enqueue_one(platform: str, item: InboundMessage | Ignored, settings: Settin
         thread_sessions_per_user=settings.sessions.thread_sessions_per_user,
         profile=settings.profile,
     )
+    if len(session_key.encode("utf-8")) > MAX_SESSION_KEY_BYTES:
+        raise InvalidIdentifier(f"the session key its ids make is over {MAX_SESSION_KEY_BYTES} bytes")
     correlate(item.event_id, hash_id(session_key))
     envelope = item.to_dict()
     envelope["session_key"] = session_key

@@ -77,6 +77,10 @@ class Access:
     directory: RouterDirectory | None = None
     receipts: ReceiptStore | None = None
     replies_ahead: Deliveries | None = None
+    # How the operator runs the CLI that approves a pairing: the pairing reply names the command
+    # (local mode: the path of the one beside it, and `--local`).
+    operator_cli: str = "hermes-gateway"
+    local: bool = False
 
     def send_ahead(self, job: dict[str, Any]) -> None:
         (self.replies_ahead or self.replies).send(job)
@@ -102,7 +106,8 @@ def offer_pairing(message: InboundMessage, access: Access, now: float) -> RouteO
     result = access.pairing.request_code(source.platform, source.user_id, source.user_name, source.chat_id, now)
     logger.info("pairing requested", extra={"platform": source.platform, "status": result.status})
     if result.status == "issued" and result.code:
-        text, redact = pairing_reply(source.platform, result.code, source.profile), [result.code]
+        reply = pairing_reply(source.platform, result.code, source.profile, cli=access.operator_cli, local=access.local)
+        text, redact = reply, [result.code]
         access.events.emit("pairing:requested", {"platform": source.platform, "user": hash_id(source.user_id)})
     elif result.tell_try_later:
         text, redact = TRY_LATER_REPLY, []
@@ -161,7 +166,8 @@ def route_message(
     if command is not None:
         if command.resubmit_text is None:
             return RouteOutcome("command", "ok")
-        message = replace(message, text=command.resubmit_text)  # /retry: the undone text, as a new turn
+        # /retry: the undone message (its text and its files), as a new turn
+        message = replace(message, text=command.resubmit_text, attachments=command.resubmit_attachments)
     # Hooks see the message before it is routed; a trusted in-process hook may switch its session.
     session_key = pre_route(
         access.events,

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 from hermes_gateway.domain.events import LifecycleEvents
 from hermes_gateway.domain.ports import Catalogue, Sweep, TurnStarter
-from hermes_gateway.domain.reset_policy import reset_reason, rules_from_settings
+from hermes_gateway.domain.reset_policy import reset_reason
 from hermes_gateway.domain.sessions import SessionEntry
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.observability import MetricUnit, hash_id, logger, metrics
 from hermes_gateway.services import lifecycle
-from hermes_gateway.settings import Settings
+from hermes_gateway.settings import Settings, rules_from_settings
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ one, add that one `setting(...)` line, show it in gateway.example.yaml, and run 
 - `load.py`: gateway.yaml + environment -> Settings; `profiles.py`: named profiles
 - `shipped.py`: the JSON settings file a deployment ships with its functions
 - `reference.py`: docs/configuration.md
+- `rules.py`: the domain's rules (a session store's reset policies) as the settings give them
 
 Secrets are not settings: they are never read from `gateway.yaml`, never written by `to_env`
 or into the shipped file; see `hermes_gateway.secrets`.
@@ -22,6 +23,7 @@ from hermes_gateway.settings.declare import Check, Setting
 from hermes_gateway.settings.load import configured_paths, load_settings, load_settings_file, read_yaml
 from hermes_gateway.settings.model import Settings
 from hermes_gateway.settings.profiles import DEPLOYMENT_WIDE, MAX_PROFILES, NAMED_PROFILE
+from hermes_gateway.settings.rules import rules_from_settings
 from hermes_gateway.settings.sections import (
     BOT_POLICIES,
     LEASE_MARGIN_SECONDS,
@@ -87,6 +89,7 @@ __all__ = [
     "load_settings_file",
     "load_shipped_settings",
     "read_yaml",
+    "rules_from_settings",
     "settings_config",
     "settings_env",
     "settings_json",

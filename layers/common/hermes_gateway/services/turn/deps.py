@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hermes_gateway.domain.events import LifecycleEvents
+from hermes_gateway.domain.outbox import OutboxEntry
 from hermes_gateway.domain.ports import (
     Catalogue,
     Deliveries,
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from hermes_gateway.platforms.base import Presence, Sender
     from hermes_gateway.platforms.media import Fetched
     from hermes_gateway.providers.stt import Transcriber
-    from hermes_gateway.services.turn.stream import StreamRows
 
 FLUSH_WAIT_SECONDS = 12.0  # the Respond task may run 90 s; the wait is a small part of it
 
@@ -42,6 +42,41 @@ class JobRecorder(Protocol):
     def get(self, job_id: str) -> Job | None: ...
 
     def record_run(self, job_id: str, run_id: str, status: str, error: str | None, now: float) -> bool: ...
+
+
+class StreamRows(Protocol):
+    """What a stream needs of the outbox (services.delivery.Outbox, and a read)."""
+
+    def get(self, delivery_id: str) -> OutboxEntry | None: ...
+
+    def record_claimed(
+        self,
+        delivery_id: str,
+        *,
+        platform: str,
+        chat_id: str | None,
+        thread_id: str | None,
+        text: str,
+        turn_id: str | None,
+        chunk: int,
+        chunks: int,
+        now: float,
+        status: str = "sending",
+        platform_message_id: str | None = None,
+    ) -> tuple[OutboxEntry, bool]: ...
+
+    def mark(
+        self,
+        delivery_id: str,
+        status: str,
+        now: float,
+        *,
+        platform_message_id: str | None = None,
+        error: str | None = None,
+        text: str | None = None,
+    ) -> None:
+        """Set the chunk's status (and what is given: its message id, the error, the text it shows)."""
+        ...
 
 
 def _no_tools(kind: TurnKind) -> Sequence[Tool]:
@@ -95,4 +130,4 @@ class TurnDeps:
     deliver: Callable[[Mapping[str, Any]], str] | None = None
 
 
-__all__ = ["FLUSH_WAIT_SECONDS", "JobRecorder", "TurnDeps", "TurnStarter"]
+__all__ = ["FLUSH_WAIT_SECONDS", "JobRecorder", "StreamRows", "TurnDeps", "TurnStarter"]

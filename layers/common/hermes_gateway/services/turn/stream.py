@@ -26,10 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from hermes_gateway.domain.media import split_media_lines
-from hermes_gateway.domain.outbox import OutboxEntry
 from hermes_gateway.domain.split import split_message
 from hermes_gateway.domain.turn_state import Turn, TurnKind
 from hermes_gateway.errors import OutcomeUnknown, PermanentError, RateLimited, TransientError
@@ -37,7 +35,7 @@ from hermes_gateway.observability import MetricUnit, logger, metrics
 from hermes_gateway.platforms.base import Editor, Sender, Target, editor_of
 from hermes_gateway.platforms.catalog import text_limit
 from hermes_gateway.providers.base import Provider, streaming_of
-from hermes_gateway.services.turn.deps import TurnDeps
+from hermes_gateway.services.turn.deps import StreamRows, TurnDeps
 
 FIRST_CHARS = 200  # this much text is posted before `first_after` has passed
 DM_INTERVAL = 1.0  # seconds between edits in a DM (Telegram allows about one message a second)
@@ -47,38 +45,6 @@ RECORD_ATTEMPTS = 3
 SILENT = ("[SILENT]", "NO_REPLY")  # as services/turn/respond.py: never posted, even in part
 SHOWN = "shown"  # a job's `streamed`: the message shows the exact first chunk
 PARTIAL = "partial"  # the message shows something else: the Deliver state edits it
-
-
-class StreamRows(Protocol):
-    """What a stream needs of the outbox (services.delivery.Outbox, and a read)."""
-
-    def get(self, delivery_id: str) -> OutboxEntry | None: ...
-
-    def record_claimed(
-        self,
-        delivery_id: str,
-        *,
-        platform: str,
-        chat_id: str | None,
-        thread_id: str | None,
-        text: str,
-        turn_id: str | None,
-        chunk: int,
-        chunks: int,
-        now: float,
-        status: str = "sending",
-        platform_message_id: str | None = None,
-    ) -> tuple[OutboxEntry, bool]: ...
-
-    def mark(
-        self,
-        delivery_id: str,
-        status: str,
-        now: float,
-        *,
-        platform_message_id: str | None = None,
-        error: str | None = None,
-    ) -> None: ...
 
 
 class StreamStopped(Exception):
@@ -190,7 +156,8 @@ class StreamWriter:
     def close(self) -> None:
         """No reply will be delivered (/stop, a silent answer): the message stays as it is."""
         if self.message_id is not None:
-            self.rows.mark(row_id(self.turn_id), "sent", self.wall(), platform_message_id=self.message_id)
+            shown = self.shown[:300] if self.shown is not None else None  # what the message keeps showing
+            self.rows.mark(row_id(self.turn_id), "sent", self.wall(), platform_message_id=self.message_id, text=shown)
 
     @property
     def _budget(self) -> int:
@@ -329,4 +296,4 @@ def writer_for(turn: Turn, deps: TurnDeps, provider: Provider) -> StreamWriter |
     ).open()
 
 
-__all__ = ["PARTIAL", "SHOWN", "Pace", "StreamRows", "StreamStopped", "StreamWriter", "pace_for", "writer_for"]
+__all__ = ["PARTIAL", "SHOWN", "Pace", "StreamStopped", "StreamWriter", "pace_for", "writer_for"]
