@@ -5,8 +5,8 @@ reused) `Leases.begin`, which takes the lease, moves the activity clock, allocat
 message and of its answer, and remembers the event, in one conditional write. Then the message's
 row and the turn's start. A message that meets a running turn is queued on the same route in one
 write, and the chat hears so once per turn. Before either, the user's limits (BEHAVIOUR §11,
-`services/limits.py`): the user's counts ride on that same write, and with a limit on, the
-user's usage partition is read once.
+`services/limits.py`): the user's counts ride on that same write, and the route read names the
+user's other sessions of the day (read only when there are some).
 
 Every step is idempotent on the platform event id, because the inbox stream may hand the same
 message to the router more than once: the route remembers the events that began or joined a turn
