@@ -299,6 +299,9 @@ def local_gateway(environ: dict[str, str] | None = None) -> Iterator[tuple[Any, 
         # 20 sends a minute, and the run would measure their waits. Each group send still takes
         # its slot, in one write, as a group below the limit does.
         "TELEGRAM_GROUP_SENDS_PER_MINUTE": "60000",
+        # Likewise a user's limit of messages a minute (a long session sends 200 in a few minutes):
+        # the limit is checked on every message, with its reads, and never reached.
+        "GATEWAY_LIMIT_MESSAGES_PER_MINUTE": "1000000",
         **(environ or {}),
     }
     gateway = LocalGateway(port=0, environ=env, tick_seconds=3600, poll_wait_seconds=1)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from hermes_gateway.domain.limits import Counted, Counts, periods
 from hermes_gateway.domain.ports import SessionStores
 from hermes_gateway.domain.reach import SearchScope, search_scope
 from hermes_gateway.domain.reset_policy import PolicyTable, ResetPolicy, SessionRules
@@ -270,6 +271,52 @@ def check_usage_is_counted_once_per_turn(make: Make) -> None:
 
 def _queued(event: str, text: str, mode: str = "queue") -> QueuedInput:
     return QueuedInput(event, text, T0, DM, ReplyTarget("telegram", "99"), mode)
+
+
+def check_a_users_counters_ride_on_the_writes_of_its_messages_and_turns(make: Make) -> None:
+    """BEHAVIOUR §11: a message's counts go with the write that takes it (the lease or the queue),
+    a turn's tokens and cost with the write that ends it; they outlive a reset, and a day that
+    ended is dropped by the next message's write while the month's stay."""
+    stores = make(SessionRules())
+    stores.routes.open(DM, KEY, T0)
+    day1, user = periods(T0), "0a1b2c3d"
+    entry = route(stores)
+    turn_id = lifecycle.turn_id_for(entry.session_id, "e1")
+    token = lifecycle.lease_token_for(turn_id)
+    group = "agent:main:telegram:group:-5:42"
+    counted = Counted(user, Counts().plus_one(day1), day1, peers=(group,))
+    assert stores.leases.begin(entry, turn_id, token, "e1", T0, counted=counted) is not None
+    assert route(stores).ledgers[user].counts == counted.counts
+    assert route(stores).ledgers[user].peers == {day1.day: frozenset({group})}
+    # a second message queues behind the turn, counted in the queue's write
+    again = Counted(user, counted.counts.plus_one(day1), day1)
+    queued = stores.leases.enqueue(route(stores), _queued("e2", "two"), max_items=5, now=T0 + 1, counted=again)
+    assert queued.status == "queued" and route(stores).ledgers[user].counts.minute_messages == 2
+    # the turn's tokens and cost go to the user who started it, today's and this month's
+    entry = route(stores)
+    successor = lifecycle.Successor(KEY, entry.session_id, T0 + 2, True)
+    tally = SessionTally(input_tokens=90, output_tokens=10, cost_usd=0.25)
+    handed = stores.leases.finish(
+        KEY, entry.session_id, token, successor.plan, T0 + 2, tally=tally, succeeded=True, spender=user
+    )
+    assert handed.status == "handed_off" and handed.next_turn is not None and handed.next_turn.lease_token
+    spent = route(stores).ledgers[user].spent
+    assert spent == {day1.day_tag: (100, 0.25), day1.month_tag: (100, 0.25)}
+    assert finish(stores, handed.next_turn.lease_token, T0 + 3) == "released"
+    # a reset replaces the session, not the user's counters
+    stores.routes.open(DM, KEY, T0 + 4, force_new=True)
+    assert route(stores).ledgers[user].spent == spent
+    # the next day's first message drops yesterday's tokens and keeps the month's
+    day2 = periods(T0 + 86_400)
+    entry = route(stores)
+    turn_id = lifecycle.turn_id_for(entry.session_id, "e3")
+    next_day = Counted(user, entry.ledgers[user].counts.plus_one(day2), day2, peers=("agent:main:telegram:dm:7",))
+    token = lifecycle.lease_token_for(turn_id)
+    assert stores.leases.begin(entry, turn_id, token, "e3", T0 + 86_400, counted=next_day) is not None
+    ledger = route(stores).ledgers[user]
+    assert ledger.spent == {day2.month_tag: (100, 0.25)} and ledger.counts.day_messages == 1
+    assert ledger.peers == {day2.day: frozenset({"agent:main:telegram:dm:7"})}
+    assert ledger.counts.month_messages == 3
 
 
 def check_messages_queue_behind_a_turn_and_are_handed_on(make: Make) -> None:

@@ -291,6 +291,9 @@ class MemoryDynamo:
     ) -> None:
         self._tables[name] = _Table(partition, sort, {n: _Index(p, s) for n, (p, s) in indexes.items()})
 
+    def tables(self) -> list[str]:
+        return list(self._tables)
+
     def items(self, table: str) -> list[dict[str, Any]]:
         return [_plain(item) for item in self._tables[table].items.values()]
 
@@ -412,6 +415,18 @@ class MemoryDynamo:
                 return "ConditionalCheckFailed"
             raise
         return ""
+
+    def batch_get_item(self, RequestItems: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        self.calls.append("BatchGetItem")
+        responses: dict[str, list[dict[str, Any]]] = {}
+        with self._lock:
+            for name, request in RequestItems.items():
+                if set(request) - {"Keys", "ConsistentRead"}:
+                    raise ValueError(f"unsupported batch read options: {sorted(request)}")
+                table = self._tables[name]
+                found = (table.items.get(table.key(_decode(key))) for key in request["Keys"])
+                responses[name] = [_encode(item) for item in found if item is not None]
+        return {"Responses": responses, "UnprocessedKeys": {}}
 
     def batch_write_item(self, RequestItems: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         self.calls.append("BatchWriteItem")

@@ -4,12 +4,14 @@ transactions the functions run, in memory. `tests/contracts/` holds it to moto."
 
 from __future__ import annotations
 
+from hermes_gateway.adapters.dynamo_table import Table
+from hermes_gateway.adapters.dynamo_usage import DynamoUsage
 from hermes_gateway.adapters.session_tables import SessionTables
 from hermes_gateway.domain.ports import SessionStores
 from hermes_gateway.domain.reset_policy import SessionRules
 from hermes_gateway.domain.sessions import TranscriptRow
 from hermes_gateway.domain.source import SessionSource
-from hermes_gateway.resources import MESSAGES, ROUTES, SESSIONS, Bindings
+from hermes_gateway.resources import ACCESS, MESSAGES, ROUTES, SESSIONS, Bindings
 from hermes_gateway.wiring import stores_on
 from tests.fakes.dynamo import MemoryDynamo, session_tables_client
 
@@ -32,3 +34,10 @@ def seed(
         assert seq is not None
         stores.transcript.put(entry.session_id, TranscriptRow(seq, role, text, now + i, sender_name=source.user_name))
     return entry.session_id
+
+
+def usage_book(client: MemoryDynamo) -> DynamoUsage:
+    """The usage book (domain/limits.py) on `client`'s routes and an access table (made here)."""
+    if ACCESS.name not in client.tables():
+        client.create_table(ACCESS.name, ACCESS.partition.name, ACCESS.sort.name if ACCESS.sort else None)
+    return DynamoUsage(Table(client, ROUTES.name), Table(client, ACCESS.name))

@@ -215,7 +215,9 @@ IDEMPOTENCY = TableSpec(
     ttl_attribute="expiration",
 )
 # Authorization state (hermes_gateway.adapters.dynamo_access): approved users, pending pairing
-# codes (hashed), request limits and lockouts, each kind under its own partition prefix.
+# codes (hashed), request limits and lockouts, each kind under its own partition prefix; and per
+# user and profile, the sessions their usage is summed over and the limit window they were told
+# about (hermes_gateway.adapters.dynamo_usage, BEHAVIOUR §11).
 ACCESS = TableSpec(
     name="access",
     env_var="HERMES_ACCESS_TABLE",

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from hermes_gateway.adapters.dynamo_memory import DynamoNoteStore
     from hermes_gateway.adapters.dynamo_outbox import DynamoOutbox
     from hermes_gateway.adapters.dynamo_receipts import DynamoReceipts
+    from hermes_gateway.adapters.dynamo_usage import DynamoUsage
     from hermes_gateway.adapters.session_tables import SessionTables
     from hermes_gateway.domain.events import LifecycleEvents
     from hermes_gateway.domain.media import Attachment
@@ -143,7 +144,20 @@ def access(profile: str | None = None) -> Access:
         replies_ahead=router_deliveries_ahead(),
         operator_cli=(os.environ.get(LOCAL_CLI_ENV) if local_mode() else None) or "hermes-gateway",
         local=local_mode(),
+        usage=usage_book(),
     )
+
+
+@cache
+def usage_book() -> DynamoUsage:
+    """Per user and profile: the sessions their usage is summed over, the limit window they were
+    told about (the access table); their counters are on the routes."""
+    from hermes_gateway.adapters.dynamo_table import Table, dynamodb_client
+    from hermes_gateway.adapters.dynamo_usage import DynamoUsage
+    from hermes_gateway.adapters.models import dynamodb_endpoint
+
+    client = dynamodb_client(region(), dynamodb_endpoint())
+    return DynamoUsage(Table(client, bindings().table("routes")), Table(client, bindings().table("access")))
 
 
 @cache
@@ -663,6 +677,7 @@ def reset() -> None:
         _directory_store,
         pairing_store,
         access,
+        usage_book,
         outbox,
         queue,
         deliveries,

@@ -18,6 +18,7 @@ from typing import Any
 from hermes_gateway.adapters import route_item as ri
 from hermes_gateway.adapters.dynamo_table import ConditionFailed, Update, condition
 from hermes_gateway.adapters.session_tables import SESSION_TALLY, SessionTables, hidden_of
+from hermes_gateway.domain.limits import Counted, periods
 from hermes_gateway.domain.sessions import SessionEntry, SessionTally
 from hermes_gateway.domain.turns import (
     Begun,
@@ -46,6 +47,18 @@ def add_tally(update: Update, tally: SessionTally) -> Update:
     return update
 
 
+def count_message(update: Update, entry: SessionEntry, counted: Counted | None) -> Update:
+    """The message's user's counts, carried by the write that takes the message (domain/limits.py)."""
+    if counted is not None:
+        changes, added, gone = ri.counted(counted, entry.ledgers)
+        update.set_many(changes)
+        for attr, members in added.items():
+            update.add(attr, members)  # a set: links another session makes at once stay too
+        if gone:
+            update.remove(*gone)
+    return update
+
+
 def released(update: Update) -> Update:
     """The lease and everything of the running turn removed."""
     return update.remove(*ri.LEASE_ATTRS, "stop_turn_id", "busy_acked")
@@ -57,7 +70,16 @@ class DynamoLeases:
 
     # -- a turn begins -----------------------------------------------------------------------
 
-    def begin(self, entry: SessionEntry, turn_id: str, token: str, event_id: str, now: float) -> Begun | None:
+    def begin(
+        self,
+        entry: SessionEntry,
+        turn_id: str,
+        token: str,
+        event_id: str,
+        now: float,
+        *,
+        counted: Counted | None = None,
+    ) -> Begun | None:
         base, hidden = entry.next_seq, entry.hidden
         if base is None:  # a route from before the seq counter: its transcript says where it is
             base = self.t.last_seq(entry.session_id)
@@ -81,7 +103,7 @@ class DynamoLeases:
         if took_over:  # the lease outlived a turn that was cut short (BEHAVIOUR §5)
             update.set_many(ri.failure(self._flags(entry), "lease_expired", now))
         update.increment("revision").increment("execution_generation").increment("n_msgs")
-        update.remove("stop_turn_id", "busy_acked", *ri.LEGACY)
+        count_message(update, entry, counted).remove("stop_turn_id", "busy_acked", *ri.LEGACY)
         try:
             fresh = self.t.routes.update(
                 {"session_key": entry.session_key},
@@ -105,8 +127,10 @@ class DynamoLeases:
     def _flags(entry: SessionEntry) -> Item:
         return {"resume_pending": entry.resume_pending, "failed_recoveries": entry.failed_recoveries}
 
-    def enqueue(self, entry: SessionEntry, item: QueuedInput, *, max_items: int, now: float) -> Enqueued:
-        update = Update()
+    def enqueue(
+        self, entry: SessionEntry, item: QueuedInput, *, max_items: int, now: float, counted: Counted | None = None
+    ) -> Enqueued:
+        update = count_message(Update(), entry, counted)
         update.set_expression(
             f"{update.name('turn_queue')} = list_append(if_not_exists({update.name('turn_queue')}, "
             f"{update.value([])}), {update.value([item.to_dict()])})"
@@ -156,8 +180,12 @@ class DynamoLeases:
         tally: SessionTally,
         succeeded: bool,
         recovery_failed: bool = False,
+        spender: str | None = None,
     ) -> Finished:
-        finished = self._finish(session_key, session_id, token, plan, now, tally=tally, succeeded=succeeded)
+        spent = self._spent(session_key, spender, tally, now)
+        finished = self._finish(
+            session_key, session_id, token, plan, now, tally=tally, succeeded=succeeded, spent=spent
+        )
         if recovery_failed and finished.status != "lost":
             self.mark_failed(session_key, session_id, "recovery_failed", now)
         return finished
@@ -172,10 +200,11 @@ class DynamoLeases:
         *,
         tally: SessionTally,
         succeeded: bool,
+        spent: dict[str, int | float],
     ) -> Finished:
         counted = True  # the tally still has to be added
         for _ in range(_FINISH_ATTEMPTS):
-            update = self._outcome(Update(), tally if counted else SessionTally(), succeeded, now)
+            update = self._outcome(Update(), tally if counted else SessionTally(), succeeded, now, spent)
             released(update).remove("handoff", "approval")
             when = condition(
                 update,
@@ -200,12 +229,25 @@ class DynamoLeases:
                 self._count_on_record(session_id, tally if counted else SessionTally(), now)
                 counted, session_id = False, str(item["session_id"])
                 continue
-            handed = self._hand_off(item, token, plan, tally if counted else SessionTally(), succeeded, now)
+            handed = self._hand_off(item, token, plan, tally if counted else SessionTally(), succeeded, now, spent)
             if handed is not None:
                 return handed
         raise TransientError("the turn queue kept changing while the lease was released")
 
-    def _outcome(self, update: Update, tally: SessionTally, succeeded: bool, now: float) -> Update:
+    def _spent(self, session_key: str, spender: str | None, tally: SessionTally, now: float) -> dict[str, int | float]:
+        """What the turn adds to its user's counters on the route, in the days of the route's rules."""
+        if spender is None:
+            return {}
+        p = periods(now, self.t.rules.for_key(session_key).time_zone)
+        return ri.spending(spender, tally.total_tokens, tally.cost_usd, p)
+
+    def _outcome(
+        self, update: Update, tally: SessionTally, succeeded: bool, now: float, spent: dict[str, int | float]
+    ) -> Update:
+        # The user's counters go on the route whichever session it points at now: they are the
+        # user's. Only the attempt whose write succeeds adds them.
+        for attr, value in spent.items():
+            update.increment(attr, value)
         add_tally(update, tally).set("updated_at", now).increment("revision")
         if succeeded:
             update.set_many({"resume_pending": False, "failed_recoveries": 0, "is_fresh_reset": False})
@@ -228,6 +270,7 @@ class DynamoLeases:
         tally: SessionTally,
         succeeded: bool,
         now: float,
+        spent: dict[str, int | float],
     ) -> Finished | None:
         queue = [QueuedInput.from_dict(q) for q in item.get("turn_queue") or ()]
         base = int(item.get("next_seq") or 0)
@@ -238,7 +281,7 @@ class DynamoLeases:
         # The queued messages the next turn takes are counted with this turn's tally (one SET
         # clause per attribute: DynamoDB refuses two paths on the same attribute).
         counted = dataclasses.replace(tally, message_count=tally.message_count + len(taken))
-        update = self._outcome(Update(), counted, succeeded, now)
+        update = self._outcome(Update(), counted, succeeded, now, spent)
         update.set_many(
             {
                 "lease_token": turn.lease_token,

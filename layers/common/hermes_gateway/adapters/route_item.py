@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
+from hermes_gateway.domain.limits import Counted, Counts, Ledger, Periods
 from hermes_gateway.domain.reset_policy import SessionRules, next_deadline
 from hermes_gateway.domain.sessions import MAX_FAILED_RECOVERIES, ModelOverride, SessionEntry, SessionTally, event_mark
 from hermes_gateway.domain.turn_state import Turn
@@ -59,6 +61,14 @@ RESET_CLEARED = (
     *TALLY_ATTRS,
 )
 LEGACY = ("activity_shard",)  # the by_activity index's key: no longer written, removed on write
+# Each user's counters (domain/limits.py), named by the user's spender key: `uq<key>` the message
+# counts (a list, set by the router's write of a message), `ut<key><tag>` and `uc<key><tag>` the
+# tokens and estimated dollars of the user's turns in a day (`d<day>`) or month (`m<month>`),
+# added by the turn's finishing write, and `up<key>d<day>` the user's other sessions used that
+# day (a string set: sessions link to each other by adding to it). Never cleared by a reset: they
+# are the user's, not the session's. About 110 bytes a user (and each peer's key), so a route of
+# one user stays one write unit.
+_LEDGER_ATTR = re.compile(r"^u([qtcp])([0-9a-f]{8})([dm][0-9]+)?$")
 
 
 def shard(session_key: str, shards: int = POLICY_SHARDS) -> str:
@@ -83,6 +93,74 @@ def tally(item: Mapping[str, Any]) -> SessionTally:
     values["last_prompt_tokens"] = _int(item.get(TALLY_PROMPT))
     values["prompt_ratio"] = _num(item.get(TALLY_RATIO))
     return SessionTally(**values)
+
+
+def counts_attr(spender: str) -> str:
+    return f"uq{spender}"
+
+
+def spent_attrs(spender: str, tag: str) -> tuple[str, str]:
+    """The tokens and the dollars of `spender`'s turns in the period `tag`."""
+    return f"ut{spender}{tag}", f"uc{spender}{tag}"
+
+
+def peers_attr(spender: str, day: int) -> str:
+    """`spender`'s other sessions used on `day`."""
+    return f"up{spender}d{day}"
+
+
+def ledgers(item: Mapping[str, Any]) -> dict[str, Ledger]:
+    counts: dict[str, Counts] = {}
+    spent: dict[str, dict[str, list[float]]] = {}
+    peers: dict[str, dict[int, frozenset[str]]] = {}
+    for name, value in item.items():
+        match = _LEDGER_ATTR.match(name)
+        if match is None:
+            continue
+        kind, spender, tag = match.groups()
+        if kind == "q" and tag is None:
+            counts[spender] = Counts.from_list(value or [])
+        elif kind == "p" and tag is not None and tag[0] == "d":
+            peers.setdefault(spender, {})[int(tag[1:])] = frozenset(str(v) for v in value or ())
+        elif tag is not None:
+            pair = spent.setdefault(spender, {}).setdefault(tag, [0, 0.0])
+            pair[0 if kind == "t" else 1] = float(value or 0)
+    return {
+        spender: Ledger(
+            counts.get(spender, Counts()),
+            {tag: (int(tokens), usd) for tag, (tokens, usd) in spent.get(spender, {}).items()},
+            peers.get(spender, {}),
+        )
+        for spender in {*counts, *spent, *peers}
+    }
+
+
+def counted(found: Counted, held: Mapping[str, Ledger]) -> tuple[dict[str, Any], dict[str, set[str]], list[str]]:
+    """What a message's write sets (the user's new counts), adds (the user's other sessions found
+    used today) and removes (every user's counters and peers of ended periods, so a route shared
+    by many users does not grow without end)."""
+    gone: list[str] = []
+    p = found.periods
+    for spender, ledger in held.items():
+        for tag in ledger.stale_tags(p):
+            gone.extend(spent_attrs(spender, tag))
+        gone.extend(peers_attr(spender, day) for day in ledger.stale_peer_days(p))
+        if spender != found.spender and not ledger.spent and ledger.counts.month < p.month:
+            gone.append(counts_attr(spender))
+    added = {peers_attr(found.spender, p.day): set(found.peers)} if found.peers else {}
+    return {counts_attr(found.spender): found.counts.as_list()}, added, gone
+
+
+def spending(spender: str, tokens: int, usd: float, p: Periods) -> dict[str, int | float]:
+    """What a turn's finishing write adds to its user's counters (today's and this month's)."""
+    added: dict[str, int | float] = {}
+    for tag in (p.day_tag, p.month_tag):
+        token_attr, usd_attr = spent_attrs(spender, tag)
+        if tokens:
+            added[token_attr] = tokens
+        if usd:
+            added[usd_attr] = round(usd, 8)
+    return added
 
 
 def ranges(raw: Any) -> tuple[tuple[int, int], ...]:
@@ -138,6 +216,7 @@ def entry(item: Mapping[str, Any], **extra: Any) -> SessionEntry:
         recent_events=tuple(str(m) for m in item.get("recent") or ()),
         queued=len(item.get("turn_queue") or ()),
         approval_pending=bool(item.get("approval")),
+        ledgers=ledgers(item),
         **extra,
     )
 

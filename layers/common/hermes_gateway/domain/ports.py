@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 
+from hermes_gateway.domain.limits import Counted
 from hermes_gateway.domain.reach import SearchScope
 from hermes_gateway.domain.sessions import (
     Fence,
@@ -132,17 +133,30 @@ class Routes(Protocol):
 
 
 class Leases(Protocol):
-    def begin(self, entry: SessionEntry, turn_id: str, token: str, event_id: str, now: float) -> Begun | None:
+    def begin(
+        self,
+        entry: SessionEntry,
+        turn_id: str,
+        token: str,
+        event_id: str,
+        now: float,
+        *,
+        counted: Counted | None = None,
+    ) -> Begun | None:
         """Take the lease for one turn in ONE conditional write that also moves the activity
         clock, allocates the transcript seqs of the message (`user_seq`) and of its answer
-        (`reply_seq`), counts the message and remembers the event as routed. Conditioned on
-        the entry's revision: None when the route changed since it was read (read it again).
-        An expired lease is taken over (the cut-short turn marks the session resume_pending)."""
+        (`reply_seq`), counts the message (and, with `counted`, its user's counts: domain/limits.py)
+        and remembers the event as routed. Conditioned on the entry's revision: None when the
+        route changed since it was read (read it again). An expired lease is taken over (the
+        cut-short turn marks the session resume_pending)."""
         ...
 
-    def enqueue(self, entry: SessionEntry, item: QueuedInput, *, max_items: int, now: float) -> Enqueued:
+    def enqueue(
+        self, entry: SessionEntry, item: QueuedInput, *, max_items: int, now: float, counted: Counted | None = None
+    ) -> Enqueued:
         """Queue a message behind the running turn (the lease `entry` shows must still be held),
-        in one write that also says whether the chat was told it is busy during this turn."""
+        in one write that also says whether the chat was told it is busy during this turn (and,
+        with `counted`, sets its user's counts)."""
         ...
 
     def finish(
@@ -156,8 +170,10 @@ class Leases(Protocol):
         tally: SessionTally,
         succeeded: bool,
         recovery_failed: bool = False,
+        spender: str | None = None,
     ) -> Finished:
-        """End the turn holding `token`: add its `tally` to the session's totals and release
+        """End the turn holding `token`: add its `tally` to the session's totals (and its tokens
+        and cost to the counters of `spender`, the user it served: domain/limits.py) and release
         the lease, or hand it to the turn `plan(queue, first_seq)` makes from the queued
         messages: ONE conditional write either way. `succeeded` clears the session's recovery
         state; `recovery_failed` counts a failed recovery (BEHAVIOUR §5). A repeat by the same

@@ -14,9 +14,11 @@ import hashlib
 import re
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hermes_gateway.domain.limits import Ledger
 from hermes_gateway.domain.media import Attachment
 from hermes_gateway.errors import GatewayError
 
@@ -225,6 +227,8 @@ class SessionEntry:
     recent_events: tuple[str, ...] = ()  # hashes of the events that last began or queued a turn
     queued: int = 0  # messages waiting behind the running turn
     approval_pending: bool = False  # the running turn waits for an approval
+    # each user's counters on this route, by spender key (domain/limits.py): kept across resets
+    ledgers: Mapping[str, Ledger] = field(default_factory=dict)
 
     def lease_held(self, now: float) -> bool:
         """A turn holds the session: its lease is taken and has not expired."""

@@ -1,7 +1,7 @@
 """Gateway commands (BEHAVIOUR §9), answered by the router without an agent turn.
 
-Tiers (§4): admins run every command. Everyone runs `/help`, `/whoami`, `/status`, `/sessions`
-and the commands that change only their own conversation (`/new`, `/reset`, `/undo`, `/retry`,
+Tiers (§4): admins run every command. Everyone runs `/help`, `/whoami`, `/status`, `/usage`,
+`/sessions` and the commands that change only their own conversation (`/new`, `/reset`, `/undo`, `/retry`,
 `/compress`, `/title`, `/resume`), except in a shared session (a group whose members share one session), where
 those need an admin: one member must not rewrite everyone's history. `access.user_commands` opens
 any other command to every user. Plain chat is unaffected, and an unknown command goes to the
@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from hermes_gateway.domain.access import is_admin
 from hermes_gateway.domain.context import COMPRESS_COMMAND
 from hermes_gateway.domain.events import LifecycleEvents
+from hermes_gateway.domain.limits import UsageBook
 from hermes_gateway.domain.model_policy import ModelPolicy
 from hermes_gateway.domain.ports import SessionStores, TurnStarter
 from hermes_gateway.domain.receipts import ReceiptStore
@@ -41,6 +42,7 @@ from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.errors import Conflict, TransientError
 from hermes_gateway.observability import hash_id, logger
 from hermes_gateway.services import lifecycle
+from hermes_gateway.services.limits import usage_report
 from hermes_gateway.settings import Settings
 
 # "/name args" or "/name@BotName args" (Telegram addresses commands to a bot in groups)
@@ -84,6 +86,8 @@ class CommandContext:
     event_id: str | None = None
     # Starts the memory flush of a session /new or /reset replaced (BEHAVIOUR §3).
     starter: TurnStarter | None = None
+    # The user's usage across their sessions, for /usage (BEHAVIOUR §11; None: this chat's only).
+    usage: UsageBook | None = None
 
 
 @dataclass(frozen=True)
@@ -266,6 +270,11 @@ def _whoami(call: CommandCall) -> str:
     role = "admin" if is_admin(source, call.settings) else "user"
     bot = f" (profile {call.settings.served_profile})" if call.settings.served_profile else ""
     return f"{who}: user id {source.user_id} on {source.platform}{bot}, {role}. Here: {source.description}."
+
+
+def _usage(call: CommandCall) -> str:
+    context = call.context
+    return usage_report(call.source, context.session_key, call.route, call.settings, context.usage, call.now)
 
 
 def _sethome(call: CommandCall) -> str:
@@ -506,6 +515,12 @@ COMMANDS: Mapping[str, CommandSpec] = {
         CommandSpec("help", "what you can ask the gateway itself", _help, everyone=True),
         CommandSpec("whoami", "who the gateway thinks you are", _whoami, everyone=True),
         CommandSpec("status", "this session: id, title, messages, tokens, model, busy or idle", _status, everyone=True),
+        CommandSpec(
+            "usage",
+            "your messages, tokens and estimated cost today and this month, and your limits",
+            _usage,
+            everyone=True,
+        ),
         CommandSpec("new", "start a new session (/new [title])", _new, everyone=True, own_session=True),
         CommandSpec("reset", "start this chat over with a new session", _reset, everyone=True, own_session=True),
         CommandSpec("undo", "take back the last turn (/undo [n] for n turns)", _undo, everyone=True, own_session=True),

@@ -106,10 +106,12 @@ def end_turn(
     tally: SessionTally,
     succeeded: bool,
     recovery_failed: bool = False,
+    spender: str | None = None,
 ) -> str:
-    """Release the lease (with the turn's totals), or hand it to the next queued message and
-    start that turn: the check and the release are one conditional write, so nothing queued is
-    left without a turn. Returns released | handed_off | lost."""
+    """Release the lease (with the turn's totals, added to its user's counters too when
+    `spender` names them), or hand it to the next queued message and start that turn: the check
+    and the release are one conditional write, so nothing queued is left without a turn.
+    Returns released | handed_off | lost."""
     finished = leases.finish(
         successor.session_key,
         successor.session_id,
@@ -119,6 +121,7 @@ def end_turn(
         tally=tally,
         succeeded=succeeded,
         recovery_failed=recovery_failed,
+        spender=spender,
     )
     if finished.status == "handed_off" and finished.next_turn is not None:
         turn = finished.next_turn

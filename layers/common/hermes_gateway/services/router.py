@@ -4,7 +4,9 @@ One message's path reads its route once and writes it once: `Routes.get`, then (
 reused) `Leases.begin`, which takes the lease, moves the activity clock, allocates the seqs of the
 message and of its answer, and remembers the event, in one conditional write. Then the message's
 row and the turn's start. A message that meets a running turn is queued on the same route in one
-write, and the chat hears so once per turn.
+write, and the chat hears so once per turn. Before either, the user's limits (BEHAVIOUR §11,
+`services/limits.py`): the user's counts ride on that same write, and the route read names the
+user's other sessions of the day (read only when there are some).
 
 Every step is idempotent on the platform event id, because the inbox stream may hand the same
 message to the router more than once: the route remembers the events that began or joined a turn
@@ -20,6 +22,7 @@ from typing import Any, Protocol
 
 from hermes_gateway.domain.access import AccessFacts, authorize, unauthorized_dm_action
 from hermes_gateway.domain.events import LifecycleEvents, pre_route
+from hermes_gateway.domain.limits import Counted, UsageBook
 from hermes_gateway.domain.media import attachments_of, keyed
 from hermes_gateway.domain.pairing import TRY_LATER_REPLY, PairingStore, pairing_reply
 from hermes_gateway.domain.ports import Deliveries, SessionStores, TurnStarter
@@ -34,6 +37,7 @@ from hermes_gateway.errors import SessionBusy
 from hermes_gateway.observability import MetricUnit, correlate, hash_id, logger, metrics
 from hermes_gateway.services import lifecycle
 from hermes_gateway.services.commands import CommandContext, CommandResult, HomeStore, answer_command, parse_command
+from hermes_gateway.services.limits import Gate, Refused
 from hermes_gateway.services.turn_commands import (
     TurnCommandContext,
     TurnEnded,
@@ -51,7 +55,7 @@ _BEGIN_ATTEMPTS = 4
 
 @dataclass(frozen=True)
 class RouteOutcome:
-    status: str  # started | queued | denied | pairing | command | already_started | already_answered
+    status: str  # started | queued | denied | pairing | command | limited | already_started | already_answered
     reason: str
     turn_id: str | None = None
     session_id: str | None = None
@@ -65,7 +69,9 @@ class RouterDirectory(HomeStore, Protocol):
 class Access:
     """What the router needs besides sessions: the pairing store, a way to reply, lifecycle
     events, the directory (home channels for /sethome, chats by name for `#name` targets), and
-    receipts (a session command runs once per message).
+    receipts (a session command runs once per message), and the usage book (per user: the
+    sessions to sum their usage over, the limit window they were told about; None: limits are
+    not checked, as in tests that route past them; the deployment always has one).
 
     `replies_ahead` sends a reply that must reach the chat before the turn its message starts (the
     notice of /retry or /compress, the notice of an automatic reset) and waits for it: sent the
@@ -81,6 +87,7 @@ class Access:
     # (local mode: the path of the one beside it, and `--local`).
     operator_cli: str = "hermes-gateway"
     local: bool = False
+    usage: UsageBook | None = None
 
     def send_ahead(self, job: dict[str, Any]) -> None:
         (self.replies_ahead or self.replies).send(job)
@@ -128,6 +135,7 @@ class Routing:
     starter: TurnStarter
     access: Access
     now: float
+    gate: Gate
 
     def turn_context(self, entry: SessionEntry) -> TurnCommandContext:
         stores = self.stores
@@ -177,7 +185,8 @@ def route_message(
         {"source": source.to_dict(), "text": message.text},
     )  # fmt: skip
     correlate(message.event_id, hash_id(session_key))
-    routing = Routing(message, session_key, settings, stores, starter, access, now)
+    gate = Gate(message.source, session_key, settings, access.usage, now)
+    routing = Routing(message, session_key, settings, stores, starter, access, now, gate)
     read = stores.routes.get(session_key)
     if read is not None and event_mark(message.event_id) in read.recent_events:
         return _redelivered(routing, read)
@@ -213,6 +222,7 @@ def _gateway_command(
         receipts=access.receipts,
         event_id=message.event_id,
         starter=starter,
+        usage=access.usage,
     )
     command = answer_command(message.text, context)
     if command is not None:
@@ -247,14 +257,17 @@ def _take_turn(routing: Routing, entry: SessionEntry) -> RouteOutcome:
         if answered is not None:
             routing.access.replies.send(_reply_job(message, "command", answered))
             return RouteOutcome("command", "ok", None, entry.session_id)
+        counted = routing.gate.admit(entry)  # limits (BEHAVIOUR §11): after the commands, before a turn
+        if isinstance(counted, Refused):
+            return _refused(routing, entry, counted)
         forced = command is not None and command.name == "queue"
         text = command.args if forced and command is not None else message.text
         if entry.lease_held(routing.now):
-            waiting = _wait(routing, entry, ctx, replace(message, text=text), forced)
+            waiting = _wait(routing, entry, ctx, replace(message, text=text), forced, counted)
             if waiting is not None:
                 return waiting
         else:
-            started = _begin(routing, entry, text)
+            started = _begin(routing, entry, text, counted)
             if started is not None:
                 return started
         fresh = routing.stores.routes.get(routing.session_key)
@@ -262,14 +275,26 @@ def _take_turn(routing: Routing, entry: SessionEntry) -> RouteOutcome:
     raise SessionBusy("the session's route kept changing", retry_after=1)
 
 
+def _refused(routing: Routing, entry: SessionEntry, refused: Refused) -> RouteOutcome:
+    """Over a limit: no turn, nothing queued or kept; the window's one answer, if it is this one's."""
+    if refused.reply is not None:
+        routing.access.replies.send(_reply_job(routing.message, "limit", refused.reply))
+    return RouteOutcome("limited", refused.limit, None, entry.session_id)
+
+
 def _wait(
-    routing: Routing, entry: SessionEntry, ctx: TurnCommandContext, message: InboundMessage, forced: bool
+    routing: Routing,
+    entry: SessionEntry,
+    ctx: TurnCommandContext,
+    message: InboundMessage,
+    forced: bool,
+    counted: Counted | None,
 ) -> RouteOutcome | None:
     """The message waits on the running turn (queued, steering it, or interrupting it); None
     when the turn ended meanwhile (take the lease now)."""
     mode = "queue" if forced else busy_mode(message.source, routing.settings)
     try:
-        notice = queue_busy_message(message, ctx, mode)
+        notice = queue_busy_message(message, ctx, mode, counted=counted)
     except TurnEnded:
         return None
     if notice is not None:
@@ -277,11 +302,11 @@ def _wait(
     return RouteOutcome("queued", mode, None, entry.session_id)
 
 
-def _begin(routing: Routing, entry: SessionEntry, text: str) -> RouteOutcome | None:
+def _begin(routing: Routing, entry: SessionEntry, text: str, counted: Counted | None) -> RouteOutcome | None:
     message, stores = routing.message, routing.stores
     turn_id = lifecycle.turn_id_for(entry.session_id, message.event_id)
     token = lifecycle.lease_token_for(turn_id)
-    begun = stores.leases.begin(entry, turn_id, token, message.event_id, routing.now)
+    begun = stores.leases.begin(entry, turn_id, token, message.event_id, routing.now, counted=counted)
     if begun is None:
         return None  # the route changed since it was read: read it again
     if begun.took_over and entry.queued:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hermes_gateway.domain.access import is_admin
+from hermes_gateway.domain.limits import Counted
 from hermes_gateway.domain.media import attachments_of
 from hermes_gateway.domain.ports import Leases, Transcript, TurnControl, TurnStarter
 from hermes_gateway.domain.sessions import SessionEntry
@@ -205,9 +206,12 @@ class TurnEnded(Exception):
     """The running turn released the lease before the message could be queued: take it now."""
 
 
-def queue_busy_message(message: InboundMessage, ctx: TurnCommandContext, mode: str | None = None) -> str | None:
-    """Queue a message that met a running turn. Returns the notice to send (once per turn), or
-    None. Raises TurnEnded when the turn ended meanwhile: the caller then takes the lease."""
+def queue_busy_message(
+    message: InboundMessage, ctx: TurnCommandContext, mode: str | None = None, *, counted: Counted | None = None
+) -> str | None:
+    """Queue a message that met a running turn (with `counted`, its user's counts in the same
+    write). Returns the notice to send (once per turn), or None. Raises TurnEnded when the turn
+    ended meanwhile: the caller then takes the lease."""
     assert ctx.entry is not None
     mode = mode or busy_mode(message.source, ctx.settings)
     item = QueuedInput(
@@ -219,7 +223,7 @@ def queue_busy_message(message: InboundMessage, ctx: TurnCommandContext, mode: s
         mode=mode,
         attachments=attachments_of(message.attachments),
     )
-    result = ctx.leases.enqueue(ctx.entry, item, max_items=ctx.settings.turns.max_queued, now=ctx.now)
+    result = ctx.leases.enqueue(ctx.entry, item, max_items=ctx.settings.turns.max_queued, now=ctx.now, counted=counted)
     if result.status == "not_busy":
         raise TurnEnded
     metrics.add_metric(name="MessageQueued", unit=MetricUnit.Count, value=1 if result.status == "queued" else 0)

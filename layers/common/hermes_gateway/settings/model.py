@@ -24,6 +24,7 @@ from hermes_gateway.settings.sections import (
     CronSettings,
     HooksSettings,
     IngressSettings,
+    LimitSettings,
     MediaSettings,
     MemorySettings,
     OperationsSettings,
@@ -75,6 +76,7 @@ class Settings(Section):
     memory: MemorySettings = section(MemorySettings)
     access: AccessSettings = section(AccessSettings)
     sessions: SessionSettings = section(SessionSettings)
+    limits: LimitSettings = section(LimitSettings)
     cron: CronSettings = section(CronSettings, wide=True)
     hooks: HooksSettings = section(HooksSettings, wide=True)
     turns: TurnSettings = section(TurnSettings)

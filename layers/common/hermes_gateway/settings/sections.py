@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hermes_gateway.domain.limits import LIMIT_NAMES, parse_overrides
 from hermes_gateway.domain.media import FETCHED_KINDS, MEDIA_KINDS
 from hermes_gateway.domain.reach import SEARCH_SCOPES
 from hermes_gateway.domain.reset_policy import MODES as RESET_MODES
@@ -213,6 +214,25 @@ class AccessSettings(Section):
     admins: tuple[str, ...] = setting("GATEWAY_ADMINS", names, (), "user ids that are admins on every platform")
     user_commands: tuple[str, ...] = setting(
         "GATEWAY_USER_COMMANDS", names, (), "gateway commands non-admins may run besides /help and /whoami",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class LimitSettings(Section):
+    """`limits:` what one user may spend, per user and profile, before a message reaches no model
+    (BEHAVIOUR §11); 0 turns a limit off. Admins are exempt; a platform may set its own."""
+
+    messages_per_minute: int = setting(
+        "GATEWAY_LIMIT_MESSAGES_PER_MINUTE", whole, 20, "messages one user may send a minute (0: no limit)",
+        check=at_least(0),
+    )
+    tokens_per_day: int = setting(
+        "GATEWAY_LIMIT_TOKENS_PER_DAY", whole, 0, "model tokens one user's turns may use a day (0: no limit)",
+        check=at_least(0),
+    )
+    usd_per_day: float = setting(
+        "GATEWAY_LIMIT_USD_PER_DAY", fraction, 0.0,
+        "estimated model cost one user's turns may reach a day, in USD (0: no limit)", check=at_least(0),
     )
 
 
@@ -515,6 +535,12 @@ class PlatformSettings(Section):
     busy_input_mode: str = setting(
         "BUSY_INPUT_MODE", text, "", "this platform's turns.busy_input_mode (empty: the gateway's)",
         check=optional(one_of(BUSY_MODES)),
+    )
+    limits: str = setting(
+        "LIMITS", text, "",
+        "this platform's own limits.*, as <name>=<number>;... e.g. messages_per_minute=5;usd_per_day=0.5 "
+        "(empty: the gateway's)",
+        check=raises_value_error(parse_overrides, "<name>=<number>;... with names " + ", ".join(LIMIT_NAMES)),
     )
     typing_indicator: bool = setting(
         "TYPING_INDICATOR", flag, True, "show that the agent is working while a turn runs (where the platform can)",

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from hermes_gateway.domain.cost import estimate_cost
+from hermes_gateway.domain.limits import spender_key
 from hermes_gateway.domain.sessions import SessionTally, TokenUsage
 from hermes_gateway.domain.turn_state import Reply, Step, TurnKind, TurnState
 from hermes_gateway.errors import LeaseLost, PermanentError, TransientError
@@ -176,6 +177,8 @@ def _end(
         tally=tally,
         succeeded=succeeded,
         recovery_failed=recovery_failed,
+        # the user the turn served spent it (BEHAVIOUR §11: their limits count it)
+        spender=spender_key(turn.source) if turn.source is not None else None,
     )
 
 
