@@ -1,4 +1,6 @@
-"""Ingress: API Gateway (HTTP API, payload 2.0) → verify → normalize → one inbox write → acknowledge."""
+"""Ingress: API Gateway (HTTP API, payload 2.0) → verify → normalize → one inbox write → acknowledge;
+and e-mail: SES's receipts (read the stored message → normalize → one inbox write) and the sent
+mails' bounces and complaints (EventBridge → the outbox row marked failed)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from hermes_gateway import wiring
 from hermes_gateway.adapters.api_gateway import HttpApiEvent
 from hermes_gateway.errors import BadRequest, PayloadTooLarge
 from hermes_gateway.observability import logger, metrics
+from hermes_gateway.services import mail_ingress
 from hermes_gateway.services.ingress import HttpRequest, HttpResponse, decode_body, handle_webhook, webhook_route
 
 
@@ -30,6 +33,16 @@ def _respond(response: HttpResponse) -> dict[str, Any]:
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     received_at = time.time()
+    if mail_ingress.is_receipt(event):
+        return mail_ingress.MailIngress(
+            settings=wiring.settings(),
+            mail=wiring.mail_adapter(),
+            store=wiring.raw_mail_store(),
+            enqueue_once=wiring.inbox().put_once,
+            function_arn=context.invoked_function_arn,
+        ).receive(event, received_at)
+    if mail_ingress.is_feedback(event):
+        return {"ok": True, "outcome": mail_ingress.record_feedback(event, report=wiring.report_delivery)}
     http = HttpApiEvent.of(event)
     platform = platform_of(http.path_parameters, http.raw_path)
     settings = wiring.settings()

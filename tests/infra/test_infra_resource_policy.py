@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from hermes_gateway.platforms.catalog import CATALOG
 from hermes_gateway.settings import load_settings
 from tests.infra.test_infra_stack import functions_by_name, ref
 
@@ -84,9 +83,12 @@ def largest() -> dict[str, Any]:
     from aws_cdk.assertions import Template
 
     from infra.app import SKIP_BUNDLING, build_app
+    from tests.infra.conftest import ENABLED, PROFILE_ENABLED
 
-    every = {spec.name: {"enabled": True} for spec in CATALOG if not spec.local_only}
-    config = {"platforms": every, "profiles": {f"bot{i}": {"platforms": every} for i in range(NAMED_PROFILES)}}
+    config = {
+        "platforms": ENABLED,
+        "profiles": {f"bot{i}": {"platforms": PROFILE_ENABLED} for i in range(NAMED_PROFILES)},
+    }
     _app, stack = build_app(load_settings(env={}, config=config), context=SKIP_BUNDLING)
     resources: dict[str, Any] = Template.from_stack(stack).to_json()["Resources"]
     return resources
