@@ -14,7 +14,6 @@ from hermes_gateway import wiring
 from hermes_gateway.adapters.api_gateway import HttpApiEvent
 from hermes_gateway.errors import BadRequest, PayloadTooLarge
 from hermes_gateway.observability import logger, metrics
-from hermes_gateway.services import mail_ingress
 from hermes_gateway.services.ingress import HttpRequest, HttpResponse, decode_body, handle_webhook, webhook_route
 
 
@@ -29,10 +28,11 @@ def _respond(response: HttpResponse) -> dict[str, Any]:
     return {"statusCode": response.status, "headers": response.headers, "body": response.encoded_body()}
 
 
-@logger.inject_lambda_context(clear_state=True)
-@metrics.log_metrics
-def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    received_at = time.time()
+def _mail(event: dict[str, Any], context: LambdaContext, received_at: float) -> dict[str, Any]:
+    """SES's receipt of an e-mail, or a sent mail's bounce: imported only for them (a webhook's
+    cold start never loads the e-mail code)."""
+    from hermes_gateway.services import mail_ingress
+
     if mail_ingress.is_receipt(event):
         return mail_ingress.MailIngress(
             settings=wiring.settings(),
@@ -41,8 +41,15 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
             enqueue_once=wiring.inbox().put_once,
             function_arn=context.invoked_function_arn,
         ).receive(event, received_at)
-    if mail_ingress.is_feedback(event):
-        return {"ok": True, "outcome": mail_ingress.record_feedback(event, report=wiring.report_delivery)}
+    return {"ok": True, "outcome": mail_ingress.record_feedback(event, report=wiring.report_delivery)}
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    received_at = time.time()
+    if "Records" in event or event.get("source") == "aws.ses":
+        return _mail(event, context, received_at)
     http = HttpApiEvent.of(event)
     platform = platform_of(http.path_parameters, http.raw_path)
     settings = wiring.settings()

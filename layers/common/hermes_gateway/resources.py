@@ -352,7 +352,9 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         # A platform waits on it: a cold start imports in ~0.2 s of CPU, 0.6 s at 512 MB's share
         # (1.2 s at 256, with Slack retrying at 3 s); its few ms a message cost little either way.
         memory_mb=512,
-        timeout_seconds=10,
+        # A webhook is answered in milliseconds; an e-mail of SES's largest (40 MB) takes about 4 s
+        # of this memory's CPU share to read and parse, besides its download.
+        timeout_seconds=30,
         grants={
             "inbox": Access.PUT,
             # a platform's report that a sent message failed later (WhatsApp `failed` statuses)
