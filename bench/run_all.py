@@ -5,7 +5,8 @@ Each bench runs in its own interpreter (`python bench/<name>.py`) and writes its
 service (message_cost), the read growth and cost of a 200-message session (long_session), how
 far one deployment goes (capacity, fed with message_cost's service times, so it runs after it),
 the cost of a photo, a voice note, a PDF and a reply with a photo beside a text message
-(media_cost), what WhatsApp's status reports of each reply cost (receipts_cost), the idle monthly
+(media_cost), what WhatsApp's status reports of each reply cost (receipts_cost), an e-mail's cost
+with SES's own (email_cost), the idle monthly
 cost (idle_cost), the ingress handler's import time as a ratio of `import boto3` (cold_start), the
 ack path and the hops (ack_path), local throughput (throughput), and the delivery-under-faults
 outcome when `results/delivery-faults-latest.json` exists (`make faults` writes it; it is not run
@@ -44,6 +45,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str], dict[str, str], str]] = {
     "message_cost": ("message_cost.py", [], ["--quick"], {}, "message-cost-latest.json"),
     "media_cost": ("media_cost.py", [], ["--quick"], {}, "media-cost-latest.json"),
     "receipts_cost": ("receipts_cost.py", [], ["--quick"], {}, "receipts-cost-latest.json"),
+    "email_cost": ("email_cost.py", [], ["--quick"], {}, "email-cost-latest.json"),
     # 200 messages in both: the read growth is measured at the 200th
     "long_session": ("long_session.py", [], [], {}, "long-session-latest.json"),
     "capacity": ("capacity.py", ["--all"], ["--all", "--seconds", "20"], {}, "capacity-latest.json"),
@@ -98,7 +100,8 @@ def merge(results: dict[str, dict[str, Any] | None], faults: dict[str, Any] | No
     if cost:
         latest.update(cost_keys(cost))
     for name, keys in (("media_cost", media_cost_keys), ("long_session", long_session_keys),
-                       ("capacity", capacity_keys), ("receipts_cost", receipts_cost_keys)):  # fmt: skip
+                       ("capacity", capacity_keys), ("receipts_cost", receipts_cost_keys),
+                       ("email_cost", email_cost_keys)):  # fmt: skip
         if results.get(name):
             latest.update(keys(results[name] or {}))
     if idle:
@@ -195,6 +198,17 @@ def receipts_cost_keys(receipts: dict[str, Any]) -> dict[str, Any]:
     """What WhatsApp's status reports (sent, delivered, read) cost beside each reply."""
     return {
         "whatsapp_receipts_usd_per_million_replies": receipts["usd_per_million_whatsapp_replies"],
+    }
+
+
+def email_cost_keys(email: dict[str, Any]) -> dict[str, Any]:
+    """USD per million e-mails by kind (SES's own receiving and sending in it), and the functions' part."""
+    kinds = email.get("kinds", {})
+    return {
+        "email_cost_per_million_usd": {name: kind["cost_per_million_usd"] for name, kind in kinds.items()},
+        "email_functions_cost_per_million_usd": {
+            name: kind["functions_cost_per_million_usd"] for name, kind in kinds.items()
+        },
     }
 
 

@@ -24,6 +24,7 @@ from hermes_gateway.resources import (
     BUCKETS,
     EVENT_BUS,
     FUNCTIONS,
+    MEDIA,
     QUEUES,
     SCHEDULES,
     TABLES,
@@ -37,6 +38,7 @@ from infra.capabilities.alarms import OperationsAlarms
 from infra.capabilities.api import WebhookApi
 from infra.capabilities.dashboard import OperationsDashboard
 from infra.capabilities.data import DataTables
+from infra.capabilities.email import MailReceiving
 from infra.capabilities.functions import GatewayFunctions, GrantTargets, environment_size
 from infra.capabilities.layer import CommonLayer
 from infra.capabilities.media import MediaBuckets
@@ -74,9 +76,13 @@ def enabled_platforms(settings: Settings) -> tuple[PlatformSpec, ...]:
 
 
 def served_platforms(settings: Settings) -> tuple[tuple[str | None, PlatformSpec], ...]:
-    """Every profile's deployed platforms: (None, spec) for the deployment's own, (name, spec) for a named one."""
+    """Every profile's webhook platforms: (None, spec) for the deployment's own, (name, spec) for a
+    named one (e-mail, which comes through SES, has no webhook)."""
     return tuple(
-        (profile.served_profile, spec) for profile in settings.all_profiles() for spec in enabled_platforms(profile)
+        (profile.served_profile, spec)
+        for profile in settings.all_profiles()
+        for spec in enabled_platforms(profile)
+        if spec.webhook
     )
 
 
@@ -102,7 +108,17 @@ def check_output_keys(keys: Sequence[str]) -> None:
 
 
 class HermesGatewayStack(Stack):
-    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: Settings,
+        deploy_region: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """`deploy_region`: the region `cdk deploy` targets, when known at synth (the stack itself is
+        region-agnostic); what only some regions offer (SES receiving) is checked against it."""
         super().__init__(scope, construct_id, description=f"Hermes Serverless Gateway ({settings.stage})", **kwargs)
         stage = settings.stage
         root = repo_root()
@@ -165,6 +181,15 @@ class HermesGatewayStack(Stack):
                 buckets={name: (media.specs[name], bucket) for name, bucket in media.buckets.items()},
             )
         )
+        if settings.platform("email") is not None:
+            MailReceiving(
+                self,
+                "Email",
+                settings=settings,
+                bucket=media.buckets[MEDIA.name],
+                functions=functions.by_name,
+                deploy_region=deploy_region,
+            )
         for name, gateway_function in functions.by_name.items():
             check_environment_size(name, gateway_function.environment)
         CfnOutput(

@@ -211,7 +211,7 @@ class GatewayFunction(Construct):
             self._consume_stream(table_spec, table, self.spec.consumes, targets)
         self._configure_async_invokes(targets)
 
-    def _add_environment(self, key: str, value: str) -> None:
+    def add_environment(self, key: str, value: str) -> None:
         self.environment[key] = value
         self.function.add_environment(key, value)
 
@@ -222,7 +222,7 @@ class GatewayFunction(Construct):
         indexes = bool(spec.indexes) and access in _QUERIES
         resources = [table.table_arn] + ([f"{table.table_arn}/index/*"] if indexes else [])
         self.role.add_to_principal_policy(iam.PolicyStatement(actions=list(actions), resources=resources))
-        self._add_environment(spec.env_var, table.table_name)
+        self.add_environment(spec.env_var, table.table_name)
         if indexes:
             acknowledge(
                 self.role,
@@ -281,7 +281,7 @@ class GatewayFunction(Construct):
         if access is not Access.SEND:
             raise ValueError(f"function {self.spec.name}: queue {spec.name} cannot be granted {access.value}")
         self.role.add_to_principal_policy(iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[queue.queue_arn]))
-        self._add_environment(spec.env_var, queue.queue_url)
+        self.add_environment(spec.env_var, queue.queue_url)
 
     def _grant_bucket(self, spec: BucketSpec, bucket: s3.IBucket, access: Access) -> None:
         """Objects only (no listing, no bucket settings): READ is GetObject, WRITE PutObject."""
@@ -299,7 +299,7 @@ class GatewayFunction(Construct):
             f"The {spec.name} bucket's objects, each keyed by profile, session and message: the grant covers only "
             "that bucket's objects, never its listing or settings.",
         )
-        self._add_environment(spec.env_var, bucket.bucket_name)
+        self.add_environment(spec.env_var, bucket.bucket_name)
 
     def _grant_function(self, spec: FunctionSpec, function: lambda_.IFunction, access: Access) -> None:
         if access is not Access.INVOKE:
@@ -308,13 +308,13 @@ class GatewayFunction(Construct):
         self.role.add_to_principal_policy(
             iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=[function.function_arn])
         )
-        self._add_environment(spec.env_var, function.function_arn)
+        self.add_environment(spec.env_var, function.function_arn)
 
     def _grant_event_bus(self, spec: EventBusSpec, bus: events.EventBus, access: Access) -> None:
         if access is not Access.PUT_EVENTS:
             raise ValueError(f"function {self.spec.name}: event bus {spec.name} cannot be granted {access.value}")
         bus.grant_put_events_to(self.role)
-        self._add_environment(spec.env_var, bus.event_bus_name)
+        self.add_environment(spec.env_var, bus.event_bus_name)
 
     def _grant_state_machine(self, spec: StateMachineSpec, machine: sfn.StateMachine, access: Access) -> None:
         if access not in (Access.START, Access.START_DESCRIBE):
@@ -341,7 +341,7 @@ class GatewayFunction(Construct):
                 f"{state_machine_name(self, spec)}:*]",
                 "DescribeExecution on the executions of the one state machine (each named after its turn).",
             )
-        self._add_environment(spec.env_var, arn)
+        self.add_environment(spec.env_var, arn)
 
     def grant_model(self, provider: ProviderSettings) -> None:
         """Amazon Bedrock: InvokeModel on the configured model only (Converse uses that action, and

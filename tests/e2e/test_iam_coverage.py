@@ -8,6 +8,11 @@ invocation that made it; each call becomes the IAM actions and resources AWS wou
 (a transaction: one action per item, on the item's table; a query on an index: the index's ARN);
 and each must be allowed by a statement of that function's role in the synthesized stack.
 
+E-mail is driven too: a message with an attachment received as SES would deliver it (the
+ingress reads the stored message, the agent reads the attachment's range and stores it), one
+refused (its stored copy deleted), the answers sent through SES v2 from the configured address,
+and a bounce marking an answer's outbox row failed.
+
 What this does not reach: SSM (local mode's secrets are environment variables; the secret paths
 are checked in tests/infra), tool calls (the echo model calls no tool), cron turns and WhatsApp
 reports (their tables are reached by the tick and other tests' functions, not here).
@@ -34,7 +39,9 @@ pytestmark = pytest.mark.e2e
 
 # botocore's service names and the IAM action prefix, where they differ; operations whose IAM
 # action has another name
-IAM_PREFIX = {"stepfunctions": "states"}
+IAM_PREFIX = {"stepfunctions": "states", "sesv2": "ses"}
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "email"
+ADDRESS = "hermes@example.com"  # the synthesized stack's e-mail address (tests/infra/conftest.py)
 IAM_ACTION = {("lambda", "Invoke"): "InvokeFunction"}
 TRANSACT_ACTION = {
     "Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem",
@@ -46,6 +53,10 @@ Need = tuple[str, str, str]  # function, IAM action, the resource: a logical nam
 def needs(function: str, service: str, operation: str, params: dict[str, Any]) -> list[Need]:
     """The (function, action, resource) triples AWS authorizes one call as."""
     prefix = IAM_PREFIX.get(service, service)
+    if service == "s3":  # an object of the media bucket, by its key
+        return [(function, f"s3:{operation}", f"media/{params.get('Key', '')}")]
+    if service == "sesv2":  # a mail sent from an address: its identity (and the From condition)
+        return [(function, f"ses:{operation}", f"from/{params.get('FromEmailAddress', '')}")]
     if operation in ("TransactWriteItems", "TransactGetItems"):
         found = []
         for item in params.get("TransactItems") or ():
@@ -119,7 +130,27 @@ def drive(client: Client, meter: PermissionMeter, tmp_path: Path) -> None:
          "title": "renamed", "revision": created["revision"]})  # fmt: skip
     client.gateway.run_schedule("expiry")  # the tick: leases, due jobs, expired sessions
     assert client.gateway.wait_idle(timeout=30)
+    drive_email(client)
     time.sleep(0.5)  # the last invocations' events flushed
+
+
+def drive_email(client: Client) -> None:
+    """A mail with a PNG answered (stored message read, attachment range read and stored, answer
+    sent), a spam refused (its copy deleted), a bounce of the answer recorded."""
+    from hermes_gateway.platforms.email import delivery_tag
+
+    headers = {"x-hermes-local-token": client.gateway.local_secrets["WEBCHAT_TOKEN"]}
+    for query in ("", "?spam=FAIL"):
+        status, _ = client.request(
+            "POST", "/local/email" + query, (FIXTURES / "04_attachment_png.eml").read_bytes(), headers
+        )
+        assert status == 202
+    assert client.gateway.wait_idle(timeout=30)
+    (answer,) = client.wait_outbox(1, platform="email")
+    bounce = json.loads((FIXTURES / "ses_eventbridge_bounce_reconstructed.json").read_text())
+    bounce["detail"]["mail"]["messageId"] = answer["platform_message_id"]
+    bounce["detail"]["mail"]["tags"]["hermes-delivery"] = [delivery_tag(answer["delivery_id"])]
+    assert client.gateway.functions.invoke("ingress", bounce)["outcome"] == "reported"
 
 
 def allows(statement: dict[str, Any], action: str, resource: str, identifiers: dict[str, tuple[str, ...]]) -> bool:
@@ -131,7 +162,18 @@ def allows(statement: dict[str, Any], action: str, resource: str, identifiers: d
         return False
     resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
     name, _, index = resource.partition("/")
+    if name == "from":  # SES: the sender's identity (its address or domain), and the From condition
+        wanted = {f"identity/{index}", f"identity/{index.rpartition('@')[2]}"}
+        condition = (statement.get("Condition") or {}).get("StringEquals", {}).get("ses:FromAddress")
+        named = any(w in json.dumps(granted) for granted in resources for w in wanted)
+        return named and condition in (None, index)
     marks = identifiers.get(name, ())
+    if name == "media":  # an object: the grant's key pattern (`<bucket ARN>/<pattern>`) must match it
+        return any(
+            any(mark in json.dumps(granted) for mark in marks)
+            and fnmatch.fnmatchcase("/" + index, _key_pattern(granted))
+            for granted in resources
+        )
     for granted in resources:
         if granted == "*":
             return True
@@ -144,6 +186,12 @@ def allows(statement: dict[str, Any], action: str, resource: str, identifiers: d
         elif "/index/" not in text:
             return True
     return False
+
+
+def _key_pattern(granted: Any) -> str:
+    """The object part of a bucket grant: `/*` of `{"Fn::Join": ["", [<bucket ARN>, "/*"]]}`."""
+    parts = granted.get("Fn::Join", ["", []])[1] if isinstance(granted, dict) else []
+    return next((p for p in reversed(parts) if isinstance(p, str)), "")
 
 
 FIXED_NAMES = ("TableName", "QueueName", "StateMachineName", "FunctionName", "Name")
@@ -169,11 +217,13 @@ def resource_identifiers(resources: dict[str, Any]) -> dict[str, tuple[str, ...]
             ids[EVENT_BUS.name] = logical_id
         elif kind == "AWS::Lambda::Function":
             ids[resource["Properties"]["Environment"]["Variables"]["HERMES_FUNCTION"]] = logical_id
+        elif kind == "AWS::S3::Bucket" and logical_id.startswith("Mediamedia"):
+            ids["media"] = logical_id
     found = {}
     for name, logical_id in ids.items():
         properties = resources[logical_id].get("Properties", {})
         fixed = [properties[p] for p in FIXED_NAMES if isinstance(properties.get(p), str)]
-        found[name] = (f'"{logical_id}"', *(f":{n}\"" for n in fixed), *(f"/{n}\"" for n in fixed))
+        found[name] = (f'"{logical_id}"', *(f':{n}"' for n in fixed), *(f'/{n}"' for n in fixed))
     return found
 
 
@@ -182,7 +232,12 @@ def test_every_call_a_function_makes_is_allowed_by_its_deployed_role(
 ) -> None:
     # Given local mode with an allowlist and DM pairing, driven through a deployment's paths
     client = start_gateway(
-        TELEGRAM_ALLOWED_USERS="42", TELEGRAM_UNAUTHORIZED_DM="pair", HERMES_LOCAL_STATE=str(tmp_path / "state.json")
+        TELEGRAM_ALLOWED_USERS="42",
+        TELEGRAM_UNAUTHORIZED_DM="pair",
+        HERMES_LOCAL_STATE=str(tmp_path / "state.json"),
+        EMAIL_ENABLED="true",
+        EMAIL_ADDRESS=ADDRESS,
+        EMAIL_ALLOWED_USERS="*@example.com",
     )
     drive(client, metered, tmp_path)
     called = {function for function, _, _ in metered.needed}

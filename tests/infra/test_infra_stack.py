@@ -134,6 +134,8 @@ def test_functions_get_settings_and_exactly_their_granted_resources(synthesized:
         assert shipped == load_settings(env={}, config=EVERY_PLATFORM)
         assert shipped.platform("slack") is not None and shipped.platform("webchat") is None
         expected = {resource_env[resource] for resource in specs[name].grants}
+        if name == "ingress":  # e-mail is on: the ingress reads the mail SES stored in the media bucket
+            expected |= {resource_env["media"]}
         assert set(env) & ALL_RESOURCE_ENV_VARS == expected, name
 
 
@@ -191,14 +193,17 @@ def test_the_ingress_may_only_put_items_in_the_inbox_and_mark_outbox_rows(synthe
     assert sorted((tuple(as_list(s["Action"])), ref(s["Resource"])) for s in data) == sorted(
         [
             (("dynamodb:PutItem",), table_logical_id(synthesized, "inbox")),
-            # a WhatsApp `failed` status marks the row of the message it reports on
+            # a WhatsApp `failed` status (an e-mail's bounce) marks the row of the message it reports on
             (("dynamodb:GetItem", "dynamodb:UpdateItem"), table_logical_id(synthesized, "outbox")),
+            # an asynchronous invoke (SES's receipt of an e-mail, a bounce) that failed after Lambda's retries
+            (("sqs:SendMessage",), queue_logical_id(synthesized, "dead-letters")),
         ]
     )
 
 
-def test_only_the_router_delivery_and_agent_send_to_the_dead_letters(synthesized: Synthesized) -> None:
-    # the agent: a turn's answer it sends itself that the platform refused for good
+def test_only_the_router_delivery_agent_and_ingress_send_to_the_dead_letters(synthesized: Synthesized) -> None:
+    # the agent: a turn's answer it sends itself that the platform refused for good; the ingress:
+    # Lambda hands it an asynchronous invoke (an e-mail SES received) that failed after its retries
     deployed = functions_by_name(synthesized)
     dead_letters = queue_logical_id(synthesized, "dead-letters")
     for spec in FUNCTIONS:
@@ -206,7 +211,8 @@ def test_only_the_router_delivery_and_agent_send_to_the_dead_letters(synthesized
         sendable = {
             ref(r) for s in statements if "sqs:SendMessage" in as_list(s["Action"]) for r in as_list(s["Resource"])
         }
-        assert sendable == ({dead_letters} if spec.name in ("router", "delivery", "agent") else set()), spec.name
+        senders = ("router", "delivery", "agent", "ingress")
+        assert sendable == ({dead_letters} if spec.name in senders else set()), spec.name
 
 
 def test_deliveries_invoke_the_delivery_function_asynchronously_with_retries_and_dead_letters(
@@ -214,7 +220,10 @@ def test_deliveries_invoke_the_delivery_function_asynchronously_with_retries_and
 ) -> None:
     deployed = functions_by_name(synthesized)
     delivery_id, delivery = deployed["delivery"]
-    (config,) = synthesized.of_type("AWS::Lambda::EventInvokeConfig").values()
+    (config,) = [
+        c for c in synthesized.of_type("AWS::Lambda::EventInvokeConfig").values()
+        if ref(c["Properties"]["FunctionName"]) == delivery_id
+    ]  # fmt: skip
     spec = function("delivery")
     assert ref(config["Properties"]["FunctionName"]) == delivery_id
     assert config["Properties"]["MaximumRetryAttempts"] == spec.async_retries == 2
@@ -284,24 +293,27 @@ def test_grants_follow_the_specs(synthesized: Synthesized) -> None:
 def test_the_media_bucket_is_private_encrypted_tls_only_and_expires_its_objects(synthesized: Synthesized) -> None:
     ((logical_id, bucket),) = synthesized.of_type("AWS::S3::Bucket").items()
     props = bucket["Properties"]
+    # (e-mail is on: SES's stored mail under its prefix, written by SES, read by the ingress; its
+    # own lifecycle rule and bucket policy statement: tests/infra/test_infra_email.py)
     assert props["PublicAccessBlockConfiguration"] == {
         "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True,
     }  # fmt: skip
     assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"] == {
         "SSEAlgorithm": "AES256"
     }
-    (rule,) = props["LifecycleConfiguration"]["Rules"]
-    assert rule["ExpirationInDays"] == 30 and rule["Status"] == "Enabled"
+    (rule,) = [r for r in props["LifecycleConfiguration"]["Rules"] if r["Id"] == "expire-media"]
+    assert rule["ExpirationInDays"] == 30 and rule["Status"] == "Enabled" and "Prefix" not in rule
     (policy,) = synthesized.of_type("AWS::S3::BucketPolicy").values()
-    (deny,) = policy["Properties"]["PolicyDocument"]["Statement"]
-    assert deny["Effect"] == "Deny" and deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
-    # only the agent (inbound media) and delivery (outbound) may touch its objects
+    (deny,) = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
+    assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    # only the agent (inbound media) and delivery (outbound) may touch its objects; the ingress
+    # only the stored mail's (tests/infra/test_infra_email.py)
     readers = {
         name
         for name, (_, props) in functions_by_name(synthesized).items()
         if "HERMES_MEDIA_BUCKET" in props["Environment"]["Variables"]
     }
-    assert readers == {"agent", "delivery"} and logical_id.startswith("Mediamedia")
+    assert readers == {"agent", "delivery", "ingress"} and logical_id.startswith("Mediamedia")
 
 
 # --- IAM -------------------------------------------------------------------------------------------
@@ -469,7 +481,7 @@ def test_state_machine_may_invoke_only_the_agent_and_delivery_functions(synthesi
 
 
 def test_each_enabled_platform_has_its_routes_and_url_output(synthesized: Synthesized) -> None:
-    deployed = [spec for spec in CATALOG if not spec.local_only]
+    deployed = [spec for spec in CATALOG if not spec.local_only and spec.webhook]  # (e-mail: SES, no route)
     routes = {r["Properties"]["RouteKey"] for r in synthesized.of_type("AWS::ApiGatewayV2::Route").values()}
     webhooks = {f"{m} {path}" for spec in deployed for path in spec.webhook_paths() for m in spec.methods}
     assert routes == webhooks | {"POST /api/sessions"}  # + the IAM-signed session API

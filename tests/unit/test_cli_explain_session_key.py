@@ -175,3 +175,21 @@ def test_every_new_command_has_help(command: str, capsys: pytest.CaptureFixture[
     assert done.value.code == 0 and "usage:" in text
     if command == "explain":
         assert "NOT checked" in " ".join(text.split())
+
+
+def test_explain_reads_a_raw_e_mail_as_its_payload(capsys: pytest.CaptureFixture[str], settings_file: Path) -> None:
+    # an .eml file is e-mail's payload (SES delivers no webhook body; no verdict is checked here)
+    from hermes_gateway.platforms.email_inbound import thread_id_of
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "email"
+    settings_file.write_text(
+        "stage: test\nplatforms:\n  email:\n    enabled: true\n    address: alex.personal@example.net\n"
+        "    allowed_users: ['*@example.com']\n"
+    )
+    code, out, _ = run(
+        ["explain", "--platform", "email", "--payload", str(fixtures / "03_reply_in_reply_to_references.eml")], capsys
+    )
+    explained = json.loads(out)
+    root = thread_id_of("<CABzQGhkMXDxUt_tSVQcg=43aniUhtsVfCZVzu-PG0kwS_uzqMw@mail.gmail.com>")
+    assert code == 0 and explained["session_key"] == f"agent:main:email:dm:alex@example.com:{root}"
+    assert explained["authorized"] is True and explained["reason"] == "platform_allowlist"

@@ -86,11 +86,11 @@ def profile_urls(args: argparse.Namespace) -> list[ProfileUrls]:
         state = local_state()
         base = str(state.get("url", "")).rstrip("/")
         own_name = str(state.get("profile") or "default")
-        own = {name: f"{base}{catalog.webhook_path(name)}" for name in state.get("platforms") or []}
+        own = {name: f"{base}{catalog.webhook_path(name)}" for name in _webhooks(state.get("platforms"))}
         found: list[ProfileUrls] = [(own_name, None, own)]
         named: dict[str, list[str]] = state.get("profiles") or {}
         for name, platforms in named.items():
-            found.append((name, name, {p: f"{base}{catalog.webhook_path(p, name)}" for p in platforms}))
+            found.append((name, name, {p: f"{base}{catalog.webhook_path(p, name)}" for p in _webhooks(platforms)}))
         return found
     settings = _settings()
     outputs = stack_outputs(args.stage or settings.stage)
@@ -100,6 +100,11 @@ def profile_urls(args: argparse.Namespace) -> list[ProfileUrls]:
         urls = {spec.name: outputs.get(webhook_output_key(spec.name, served)) for spec in catalog.CATALOG}
         result.append((profile.profile, served, {name: url for name, url in urls.items() if url}))
     return result
+
+
+def _webhooks(platforms: list[str] | None) -> list[str]:
+    """The platforms that have a webhook URL (e-mail comes through SES: `hermes-gateway email`)."""
+    return [name for name in platforms or () if (spec := catalog.spec(name)) is not None and spec.webhook]
 
 
 def _selected(args: argparse.Namespace) -> tuple[str, str | None, dict[str, str]]:

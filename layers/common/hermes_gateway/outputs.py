@@ -8,6 +8,9 @@ changes both sides at once, so they cannot drift. Pure naming beside `resources.
 from __future__ import annotations
 
 SESSION_API_OUTPUT = "SessionApiUrl"  # the session API's endpoint (`hermes-gateway sessions`)
+# E-mail (`hermes-gateway email`): the receipt rule set the gateway's rule is in, and its address
+EMAIL_RULE_SET_OUTPUT = "EmailRuleSetName"
+EMAIL_ADDRESS_OUTPUT = "EmailAddress"
 
 
 def stack_name(stage: str) -> str:

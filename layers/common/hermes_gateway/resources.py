@@ -291,6 +291,40 @@ TURN_STATE_MACHINE = StateMachineSpec(
 MEDIA = BucketSpec(name="media", env_var="HERMES_MEDIA_BUCKET")
 BUCKETS: tuple[BucketSpec, ...] = (MEDIA,)
 
+
+
+@dataclass(frozen=True)
+class MailSpec:
+    """E-mail through Amazon SES (docs/platforms/email.md): where SES stores each received message
+    (the media bucket, under `prefix`: encrypted, private and TLS-only like the rest of it, written
+    by SES alone through the bucket policy), how long a stored message is kept, and the names of
+    the receipt rule, its rule set and the configuration set whose bounces and complaints reach the
+    ingress function. The stack (infra/capabilities/email.py), the functions and local mode all
+    read them here."""
+
+    prefix: str = "email/inbound/"
+    # A stored message is read when it arrives and when its attachments are fetched for the first
+    # turn: kept as long as the dead letters keep an event that names it (14 days), so a redriven
+    # event still finds it; the media bucket's own retention applies when it is shorter.
+    retention_days: int = 14
+    # SES stores at most this much (its receiving limit); ingress reads a stored message whole.
+    max_message_bytes: int = 40_000_000
+    # The message tag that carries a sent chunk's outbox row to its bounce or complaint event.
+    delivery_tag: str = "hermes-delivery"
+    # Where SES receives e-mail: its "Email Receiving endpoints" (AWS General Reference, SES
+    # endpoints and quotas), as listed in January 2024. A region added since belongs here.
+    receiving_regions: frozenset[str] = frozenset({
+        "us-east-1", "us-east-2", "us-west-2", "ca-central-1", "eu-central-1", "eu-west-1", "eu-west-2",
+        "ap-southeast-1", "ap-southeast-2", "ap-southeast-3", "ap-northeast-1",
+    })  # fmt: skip
+
+    def name(self, stage: str) -> str:
+        """The receipt rule's, the stack's own rule set's and the configuration set's name."""
+        return f"hermes-gateway-{stage}"
+
+
+MAIL = MailSpec()
+
 # Lifecycle events (BEHAVIOUR §8) go to the deployment's own bus: subscribe with ordinary rules.
 EVENT_BUS = EventBusSpec(name="events", env_var="HERMES_EVENT_BUS_NAME", source="hermes.gateway")
 
@@ -318,7 +352,9 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         # A platform waits on it: a cold start imports in ~0.2 s of CPU, 0.6 s at 512 MB's share
         # (1.2 s at 256, with Slack retrying at 3 s); its few ms a message cost little either way.
         memory_mb=512,
-        timeout_seconds=10,
+        # A webhook is answered in milliseconds; an e-mail of SES's largest (40 MB) takes about 4 s
+        # of this memory's CPU share to read and parse, besides its download.
+        timeout_seconds=30,
         grants={
             "inbox": Access.PUT,
             # a platform's report that a sent message failed later (WhatsApp `failed` statuses)
@@ -326,6 +362,13 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
             "outbox": Access.MARK,
             "events": Access.PUT_EVENTS,
         },
+        # SES invokes it asynchronously with each received e-mail, and EventBridge with the sent
+        # mails' bounces (MAIL): an invoke that fails (the inbox throttled) is tried twice more by
+        # Lambda, then goes to the dead letters as sent (never dropped). A webhook's invoke waits
+        # for its answer and has none of this.
+        async_retries=2,
+        async_max_event_age_seconds=6 * 3600,
+        dead_letters=DEAD_LETTERS.name,
         secrets=INBOUND_SECRETS,
     ),
     FunctionSpec(

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from hermes_gateway.domain.media import Attachment
     from hermes_gateway.domain.pacing import PaceRule
     from hermes_gateway.domain.pairing import PairingStore
-    from hermes_gateway.domain.ports import MediaStore, SessionStores
+    from hermes_gateway.domain.ports import MailStore, MediaStore, SessionStores
     from hermes_gateway.domain.profiles import ProfileDirectory
     from hermes_gateway.domain.sessions import ModelOverride
     from hermes_gateway.memory.manager import MemoryManager
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from hermes_gateway.services.cron import CronDeps
     from hermes_gateway.services.delivery import DeliveryDeps, Mirror, Pacing
     from hermes_gateway.services.ingress import DeliveryReport, InboundAdapter
+    from hermes_gateway.services.mail_ingress import MailAdapter
     from hermes_gateway.services.outbound_media import Fetching
     from hermes_gateway.services.router import Access
     from hermes_gateway.services.turn import TurnDeps
@@ -186,6 +187,22 @@ def media_store() -> MediaStore | None:
 
 
 @cache
+def raw_mail_store() -> MailStore | None:
+    """The e-mail SES stored (resources.MAIL, in the media bucket); None where it is not bound."""
+    from hermes_gateway.adapters.s3_mail import S3MailStore
+    from hermes_gateway.resources import MEDIA
+
+    name = bindings().buckets.get(MEDIA.name)
+    return S3MailStore(name, region()) if name else None
+
+
+def mail_adapter() -> MailAdapter | None:
+    """E-mail's inbound adapter (the deployment's own profile serves e-mail); None when disabled."""
+    adapter = inbound_adapter("email") if settings().platform("email") is not None else None
+    return adapter  # type: ignore[return-value]
+
+
+@cache
 def queue(name: str) -> SqsQueue:
     from hermes_gateway.adapters.aws import SqsQueue
 
@@ -246,7 +263,12 @@ def adapter_context(platform: str, profile: str | None = None) -> AdapterContext
     from hermes_gateway.platforms.base import AdapterContext
 
     chosen = profile_settings(profile)
-    return AdapterContext(platform=chosen.platforms[platform], settings=chosen, secrets=secrets(profile))
+    return AdapterContext(
+        platform=chosen.platforms[platform],
+        settings=chosen,
+        secrets=secrets(profile),
+        raw_mail=raw_mail_store() if platform == "email" else None,  # its attachments are read there
+    )
 
 
 @cache
@@ -684,6 +706,7 @@ def reset() -> None:
         router_deliveries_ahead,
         turn_deliveries,
         media_store,
+        raw_mail_store,
         inbox,
         turn_starter,
         adapter_context,

@@ -103,6 +103,32 @@ class MediaStore(Protocol):
         ...
 
 
+class MessageTooLarge(Exception):
+    """A stored message larger than the reader's bound: it is not read."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"the stored message is {size} bytes; at most {limit} are read")
+        self.size, self.limit = size, limit
+
+
+class MailStore(Protocol):
+    """The e-mail SES received, as its receipt rule stored it (resources.MAIL: the media bucket's
+    prefix), one object per message. Throttling and 5xx raise TransientError."""
+
+    def read(self, key: str, limit: int) -> bytes | None:
+        """The whole message; None when there is none (expired); MessageTooLarge, unread, when it
+        is larger than `limit` bytes."""
+        ...
+
+    def read_range(self, key: str, start: int, end: int) -> bytes | None:
+        """Bytes `start` to `end` (exclusive) of a message (an attachment's); None when there is none."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Remove a message the gateway refused (spam, a virus): it is kept no longer than needed."""
+        ...
+
+
 # -- session storage ----------------------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ from hermes_gateway import http_pool
 from hermes_gateway.errors import BadRequest, ConfigError, PermanentError, RateLimited, TargetGone, TransientError
 
 if TYPE_CHECKING:
+    from hermes_gateway.domain.ports import MailStore
     from hermes_gateway.secrets import Secrets
     from hermes_gateway.settings import PlatformSettings, Settings
 
@@ -38,6 +39,9 @@ class AdapterContext:
     settings: Settings
     secrets: Secrets
     clock: Callable[[], float] = time.time  # injectable for signature timestamp windows
+    # The e-mail SES stored (resources.MAIL), where the function is granted it: an e-mail
+    # attachment is read from there. None elsewhere.
+    raw_mail: MailStore | None = None
 
     def option(self, name: str) -> Any:
         return self.platform.options[name]

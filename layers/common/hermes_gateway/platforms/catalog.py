@@ -46,6 +46,9 @@ class PlatformSpec:
     # "module:function" fetching an inbound attachment's bytes (platforms/media.py), with the
     # send secrets; None: the platform's attachments are named to the model, never fetched.
     media: str | None = None
+    # False: the platform's messages do not come by webhook (e-mail: SES invokes the ingress
+    # function itself), so it has no route, no webhook URL and no `verify`/`parse` request path.
+    webhook: bool = True
 
     @property
     def verify_env(self) -> tuple[str, ...]:
@@ -206,6 +209,21 @@ CATALOG: tuple[PlatformSpec, ...] = (
                         "the bot account's user id; its own posts are ignored"),),
         retry_window_seconds=0,  # an outgoing webhook is never retried
         media=_M + "mattermost:fetch_media",
+    ),
+    PlatformSpec(
+        "email", "E-mail (Amazon SES)", _M + "email:EmailInbound", _M + "email:build_sender", 100_000,
+        webhook=False,  # an SES receipt rule stores each message in S3 and invokes the ingress function
+        options=(
+            Option("address", "EMAIL_ADDRESS", "str", "",
+                   "the address the agent receives mail at and answers from (hermes@example.com)"),
+            Option("domain", "EMAIL_DOMAIN", "str", "",
+                   "the domain SES receives mail for, verified in SES (empty: the address's domain)"),
+            Option("rule_set", "EMAIL_RULE_SET", "str", "",
+                   "the active SES receipt rule set the gateway's rule joins (empty: the stack's own, which "
+                   "`hermes-gateway email activate` activates)"),
+        ),
+        retry_window_seconds=6 * HOUR,  # Lambda retries a failed asynchronous invoke for up to 6 hours
+        media=_M + "email:fetch_media",
     ),
     PlatformSpec(
         "webchat", "Local web chat", _M + "webchat:WebchatInbound", _M + "webchat:build_sender", 8000,

@@ -364,7 +364,8 @@ def handle_webhook(
     except UnknownProfile:
         return _reject(404, "unknown profile", platform)
     spec = catalog.spec(platform)
-    adapter = adapters(platform, profile) if spec is not None and settings.platform(platform) is not None else None
+    served = spec is not None and spec.webhook and settings.platform(platform) is not None
+    adapter = adapters(platform, profile) if served else None
     if spec is None or adapter is None:
         return _reject(404, "unknown or disabled platform", platform)
     if request.method not in spec.methods:
@@ -446,7 +447,7 @@ def _enqueue_all(
     outcome = "accepted"
     for item in items:
         try:
-            outcome = _enqueue_one(platform, item, settings, enqueue_once)
+            outcome = enqueue_message(platform, item, settings, enqueue_once)
         except InvalidIdentifier as exc:
             if len(items) == 1:
                 return _reject(400, str(exc), platform)
@@ -464,8 +465,12 @@ def _retry_later(platform: str, what: str, exc: TransientError) -> HttpResponse:
     return HttpResponse(503, {"ok": False, "error": "busy, retry"}, {"retry-after": "5"})
 
 
-def _enqueue_one(platform: str, item: InboundMessage | Ignored, settings: Settings, enqueue_once: EnqueueOnce) -> str:
-    """Enqueue one message; the outcome is "accepted", "duplicate" or the reason it was ignored."""
+def enqueue_message(
+    platform: str, item: InboundMessage | Ignored, settings: Settings, enqueue_once: EnqueueOnce
+) -> str:
+    """Enqueue one message (a webhook's, or an e-mail SES received); the outcome is "accepted",
+    "duplicate" or the reason it was ignored. Raises InvalidIdentifier for a key that cannot be
+    stored, TransientError when the inbox could not be written."""
     if isinstance(item, Ignored):
         log = logger.debug if item.reason in RECEIPT_REASONS else logger.info
         log("webhook ignored", extra={"platform": platform, "reason": item.reason})

@@ -8,6 +8,7 @@ follow from it. `make reference` rewrites the documentation; gateway.example.yam
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -565,4 +566,26 @@ class PlatformSettings(Section):
         check=between(0, 60),
     )
     options: Mapping[str, Any] = field(default_factory=dict)  # the platform's own (catalog `Option`s)
+
+    def validate(self) -> None:
+        if self.name == "email" and self.enabled:
+            _check_email(self.options)
 # fmt: on
+
+
+_ADDRESS = re.compile(r"[A-Za-z0-9._%+-]{1,64}@([A-Za-z0-9-]{1,63}\.)+[A-Za-z]{2,63}")
+_RULE_SET = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,62}[A-Za-z0-9])?")
+
+
+def _check_email(options: Mapping[str, Any]) -> None:
+    """E-mail needs the address it receives at and answers from, on the domain SES receives for."""
+    address, domain = str(options.get("address") or ""), str(options.get("domain") or "")
+    if not address:
+        raise Invalid("address", "is required when e-mail is enabled (the address the agent receives at)")
+    if not _ADDRESS.fullmatch(address) or ".." in address:
+        raise Invalid("address", "must be a plain e-mail address (name@example.com)")
+    if domain and address.rsplit("@", 1)[1].lower() != domain.lower():
+        raise Invalid("address", f"must be an address at {domain} (platforms.email.domain)")
+    rule_set = str(options.get("rule_set") or "")
+    if rule_set and not _RULE_SET.fullmatch(rule_set):
+        raise Invalid("rule_set", "must be an SES rule set name: letters, digits, '.', '_' or '-'")

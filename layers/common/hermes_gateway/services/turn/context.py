@@ -28,7 +28,7 @@ FLUSH_PROMPT = (
     "memory tool (facts, preferences, ongoing work); skip what is already saved. Then reply NO_REPLY."
 )
 # Platforms whose ids are personal data: the model gets stable hashed handles (BEHAVIOUR §10).
-_HASHED_ID_PLATFORMS = ("telegram", "whatsapp", "signal", "bluebubbles")
+_HASHED_ID_PLATFORMS = ("telegram", "whatsapp", "signal", "bluebubbles", "email")
 MIN_ROOM = 64  # the message being answered keeps at least this many tokens, however full the rest
 
 
