@@ -6,6 +6,7 @@ held to their adapters' rules."""
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -19,6 +20,7 @@ from hermes_gateway.domain.privacy import REDACTED, ErasureRequest, Person, Prof
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.resources import ACCESS, Bindings
 from hermes_gateway.services.commands import CommandContext, answer_command
+from hermes_gateway.services.export import export_person
 from hermes_gateway.services.forget import PersonalStores, ScanPace, erase_confirmed, forget
 from tests.contracts import erasure_requests
 from tests.contracts.personal_data import BO_DM, GROUP_AL, GROUP_BO, GROUP_KEY, say
@@ -272,3 +274,32 @@ def test_anyone_may_forget_themselves_in_a_group_and_is_told_about_honcho() -> N
     assert "Honcho" in explained and "not erased" in explained
     assert requests.get(AL) is not None and requests.get(AL).dm_chat is None  # type: ignore[union-attr]
     assert "/forget - delete what this gateway holds about you" in ask("/help", requests, T0, GROUP_BO)
+
+
+# -- export ---------------------------------------------------------------------------------------
+
+
+def test_export_holds_everything_forget_would_erase_and_changes_nothing(world: World) -> None:
+    exported = export_person(world.personal, AL, T0 + 100, ScanPace(sleep=lambda _: None))
+    data = json.loads(json.dumps(exported.data))  # all of it is JSON
+    own, coder = data["profiles"]["default"], data["profiles"]["coder"]
+    assert [m["content"] for m in own["sessions"][0]["messages"]] == ["my passport is X123", "re: my passport is X123"]
+    assert own["sessions"][0]["session"]["session_id"] == world.ids["al_dm"]
+    assert [m["content"] for m in coder["sessions"][0]["messages"]] == ["code with me", "re: code with me"]
+    assert sorted(n["text"] for n in own["memory_notes"]) == ["lives in Leeds", "prefers tea"]
+    assert [a["user_id"] for a in own["pairing"]["approved"]] == ["42"] and own["pairing"]["pending"] == []
+    assert [j["id"] for j in own["cron_jobs"]] == ["j00000000000a"] and [j["id"] for j in coder["cron_jobs"]] == [
+        "j00000000000d"
+    ]
+    # his own group message, not Bo's nor the bot's
+    assert [(m["session_id"], m["content"]) for m in data["messages_in_groups"]] == [
+        (world.ids["group"], "my address is 1 Elm St")
+    ]
+    dm, group = world.ids["al_dm"], world.ids["group"]
+    assert sorted(exported.media_keys) == sorted([
+        f"default/{dm}/1-0", f"default/{dm}/1-0.json", f"default/{dm}/out/d1-0",
+        f"default/{group}/1-0", f"default/{group}/1-0.json",
+    ])  # fmt: skip
+    assert "X123" not in json.dumps(data["not_covered"])
+    # nothing was changed by reading
+    assert world.stores.routes.get(AL_KEY) is not None and len(world.media.objects) == 8

@@ -63,6 +63,10 @@ class DynamoPersonalData:
         key = condition(None, "{session_id} = {:s} AND {seq} > {:z}", s=session_id, z=0)
         return [row(item) for item in self.t.messages.query(key, consistent=True) if item.get("role") != "stopped"]
 
+    def chat_of(self, session_key: str) -> str | None:
+        route = self.t.route(session_key)
+        return _origin_chat(route) if route is not None else None
+
     def sender_rows(self, sender: str, cursor: str | None) -> SenderPage:
         items, after = self.t.messages.scan_page(
             condition(None, "{sender} = {:h}", h=sender), start=json.loads(cursor) if cursor else None
@@ -121,9 +125,7 @@ class DynamoPersonalData:
             )
         except ConditionFailed:
             raise SessionBusy("the session's route changed while it was erased", retry_after=5) from None
-        origin = json.loads(route["origin"]) if route.get("origin") else {}
-        chat = origin.get("chat_id")
-        return str(chat) if chat is not None else None
+        return _origin_chat(route)
 
     # -- retention ---------------------------------------------------------------------------
 
@@ -172,6 +174,12 @@ class DynamoPersonalData:
 
     def save_pass_state(self, namespace: str, state: dict[str, Any]) -> None:
         self.t.messages.put({"session_id": _pass_partition(namespace), "seq": _PASS_SEQ, "role": "retention", **state})
+
+
+def _origin_chat(route: Item) -> str | None:
+    origin = json.loads(route["origin"]) if route.get("origin") else {}
+    chat = origin.get("chat_id")
+    return str(chat) if chat is not None else None
 
 
 def _pass_partition(namespace: str) -> str:

@@ -434,6 +434,10 @@ class PersonalData(Protocol):
         """Every row of a session, undone and inactive ones too (an export holds what is stored)."""
         ...
 
+    def chat_of(self, session_key: str) -> str | None:
+        """The chat a key's route serves (from the route's origin); None when it has no route."""
+        ...
+
     def erase_session(self, session_id: str, now: float, *, timed_rows: bool = True) -> ErasedSession:
         """Delete the session: its route when the route points at it (SessionBusy while a turn holds
         the route's lease: nothing is deleted), its title claim, its record, then its rows

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from hermes_gateway.domain.cron import JobStore
+from hermes_gateway.domain.cron import Job, JobStore
 from hermes_gateway.domain.pairing import PairingStore
-from hermes_gateway.domain.ports import Deliveries, ErasableMedia, PersonalData
+from hermes_gateway.domain.ports import Deliveries, ErasableMedia, PersonalData, SenderPage
 from hermes_gateway.domain.privacy import (
     DM_CHAT_IS_USER,
     LEGACY_NOTE,
@@ -76,6 +76,18 @@ class PersonalStores:
             found += self.data.unreached_sessions_keyed(legacy)
         return found
 
+    def dm_jobs(self, scope: ProfileScope, person: Person, chats: set[str]) -> list[Job]:
+        """The profile's cron jobs made in one of the person's DM chats (`chats`, and their own
+        id where a DM's chat is the user). A job made in a group is the group's."""
+        if self.jobs is None:
+            return []
+        own = chats | (set(person.ids) if person.platform in DM_CHAT_IS_USER else set())
+        return [
+            job
+            for job in self.jobs.list(scope.profile)
+            if (job.origin or {}).get("platform") == person.platform and str((job.origin or {}).get("chat_id")) in own
+        ]
+
     def notes_on(self, person: Person) -> list[str]:
         """What the erasure or export cannot cover, said plainly."""
         note = external_memory_note(self.external_memory, self.honcho_workspace, list(self.scopes), person)
@@ -99,7 +111,7 @@ def erase_owned(stores: PersonalStores, person: Person, now: float, *, dm_chats:
     """Part 1: what is the person's alone, in every profile. SessionBusy while a turn runs in one
     of their DM sessions (nothing of that session is deleted; run it again)."""
     counts = ErasureCounts()
-    chats = set(dm_chats) | (set(person.ids) if person.platform in DM_CHAT_IS_USER else set())
+    chats = set(dm_chats)
     for scope in stores.scopes:
         for session in stores.sessions_of(scope, person):
             # The session's own files first: a crash later leaves its record, found again next time.
@@ -117,12 +129,22 @@ def erase_owned(stores: PersonalStores, person: Person, now: float, *, dm_chats:
     for scope in stores.scopes:
         counts.notes += stores.notes.clear(scope.memory_scope(person))
         counts.pairings += sum(stores.pairing.forget_user(scope.pairing_platform(person), uid) for uid in person.ids)
-        if stores.jobs is not None:
-            for job in stores.jobs.list(scope.profile):
-                origin = job.origin or {}
-                if origin.get("platform") == person.platform and str(origin.get("chat_id")) in chats:
-                    counts.jobs += int(stores.jobs.remove(job.id))
+        for job in stores.dm_jobs(scope, person, chats):
+            counts.jobs += int(stores.jobs is not None and stores.jobs.remove(job.id))
     return counts
+
+
+def sender_pages(stores: PersonalStores, person: Person, cursor: str | None, pace: ScanPace) -> Iterator[SenderPage]:
+    """The Scan's pages of the person's rows from `cursor`, at most `pace.pages_per_second`; it
+    stops after the table's last page, or after a page read once the deadline is past."""
+    while True:
+        started = pace.clock()
+        page = stores.data.sender_rows(person.handle, cursor)
+        yield page
+        if page.cursor is None or pace.over():
+            return
+        cursor = page.cursor
+        pace.sleep(max(0.0, 1.0 / pace.pages_per_second - (pace.clock() - started)))
 
 
 def erase_group_rows(
@@ -131,9 +153,7 @@ def erase_group_rows(
     """Part 2: the person's rows elsewhere, redacted (their files deleted first), from `cursor`;
     the counts, where to go on, and whether the table was read to its end."""
     counts = ErasureCounts()
-    while True:
-        started = pace.clock()
-        page = stores.data.sender_rows(person.handle, cursor)
+    for page in sender_pages(stores, person, cursor, pace):
         counts.scanned_pages += 1
         for found in page.rows:
             keys = record_keys([a.key for a in found.row.attachments if a.key])
@@ -141,11 +161,7 @@ def erase_group_rows(
                 counts.files += stores.media.delete(keys)
             counts.redacted += int(stores.data.redact(found.session_id, found.row.seq, person.handle, REDACTED))
         cursor = page.cursor
-        if cursor is None:
-            return counts, None, True
-        if pace.over():
-            return counts, cursor, False
-        pace.sleep(max(0.0, 1.0 / pace.pages_per_second - (pace.clock() - started)))
+    return counts, cursor, cursor is None
 
 
 def forget(
