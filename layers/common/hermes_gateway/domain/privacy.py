@@ -193,8 +193,8 @@ def forget_explanation(person: Person, *, external_memory: bool) -> str:
         f"This deletes what this gateway holds about you ({person.label}), with every bot of this deployment:",
         "- your direct conversations with me, their messages and files;",
         "- your own messages in group chats (replaced with a note; the others' messages stay);",
-        "- what I remember about you, reminders you set up in a direct chat, your pairing "
-        "(you would need a new code) and your usage counts.",
+        "- what I remember about you, reminders you set up in a direct chat, and your pairing "
+        "(you would need a new code).",
         "It cannot be undone. Send /forget confirm within 5 minutes to go ahead (/forget cancel to drop it).",
     ]
     if external_memory:
