@@ -17,6 +17,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -65,6 +67,20 @@ def _stores(args: argparse.Namespace) -> Any:
     return wiring.personal_stores_on(bindings, settings, region, scopes=scopes)
 
 
+@contextmanager
+def _answer_only() -> Iterator[None]:
+    """The command's answer is what it prints: the services' INFO lines (an erasure's counts) are
+    for the functions' logs, not this terminal, so they are held back while it runs."""
+    from hermes_gateway.observability import logger
+
+    level = logger.log_level
+    logger.setLevel("WARNING")
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def _person(args: argparse.Namespace) -> Person | None:
     try:
         return Person.parse(args.user, PLATFORMS)
@@ -104,7 +120,8 @@ def _forget(args: argparse.Namespace) -> int:
     stores = _stores(args)
     for attempt in range(BUSY_TRIES):
         try:
-            report = forget(stores, person, time.time(), ScanPace())
+            with _answer_only():
+                report = forget(stores, person, time.time(), ScanPace())
             break
         except SessionBusy:
             if attempt + 1 == BUSY_TRIES:
@@ -129,7 +146,8 @@ def _export(args: argparse.Namespace) -> int:
     if person is None:
         return 2
     stores = _stores(args)
-    exported = export_person(stores, person, time.time(), ScanPace())
+    with _answer_only():
+        exported = export_person(stores, person, time.time(), ScanPace())
     out = Path(args.out or f"hermes-export-{person.platform}-{person.handle}")
     out.mkdir(mode=0o700, parents=True, exist_ok=True)  # a person's data: the operator's alone
     written, missing = [], []

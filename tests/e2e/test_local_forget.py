@@ -171,6 +171,10 @@ def test_the_operator_exports_and_forgets_a_user_with_the_cli(
     assert stores.data.sessions_reached(MAIN.dm_reach(BO)) == [] and photo not in bucket_keys()
     group = [r.content for r in stores.data.transcript(client_group(client)) if r.role == "user"]
     assert group == [REDACTED, "Al in the group"]
+    # Again, for a script: nothing more to delete, and the answer is JSON alone
+    assert cli(["users", "forget", "telegram:43", "--yes", "--json", "--local"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["user"] == "telegram:43" and again["deleted"]["sessions"] == again["deleted"]["redacted"] == 0
     # A mistyped user is refused with the form to use
     assert cli(["users", "forget", "telegram", "--yes", "--local"]) == 2
     assert "<platform>:<user id>" in capsys.readouterr().err
