@@ -130,10 +130,10 @@ def _forget(args: argparse.Namespace) -> int:
                 return 3
             time.sleep(BUSY_PAUSE_SECONDS)
     if args.json:
-        print(json.dumps({"user": person.label, "deleted": report.counts.to_dict(), "not_covered": report.notes}))
+        print(json.dumps({"user": person.label, "deleted": report.counts.to_dict(), "not_covered": report.not_covered}))
         return 0
     print(f"forgot {person.label}: {report.summary()}")
-    for note in report.notes:
+    for note in report.not_covered:
         print(f"note: {note}")
     return 0
 

@@ -133,7 +133,7 @@ def test_forget_erases_a_persons_data_in_every_profile_and_redacts_them_in_group
     assert {k: counts[k] for k in ("sessions", "rows", "redacted", "files", "notes", "pairings", "jobs")} == {
         "sessions": 2, "rows": 4, "redacted": 1, "files": 5, "notes": 3, "pairings": 2, "jobs": 2,
     }  # fmt: skip
-    assert any("before this release" in note for note in report.notes)
+    assert any("before this release" in note for note in report.not_covered)
 
 
 def test_forgetting_again_finds_nothing_more(world: World) -> None:
@@ -146,7 +146,7 @@ def test_forgetting_again_finds_nothing_more(world: World) -> None:
 def test_an_external_memory_provider_is_named_as_not_erased(world: World) -> None:
     stores = replace(world.personal, external_memory="honcho", honcho_workspace="hermes")
     report = forget(stores, AL, T0 + 100, ScanPace(sleep=lambda _: None))
-    (honcho,) = [n for n in report.notes if "Honcho" in n]
+    (honcho,) = [n for n in report.not_covered if "Honcho" in n]
     assert "not erased" in honcho and f"default-user-{AL.handle}" in honcho and f"coder-user-{AL.handle}" in honcho
 
 

@@ -159,7 +159,7 @@ class ErasureReport:
     counts: ErasureCounts = field(default_factory=ErasureCounts)
     done: bool = False  # False: the messages table's Scan stopped at its budget and goes on later
     cursor: str | None = None  # where the Scan goes on
-    notes: list[str] = field(default_factory=list)  # what could not be erased here, said plainly
+    not_covered: list[str] = field(default_factory=list)  # what could not be erased here, said plainly
 
     def summary(self) -> str:
         c = self.counts

@@ -73,6 +73,6 @@ def export_person(stores: PersonalStores, person: Person, now: float, pace: Scan
         "exported_at": datetime.fromtimestamp(now, UTC).isoformat(),
         "profiles": profiles,
         "messages_in_groups": group_messages,  # their own rows in group sessions (the group's are not theirs)
-        "not_covered": stores.notes_on(person),
+        "not_covered": stores.not_covered(person),
     }
     return PersonExport(data, list(dict.fromkeys(keys)))

@@ -88,7 +88,7 @@ class PersonalStores:
             if (job.origin or {}).get("platform") == person.platform and str((job.origin or {}).get("chat_id")) in own
         ]
 
-    def notes_on(self, person: Person) -> list[str]:
+    def not_covered(self, person: Person) -> list[str]:
         """What the erasure or export cannot cover, said plainly."""
         note = external_memory_note(self.external_memory, self.honcho_workspace, list(self.scopes), person)
         return [LEGACY_NOTE, *([note] if note else [])]
@@ -111,17 +111,18 @@ def erase_owned(stores: PersonalStores, person: Person, now: float, *, dm_chats:
     """Part 1: what is the person's alone, in every profile. SessionBusy while a turn runs in one
     of their DM sessions (nothing of that session is deleted; run it again)."""
     counts = ErasureCounts()
-    chats = set(dm_chats)
+    chats, media = set(dm_chats), stores.media
     for scope in stores.scopes:
         for session in stores.sessions_of(scope, person):
             # The session's own files first: a crash later leaves its record, found again next time.
-            own = stores.media.keys(scope.session_prefix(session.session_id)) if stores.media else []
-            if stores.media and own:
-                counts.files += stores.media.delete(own)
+            own = media.keys(scope.session_prefix(session.session_id)) if media is not None else []
+            if media is not None and own:
+                counts.files += media.delete(own)
             erased = stores.data.erase_session(session.session_id, now)
-            elsewhere = [k for k in record_keys(erased.media_keys) if k not in set(own)]  # a copied row's
-            if stores.media and elsewhere:
-                counts.files += stores.media.delete(elsewhere)
+            # a row copied from another session (a compressed parent's) names that session's files
+            elsewhere = [k for k in record_keys(erased.media_keys) if k not in set(own)]
+            if media is not None and elsewhere:
+                counts.files += media.delete(elsewhere)
             counts.sessions += 1
             counts.rows += erased.rows
             if erased.chat_id:
@@ -129,8 +130,8 @@ def erase_owned(stores: PersonalStores, person: Person, now: float, *, dm_chats:
     for scope in stores.scopes:
         counts.notes += stores.notes.clear(scope.memory_scope(person))
         counts.pairings += sum(stores.pairing.forget_user(scope.pairing_platform(person), uid) for uid in person.ids)
-        for job in stores.dm_jobs(scope, person, chats):
-            counts.jobs += int(stores.jobs is not None and stores.jobs.remove(job.id))
+        if stores.jobs is not None:
+            counts.jobs += sum(stores.jobs.remove(job.id) for job in stores.dm_jobs(scope, person, chats))
     return counts
 
 
@@ -179,7 +180,7 @@ def forget(
         report.counts.add(erase_owned(stores, person, now, dm_chats=dm_chats))
     group, report.cursor, report.done = erase_group_rows(stores, person, resume.cursor if resume else None, pace)
     report.counts.add(group)
-    report.notes = stores.notes_on(person)
+    report.not_covered = stores.not_covered(person)
     logger.info(
         "erasure ran",
         extra={"platform": person.platform, "user": hash_id(person.user_id), "done": report.done,
