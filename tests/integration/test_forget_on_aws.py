@@ -14,9 +14,11 @@ import pytest
 from hermes_gateway import wiring
 from hermes_gateway.adapters.dynamo_access import DynamoAccessStore
 from hermes_gateway.adapters.dynamo_erasures import DynamoErasureRequests
+from hermes_gateway.adapters.dynamo_jobs import DynamoJobStore
 from hermes_gateway.adapters.dynamo_memory import DynamoNoteStore
 from hermes_gateway.adapters.s3_media import S3MediaStore
 from hermes_gateway.domain import pairing
+from hermes_gateway.domain.cron import Job
 from hermes_gateway.domain.privacy import REDACTED, Person, ProfileScope
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.resources import MEDIA
@@ -24,6 +26,7 @@ from hermes_gateway.services.forget import ScanPace, forget
 from tests.contracts import erasure_requests
 from tests.contracts.personal_data import GROUP_AL, GROUP_BO, GROUP_KEY, say
 from tests.fakes.access import FakePairingStore
+from tests.fakes.jobs import FakeJobStore
 from tests.fakes.media_store import MemoryMedia
 from tests.fakes.memory_notes import FakeNoteStore
 from tests.integration.conftest import REGION, Aws
@@ -148,3 +151,17 @@ def test_a_person_is_forgotten_across_dynamodb_and_s3(aws: Aws) -> None:
 def test_the_messages_tables_ttl_is_the_attribute_rows_carry(aws: Aws) -> None:
     ttl = boto3.client("dynamodb", region_name=REGION).describe_time_to_live(TableName=aws.bindings.table("messages"))
     assert ttl["TimeToLiveDescription"]["AttributeName"] == "expires_at"
+
+
+@pytest.mark.parametrize("make", [lambda aws: DynamoJobStore(aws.bindings), lambda aws: FakeJobStore()],
+                         ids=["dynamodb", "memory"])  # fmt: skip
+def test_a_job_is_disowned_and_keeps_running(make: Callable[[Aws], Any], aws: Aws) -> None:
+    jobs = make(aws)
+    creator = {"platform": "telegram", "chat_id": "-100", "chat_type": "group", "user_id": "42"}
+    job = Job("j0000000000a1", "standup", "remind the team", "every 1d", ("origin",),
+              {"platform": "telegram", "chat_id": "-100"}, T0, T0 + 86_400, creator=creator)  # fmt: skip
+    jobs.create(job)
+    assert jobs.disown(job.id) and not jobs.disown("j0000000000ff")
+    kept = jobs.get(job.id)
+    assert kept is not None and kept.creator is None
+    assert (kept.prompt, kept.state, kept.next_run_at) == ("remind the team", job.state, job.next_run_at)

@@ -18,6 +18,7 @@ from hermes_gateway.domain.pairing import Approval
 from hermes_gateway.domain.ports import SessionStores
 from hermes_gateway.domain.privacy import REDACTED, ErasureRequest, Person, ProfileScope
 from hermes_gateway.domain.source import SessionSource
+from hermes_gateway.domain.turns import compact_source
 from hermes_gateway.resources import ACCESS, Bindings
 from hermes_gateway.services.commands import CommandContext, answer_command
 from hermes_gateway.services.export import export_person
@@ -86,10 +87,17 @@ def world() -> World:
     notes.add_note(SCOPES[0].memory_scope(BO), "n", "Bo likes jazz", T0, 100)
     for platform, user in (("telegram", "42"), ("telegram@coder", "42"), ("telegram", "43")):
         pairing.approvals[(platform, user)] = Approval(platform, user, "someone", T0, "cli:op")
-    for job_id, chat, profile in (("j00000000000a", "42", "default"), ("j00000000000b", "-100", "default"),
-                                  ("j00000000000c", "77", "default"), ("j00000000000d", "42", "coder")):  # fmt: skip
+    # jobs from before jobs kept their creator (found by their origin chat), and jobs that keep it
+    for job_id, chat, profile, creator in (
+        ("j00000000000a", "42", "default", None), ("j00000000000b", "-100", "default", None),
+        ("j00000000000c", "77", "default", None), ("j00000000000d", "42", "coder", None),
+        ("j00000000000e", "42", "default", AL_DM), ("j00000000000f", "-100", "default", GROUP_AL),
+        ("j00000000000g", "77", "default", BO_DM),
+    ):  # fmt: skip
         origin = {"platform": "telegram", "chat_id": chat}
-        jobs.create(Job(job_id, "job", "remind me", "every 2h", ("origin",), origin, T0, T0 + 7200, profile=profile))
+        made_by = compact_source(creator) if creator else None
+        jobs.create(Job(job_id, "job", "remind me", "every 2h", ("origin",), origin, T0, T0 + 7200, profile=profile,
+                        creator=made_by))  # fmt: skip
     w.ids = {"al_dm": al_dm, "group": group, "bo_dm": bo_dm}
     return w
 
@@ -119,7 +127,10 @@ def test_forget_erases_a_persons_data_in_every_profile_and_redacts_them_in_group
     # his notes, pairings and the jobs made in his DMs (on both bots) are gone; the group's job stays
     assert all(world.notes.list_notes(scope.memory_scope(AL)) == [] for scope in SCOPES)
     assert set(world.pairing.approvals) == {("telegram", "43")}
-    assert sorted(world.jobs.jobs) == ["j00000000000b", "j00000000000c"]
+    # a job he made in the group stays the group's, without his name; Bo's stay his
+    assert sorted(world.jobs.jobs) == ["j00000000000b", "j00000000000c", "j00000000000f", "j00000000000g"]
+    assert world.jobs.jobs["j00000000000f"].creator is None
+    assert world.jobs.jobs["j00000000000g"].creator == compact_source(BO_DM)
     # and nothing of Bo's changed
     assert [r.content for r in world.stores.personal.transcript(world.ids["bo_dm"])] == [
         "Bo's secret",
@@ -131,8 +142,9 @@ def test_forget_erases_a_persons_data_in_every_profile_and_redacts_them_in_group
     assert report.done and report.cursor is None
     counts = report.counts.to_dict()
     assert {k: counts[k] for k in ("sessions", "rows", "redacted", "files", "notes", "pairings", "jobs")} == {
-        "sessions": 2, "rows": 4, "redacted": 1, "files": 5, "notes": 3, "pairings": 2, "jobs": 2,
+        "sessions": 2, "rows": 4, "redacted": 1, "files": 5, "notes": 3, "pairings": 2, "jobs": 3,
     }  # fmt: skip
+    assert counts["group_jobs"] == 1 and "(1 made in groups kept for them, without your name)" in report.summary()
     assert any("before this release" in note for note in report.not_covered)
 
 
@@ -288,9 +300,9 @@ def test_export_holds_everything_forget_would_erase_and_changes_nothing(world: W
     assert [m["content"] for m in coder["sessions"][0]["messages"]] == ["code with me", "re: code with me"]
     assert sorted(n["text"] for n in own["memory_notes"]) == ["lives in Leeds", "prefers tea"]
     assert [a["user_id"] for a in own["pairing"]["approved"]] == ["42"] and own["pairing"]["pending"] == []
-    assert [j["id"] for j in own["cron_jobs"]] == ["j00000000000a"] and [j["id"] for j in coder["cron_jobs"]] == [
-        "j00000000000d"
-    ]
+    assert [j["id"] for j in own["cron_jobs"]] == ["j00000000000a", "j00000000000e"]
+    assert [j["id"] for j in own["cron_jobs_made_in_groups"]] == ["j00000000000f"]
+    assert [j["id"] for j in coder["cron_jobs"]] == ["j00000000000d"]
     # his own group message, not Bo's nor the bot's
     assert [(m["session_id"], m["content"]) for m in data["messages_in_groups"]] == [
         (world.ids["group"], "my address is 1 Elm St")

@@ -14,7 +14,9 @@ store by a key this module derives, never by anything the model wrote:
   records beside the files;
 - memory: the notes of scope `<profile>#<handle>`;
 - access: approvals, pending codes and request windows of their id (`<platform>[@<profile>]`);
-- jobs: cron jobs made in their DM (the job's origin is their DM chat).
+- jobs: the cron jobs they made (the job's `creator`; before jobs kept one, a job whose origin
+  is their DM chat): made in their DM, deleted; made in a group, the group's, kept without their
+  name (its runs then stand for no one).
 
 Group sessions are the group's: the person's own rows there are redacted (text replaced with
 `REDACTED`, attachments and their files removed, their name and handle taken off the row), the
@@ -138,7 +140,8 @@ class ErasureCounts:
     files: int = 0  # media objects deleted (files and their records)
     notes: int = 0  # memory notes
     pairings: int = 0  # approvals, pending codes and request windows
-    jobs: int = 0  # cron jobs made in their DM
+    jobs: int = 0  # cron jobs they made in their DM: deleted
+    group_jobs: int = 0  # cron jobs they made in a group: kept for it, without their name
     scanned_pages: int = 0  # pages of the messages table's Scan read
 
     def add(self, other: ErasureCounts) -> None:
@@ -166,6 +169,7 @@ class ErasureReport:
         return (
             f"{c.sessions} direct sessions ({c.rows} messages), {c.redacted} group messages redacted, "
             f"{c.files} stored files, {c.notes} memory notes, {c.pairings} pairing records, {c.jobs} cron jobs"
+            + (f" ({c.group_jobs} made in groups kept for them, without your name)" if c.group_jobs else "")
         )
 
 
@@ -193,8 +197,8 @@ def forget_explanation(person: Person, *, external_memory: bool) -> str:
         f"This deletes what this gateway holds about you ({person.label}), with every bot of this deployment:",
         "- your direct conversations with me, their messages and files;",
         "- your own messages in group chats (replaced with a note; the others' messages stay);",
-        "- what I remember about you, reminders you set up in a direct chat, and your pairing "
-        "(you would need a new code).",
+        "- what I remember about you, reminders you set up in a direct chat (those you set up in a group "
+        "stay for the group, without your name), and your pairing (you would need a new code).",
         "It cannot be undone. Send /forget confirm within 5 minutes to go ahead (/forget cancel to drop it).",
     ]
     if external_memory:

@@ -2,7 +2,7 @@
 
 The same places forget erases (services/forget.py), read instead: per profile their DM sessions
 (records and every row, undone ones too), memory notes, pairing records (never a code) and the
-cron jobs made in their DM chats; their rows in group sessions (the paced Scan of the messages
+cron jobs they made; their rows in group sessions (the paced Scan of the messages
 table); and the keys of every stored file of theirs with its `.json` record, for the caller to
 copy out of the media bucket.
 """
@@ -49,6 +49,7 @@ def export_person(stores: PersonalStores, person: Person, now: float, pace: Scan
             if chat:
                 chats.add(chat)
         platform = scope.pairing_platform(person)
+        theirs, in_groups = stores.jobs_of(scope, person, chats)
         profiles[scope.profile] = {
             "sessions": sessions,
             "memory_notes": [dataclasses.asdict(n) for n in stores.notes.list_notes(scope.memory_scope(person))],
@@ -60,7 +61,8 @@ def export_person(stores: PersonalStores, person: Person, now: float, pace: Scan
                     dataclasses.asdict(p) for p in stores.pairing.pending(platform, now) if p.user_id in person.ids
                 ],
             },
-            "cron_jobs": [job.to_dict() for job in stores.dm_jobs(scope, person, chats)],
+            "cron_jobs": [job.to_dict() for job in theirs],
+            "cron_jobs_made_in_groups": [job.to_dict() for job in in_groups],
         }
     group_messages = []
     for page in sender_pages(stores, person, None, pace):

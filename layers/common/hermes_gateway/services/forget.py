@@ -2,8 +2,9 @@
 
 Two parts, each safe to run again:
 1. what is theirs alone (`erase_owned`): per profile, their DM sessions (files first, then the
-   route, rows, title and record), memory notes and pairing records; then the cron jobs made in
-   their DM chats. Bounded by how much they said.
+   route, rows, title and record), memory notes and pairing records; then the cron jobs they made
+   in their DM (deleted) and in groups (kept for the group, their name taken off). Bounded by how
+   much they said.
 2. their rows in group sessions (`erase_group_rows`): the messages table read page by page, at
    most `ScanPace.pages_per_second` pages (of 1 MB) a second, every row marked with their handle
    redacted and its files deleted. Bounded by the table, so it may stop at a deadline and go on
@@ -39,6 +40,7 @@ from hermes_gateway.domain.privacy import (
     record_keys,
 )
 from hermes_gateway.domain.sessions import SessionInfo
+from hermes_gateway.domain.source import user_handle
 from hermes_gateway.errors import SessionBusy
 from hermes_gateway.observability import hash_id, logger
 from hermes_gateway.settings import Settings
@@ -76,17 +78,27 @@ class PersonalStores:
             found += self.data.unreached_sessions_keyed(legacy)
         return found
 
-    def dm_jobs(self, scope: ProfileScope, person: Person, chats: set[str]) -> list[Job]:
-        """The profile's cron jobs made in one of the person's DM chats (`chats`, and their own
-        id where a DM's chat is the user). A job made in a group is the group's."""
+    def jobs_of(self, scope: ProfileScope, person: Person, chats: set[str]) -> tuple[list[Job], list[Job]]:
+        """The profile's cron jobs the person made: those made in their DM (theirs), and those
+        made in a group (the group's, which keep running without their name). A job from before
+        jobs kept their creator is theirs when it was made in one of their DM chats (`chats`, and
+        their own id where a DM's chat is the user)."""
         if self.jobs is None:
-            return []
-        own = chats | (set(person.ids) if person.platform in DM_CHAT_IS_USER else set())
-        return [
-            job
-            for job in self.jobs.list(scope.profile)
-            if (job.origin or {}).get("platform") == person.platform and str((job.origin or {}).get("chat_id")) in own
-        ]
+            return [], []
+        own_chats = chats | (set(person.ids) if person.platform in DM_CHAT_IS_USER else set())
+        theirs: list[Job] = []
+        in_groups: list[Job] = []
+        for job in self.jobs.list(scope.profile):
+            creator, origin = job.creator or {}, job.origin or {}
+            if creator:
+                made_by = user_handle(
+                    str(creator.get("platform") or ""), creator.get("user_id_alt") or creator.get("user_id")
+                )
+                if made_by == person.handle:
+                    (theirs if creator.get("chat_type", "dm") == "dm" else in_groups).append(job)
+            elif origin.get("platform") == person.platform and str(origin.get("chat_id")) in own_chats:
+                theirs.append(job)
+        return theirs, in_groups
 
     def not_covered(self, person: Person) -> list[str]:
         """What the erasure or export cannot cover, said plainly."""
@@ -130,8 +142,10 @@ def erase_owned(stores: PersonalStores, person: Person, now: float, *, dm_chats:
     for scope in stores.scopes:
         counts.notes += stores.notes.clear(scope.memory_scope(person))
         counts.pairings += sum(stores.pairing.forget_user(scope.pairing_platform(person), uid) for uid in person.ids)
+        theirs, in_groups = stores.jobs_of(scope, person, chats)
         if stores.jobs is not None:
-            counts.jobs += sum(stores.jobs.remove(job.id) for job in stores.dm_jobs(scope, person, chats))
+            counts.jobs += sum(stores.jobs.remove(job.id) for job in theirs)
+            counts.group_jobs += sum(stores.jobs.disown(job.id) for job in in_groups)
     return counts
 
 
