@@ -165,3 +165,18 @@ def test_a_job_is_disowned_and_keeps_running(make: Callable[[Aws], Any], aws: Aw
     kept = jobs.get(job.id)
     assert kept is not None and kept.creator is None
     assert (kept.prompt, kept.state, kept.next_run_at) == ("remind the team", job.state, job.next_run_at)
+
+
+@pytest.mark.parametrize(("retention_days", "kept_days"), [("0", 30), ("7", 7), ("90", 30)])
+def test_an_outbox_row_goes_no_later_than_the_retention(
+    retention_days: str, kept_days: int, aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A reply's row holds its text (a preview): it is kept 30 days, or the retention when shorter
+    monkeypatch.setenv("GATEWAY_SESSIONS_RETENTION_DAYS", retention_days)
+    wiring.reset()
+    wiring.outbox().record_claimed("t#1", platform="telegram", chat_id="42", thread_id=None, text="a reply",
+                                   turn_id="t", chunk=1, chunks=1, now=T0)  # fmt: skip
+    item = boto3.client("dynamodb", region_name=REGION).get_item(
+        TableName=aws.bindings.table("outbox"), Key={"delivery_id": {"S": "t#1"}}
+    )["Item"]
+    assert int(item["expires_at"]["N"]) == int(T0) + kept_days * 86_400

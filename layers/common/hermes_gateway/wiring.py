@@ -179,9 +179,13 @@ def receipts() -> DynamoReceipts:
 
 @cache
 def outbox() -> DynamoOutbox:
-    from hermes_gateway.adapters.dynamo_outbox import DynamoOutbox
+    """The outbox, its rows kept 30 days or `sessions.retention_days` when that is shorter (a row
+    holds a reply's text: it goes no later than the transcript row it answers)."""
+    from hermes_gateway.adapters.dynamo_outbox import RETENTION_SECONDS, DynamoOutbox
+    from hermes_gateway.domain.retention import DAY_SECONDS, capped_days
 
-    return DynamoOutbox(bindings(), region())
+    keep = capped_days(RETENTION_SECONDS // DAY_SECONDS, settings().sessions.retention_days) * DAY_SECONDS
+    return DynamoOutbox(bindings(), region(), keep_seconds=keep)
 
 
 @cache

@@ -7,7 +7,8 @@ With a retention of N days (0, the default: kept until deleted):
   before TTL (which may lag by a day or two) has deleted it;
 - a file in the media bucket goes N days after it was stored (the bucket's lifecycle rule takes
   the shorter of `media.retention_days` and N): a file never outlives its message;
-- a routing entry idle N days goes by its TTL (the shorter of `route_max_idle_days` and N);
+- a routing entry idle N days goes by its TTL (the shorter of `route_max_idle_days` and N), an
+  outbox row (a reply's preview) after the shorter of its 30 days and N;
 - a session record goes when the session has been idle N days: ended that long ago, or with no
   route activity and no row newer than that (the tick looks, in passes at most a day apart,
   and deletes its record, its title and any row left without an expiry: rows written before
