@@ -65,7 +65,11 @@ def _stores(args: argparse.Namespace) -> Any:
         own = str(state.get("profile") or settings.profile)
         scopes = (ProfileScope(own), *(ProfileScope(str(n), str(n)) for n in state.get("profiles") or {}))
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    return wiring.personal_stores_on(bindings, settings, region, scopes=scopes)
+    stores = wiring.personal_stores_on(bindings, settings, region, scopes=scopes)
+    if stores.media is None:
+        print("warning: the stack names no media bucket (MediaBucketName: deploy this release first); "
+              "stored files are left out", file=sys.stderr)  # fmt: skip
+    return stores
 
 
 @contextmanager
@@ -174,7 +178,7 @@ def _export(args: argparse.Namespace) -> int:
 def _file_path(out: Path, key: str) -> Path | None:
     """Where a stored file is written: under `files/`, never outside it."""
     parts = PurePosixPath(key).parts
-    if not parts or key.startswith("/") or any(p in ("..", ".") for p in parts):
+    if not parts or key.startswith("/") or ".." in parts:
         return None
     return out.joinpath("files", *parts)
 
