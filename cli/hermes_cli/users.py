@@ -1,8 +1,8 @@
 """`hermes-gateway users forget|export <platform>:<user id>`: one person's data on request
 (BEHAVIOUR §11), in every profile of the deployment.
 
-`forget` deletes their DM sessions (records, rows, files), their memory notes, pairing records
-and the cron jobs they made in a DM (those made in a group stay, without their name), and
+`forget` deletes their DM sessions (records, rows, files), their memory notes, pairing records,
+usage counters and the cron jobs they made in a DM (those made in a group stay, without their name), and
 redacts their own messages in group chats (a paced
 Scan of the messages table: about 0.016 USD per GB of it); it asks first unless `--yes`.
 `export` writes the same as JSON (`export.json`) and the files (`files/<key>`) into `--out`.
@@ -99,8 +99,9 @@ def _confirmed(person: Person, args: argparse.Namespace) -> bool:
         return True
     print(
         f"This deletes what the gateway holds about {person.label} in every profile: their direct sessions "
-        "(messages, files), memory notes, pairing and the cron jobs they made in a direct chat; their own "
-        "messages in group chats are redacted, and jobs they made in groups lose their name. It cannot be undone.",
+        "(messages, files), memory notes, pairing, usage counts and the cron jobs they made in a direct chat; "
+        "their own messages in group chats are redacted, and jobs they made in groups lose their name. "
+        "It cannot be undone.",
         file=sys.stderr,
     )
     try:

@@ -106,6 +106,8 @@ def test_a_user_forgets_themselves_from_the_chat(client: Client, telegram: Media
     assert any(k.startswith(f"default/{dm.session_id}/") and k.endswith(".json") for k in bucket_keys())
     assert any(k.startswith(f"default/{group_id}/") for k in bucket_keys())
     assert stores.notes.list_notes(MAIN.memory_scope(AL)) and stores.jobs is not None and stores.jobs.list()
+    owner = MAIN.usage_owner(AL)
+    assert stores.usage is not None and owner is not None and stores.usage.held(owner)["counters"]  # /usage's
 
     # When Al sends /forget: he is told what goes, and nothing goes yet
     chat.say("/forget", 42, 42)
@@ -127,6 +129,7 @@ def test_a_user_forgets_themselves_from_the_chat(client: Client, telegram: Media
     assert wiring.session_stores().routes.get("agent:main:telegram:dm:42") is None
     assert [k for k in bucket_keys() if k.startswith(f"default/{dm.session_id}/")] == []
     assert stores.notes.list_notes(MAIN.memory_scope(AL)) == [] and stores.jobs.list() == []
+    assert stores.usage.held(owner) == {"sessions_used": [], "told_window": None, "counters": {}}
     # his group message is redacted and its photo gone; Bo's message stays
     rows = stores.data.transcript(group_id)
     mine = [r for r in rows if r.role == "user" and r.seq == 1]

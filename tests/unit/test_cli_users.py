@@ -17,6 +17,7 @@ def test_a_stack_without_the_buckets_output_is_said_to_leave_files_out(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given a stack from before the MediaBucketName output: its tables, no bucket
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")  # (the stores' clients are made, not used)
     monkeypatch.setattr(users, "bindings_for", lambda args: Bindings({t.name: t.name for t in TABLES}, {}, {}))
     stores = users._stores(argparse.Namespace(local=False, stage="prod"))
     assert stores.media is None

@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from hermes_gateway.adapters.dynamo_erasures import DynamoErasureRequests
+from hermes_gateway.adapters.dynamo_table import Update
 from hermes_gateway.domain.cron import Job
+from hermes_gateway.domain.limits import periods
 from hermes_gateway.domain.pairing import Approval
 from hermes_gateway.domain.ports import SessionStores
 from hermes_gateway.domain.privacy import REDACTED, ErasureRequest, Person, ProfileScope
@@ -24,15 +26,15 @@ from hermes_gateway.services.commands import CommandContext, answer_command
 from hermes_gateway.services.export import export_person
 from hermes_gateway.services.forget import PersonalStores, ScanPace, erase_confirmed, forget
 from tests.contracts import erasure_requests
-from tests.contracts.personal_data import BO_DM, GROUP_AL, GROUP_BO, GROUP_KEY, say
+from tests.contracts.personal_data import BO_DM, GROUP_AL, GROUP_BO, GROUP_KEY, say, table
 from tests.contracts.session_storage import begin, route
 from tests.fakes.access import FakePairingStore
-from tests.fakes.dynamo import MemoryDynamo
+from tests.fakes.dynamo import MemoryDynamo, session_tables_client
 from tests.fakes.jobs import FakeJobStore
 from tests.fakes.media_store import MemoryMedia
 from tests.fakes.memory_notes import FakeNoteStore
 from tests.fakes.services import FakeDeliveryQueue, make_settings
-from tests.fakes.sessions import memory_stores
+from tests.fakes.sessions import memory_stores, usage_book
 
 T0 = 1_800_000_000.0
 AL = Person("telegram", "42")
@@ -67,9 +69,10 @@ class World:
 def world() -> World:
     """Al on two bots (a DM on each, a photo in the first), in a group with Bo (a photo there too),
     with notes, pairings and jobs; Bo with a DM, a note, a pairing and a job of his own."""
-    stores = memory_stores()
+    client = session_tables_client()
+    stores, usage = memory_stores(client=client), usage_book(client)
     media, notes, pairing, jobs = MemoryMedia(), FakeNoteStore(), FakePairingStore(), FakeJobStore()
-    personal = PersonalStores(SCOPES, stores.personal, notes, pairing, jobs, media)
+    personal = PersonalStores(SCOPES, stores.personal, notes, pairing, jobs, media, usage)
     w = World(stores, personal, media, notes, pairing, jobs, {})
     al_dm = stores.routes.open(AL_DM, AL_KEY, T0).session_id
     say(stores, AL_DM, AL_KEY, "my passport is X123", T0 + 1, f"default/{al_dm}/1-0")
@@ -98,6 +101,14 @@ def world() -> World:
         made_by = compact_source(creator) if creator else None
         jobs.create(Job(job_id, "job", "remind me", "every 2h", ("origin",), origin, T0, T0 + 7200, profile=profile,
                         creator=made_by))  # fmt: skip
+    # usage (limits, /usage): Al's and Bo's counters on the group's route, Al's records of his sessions
+    today, al, bo = periods(T0), SCOPES[0].usage_owner(AL), SCOPES[0].usage_owner(BO)
+    assert al is not None and bo is not None
+    for owner in (al, bo):
+        table(stores).routes.update({"session_key": GROUP_KEY}, Update().set(f"uq{owner.spender}", [1, 1]))
+    for key in (AL_KEY, GROUP_KEY):
+        usage.note_used(al, key, today)
+    usage.tell(al, "messages_per_minute@1", today)
     w.ids = {"al_dm": al_dm, "group": group, "bo_dm": bo_dm}
     return w
 
@@ -131,6 +142,11 @@ def test_forget_erases_a_persons_data_in_every_profile_and_redacts_them_in_group
     assert sorted(world.jobs.jobs) == ["j00000000000b", "j00000000000c", "j00000000000f", "j00000000000g"]
     assert world.jobs.jobs["j00000000000f"].creator is None
     assert world.jobs.jobs["j00000000000g"].creator == compact_source(BO_DM)
+    # his usage counters and records are gone (Bo's counters on the group's route stay)
+    book, al, bo = world.personal.usage, SCOPES[0].usage_owner(AL), SCOPES[0].usage_owner(BO)
+    assert book is not None and al is not None and bo is not None
+    assert book.held(al) == {"sessions_used": [], "told_window": None, "counters": {}}
+    assert book.ledgers([GROUP_KEY], al.spender) == [] and len(book.ledgers([GROUP_KEY], bo.spender)) == 1
     # and nothing of Bo's changed
     assert [r.content for r in world.stores.personal.transcript(world.ids["bo_dm"])] == [
         "Bo's secret",
@@ -141,8 +157,8 @@ def test_forget_erases_a_persons_data_in_every_profile_and_redacts_them_in_group
     # The report counts it and says what it could not reach
     assert report.done and report.cursor is None
     counts = report.counts.to_dict()
-    assert {k: counts[k] for k in ("sessions", "rows", "redacted", "files", "notes", "pairings", "jobs")} == {
-        "sessions": 2, "rows": 4, "redacted": 1, "files": 5, "notes": 3, "pairings": 2, "jobs": 3,
+    assert {k: counts[k] for k in ("sessions", "rows", "redacted", "files", "notes", "pairings", "jobs", "usage")} == {
+        "sessions": 2, "rows": 4, "redacted": 1, "files": 5, "notes": 3, "pairings": 2, "jobs": 3, "usage": 4,
     }  # fmt: skip
     assert counts["group_jobs"] == 1 and "(1 made in groups kept for them, without your name)" in report.summary()
     assert any("before this release" in note for note in report.not_covered)
@@ -300,6 +316,8 @@ def test_export_holds_everything_forget_would_erase_and_changes_nothing(world: W
     assert [m["content"] for m in coder["sessions"][0]["messages"]] == ["code with me", "re: code with me"]
     assert sorted(n["text"] for n in own["memory_notes"]) == ["lives in Leeds", "prefers tea"]
     assert [a["user_id"] for a in own["pairing"]["approved"]] == ["42"] and own["pairing"]["pending"] == []
+    assert sorted(u["session_key"] for u in own["usage"]["sessions_used"]) == sorted([AL_KEY, GROUP_KEY])
+    assert own["usage"]["told_window"] == "messages_per_minute@1" and GROUP_KEY in own["usage"]["counters"]
     assert [j["id"] for j in own["cron_jobs"]] == ["j00000000000a", "j00000000000e"]
     assert [j["id"] for j in own["cron_jobs_made_in_groups"]] == ["j00000000000f"]
     assert [j["id"] for j in coder["cron_jobs"]] == ["j00000000000d"]

@@ -613,6 +613,9 @@ def personal_stores_on(
     from hermes_gateway.adapters.dynamo_jobs import DynamoJobStore
     from hermes_gateway.adapters.dynamo_memory import DynamoNoteStore
     from hermes_gateway.adapters.dynamo_personal import DynamoPersonalData
+    from hermes_gateway.adapters.dynamo_table import Table, dynamodb_client
+    from hermes_gateway.adapters.dynamo_usage import DynamoUsage
+    from hermes_gateway.adapters.models import dynamodb_endpoint
     from hermes_gateway.adapters.s3_media import S3MediaStore
     from hermes_gateway.adapters.session_tables import SessionTables
     from hermes_gateway.resources import MEDIA
@@ -620,6 +623,7 @@ def personal_stores_on(
     from hermes_gateway.settings import rules_from_settings
 
     bucket = on.buckets.get(MEDIA.name)
+    client = dynamodb_client(where, dynamodb_endpoint())
     return PersonalStores(
         scopes=scopes or profile_scopes(chosen),
         data=data or DynamoPersonalData(SessionTables(on, where, rules=rules_from_settings(chosen))),
@@ -627,6 +631,7 @@ def personal_stores_on(
         pairing=DynamoAccessStore(on, where),
         jobs=DynamoJobStore(on, where),
         media=S3MediaStore(bucket, where) if bucket else None,
+        usage=DynamoUsage(Table(client, on.table("routes")), Table(client, on.table("access"))),
         external_memory=chosen.memory.external,
         honcho_workspace=chosen.memory.honcho_workspace,
     )

@@ -13,7 +13,9 @@ store by a key this module derives, never by anything the model wrote:
 - the media bucket: the files their rows name and their sessions' prefixes, with the `.json`
   records beside the files;
 - memory: the notes of scope `<profile>#<handle>`;
-- access: approvals, pending codes and request windows of their id (`<platform>[@<profile>]`);
+- access: approvals, pending codes and request windows of their id (`<platform>[@<profile>]`),
+  and their usage records (`usage#<platform>[@<profile>]#<id>`: the sessions whose routes carry
+  their usage counters, which go too);
 - jobs: the cron jobs they made (the job's `creator`; before jobs kept one, a job whose origin
   is their DM chat): made in their DM, deleted; made in a group, the group's, kept without their
   name (its runs then stand for no one).
@@ -28,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
+from hermes_gateway.domain.limits import Owner, spender_id, spender_key
 from hermes_gateway.domain.reach import session_reach
 from hermes_gateway.domain.session_key import build_session_key, key_namespace
 from hermes_gateway.domain.source import SessionSource, user_handle
@@ -120,6 +123,12 @@ class ProfileScope:
         """The platform as this profile's pairing data is stored under it (`domain.profiles`)."""
         return f"{person.platform}@{self.served}" if self.served else person.platform
 
+    def usage_owner(self, person: Person) -> Owner | None:
+        """Whose usage counters they are in this profile (domain/limits.py)."""
+        source = SessionSource(person.platform, user_id=person.user_id, profile=self.served)
+        user, spender = spender_id(source), spender_key(source)
+        return Owner(self.pairing_platform(person), user, spender) if user and spender else None
+
     def session_prefix(self, session_id: str) -> str:
         """Where a session's files are in the media bucket (inbound, their records, outbound copies)."""
         return f"{self.media_prefix}/{session_id}/"
@@ -140,6 +149,7 @@ class ErasureCounts:
     files: int = 0  # media objects deleted (files and their records)
     notes: int = 0  # memory notes
     pairings: int = 0  # approvals, pending codes and request windows
+    usage: int = 0  # usage records (limits, /usage): the routes their counters were on, their own records
     jobs: int = 0  # cron jobs they made in their DM: deleted
     group_jobs: int = 0  # cron jobs they made in a group: kept for it, without their name
     scanned_pages: int = 0  # pages of the messages table's Scan read
@@ -168,7 +178,8 @@ class ErasureReport:
         c = self.counts
         return (
             f"{c.sessions} direct sessions ({c.rows} messages), {c.redacted} group messages redacted, "
-            f"{c.files} stored files, {c.notes} memory notes, {c.pairings} pairing records, {c.jobs} cron jobs"
+            f"{c.files} stored files, {c.notes} memory notes, {c.pairings} pairing records, {c.usage} usage records, "
+            f"{c.jobs} cron jobs"
             + (f" ({c.group_jobs} made in groups kept for them, without your name)" if c.group_jobs else "")
         )
 
@@ -197,8 +208,8 @@ def forget_explanation(person: Person, *, external_memory: bool) -> str:
         f"This deletes what this gateway holds about you ({person.label}), with every bot of this deployment:",
         "- your direct conversations with me, their messages and files;",
         "- your own messages in group chats (replaced with a note; the others' messages stay);",
-        "- what I remember about you, reminders you set up in a direct chat (those you set up in a group "
-        "stay for the group, without your name), and your pairing (you would need a new code).",
+        "- what I remember about you, your usage counts, reminders you set up in a direct chat (those you set "
+        "up in a group stay for the group, without your name), and your pairing (you would need a new code).",
         "It cannot be undone. Send /forget confirm within 5 minutes to go ahead (/forget cancel to drop it).",
     ]
     if external_memory:

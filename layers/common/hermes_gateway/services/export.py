@@ -1,8 +1,8 @@
 """What the gateway holds about one person, for `hermes-gateway users export` (BEHAVIOUR §11).
 
 The same places forget erases (services/forget.py), read instead: per profile their DM sessions
-(records and every row, undone ones too), memory notes, pairing records (never a code) and the
-cron jobs they made; their rows in group sessions (the paced Scan of the messages
+(records and every row, undone ones too), memory notes, pairing records (never a code), usage
+counters and records, and the cron jobs they made; their rows in group sessions (the paced Scan of the messages
 table); and the keys of every stored file of theirs with its `.json` record, for the caller to
 copy out of the media bucket.
 """
@@ -50,6 +50,7 @@ def export_person(stores: PersonalStores, person: Person, now: float, pace: Scan
                 chats.add(chat)
         platform = scope.pairing_platform(person)
         theirs, in_groups = stores.jobs_of(scope, person, chats)
+        owner = scope.usage_owner(person)
         profiles[scope.profile] = {
             "sessions": sessions,
             "memory_notes": [dataclasses.asdict(n) for n in stores.notes.list_notes(scope.memory_scope(person))],
@@ -61,6 +62,7 @@ def export_person(stores: PersonalStores, person: Person, now: float, pace: Scan
                     dataclasses.asdict(p) for p in stores.pairing.pending(platform, now) if p.user_id in person.ids
                 ],
             },
+            "usage": stores.usage.held(owner) if stores.usage is not None and owner is not None else None,
             "cron_jobs": [job.to_dict() for job in theirs],
             "cron_jobs_made_in_groups": [job.to_dict() for job in in_groups],
         }

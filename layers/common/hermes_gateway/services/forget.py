@@ -2,9 +2,9 @@
 
 Two parts, each safe to run again:
 1. what is theirs alone (`erase_owned`): per profile, their DM sessions (files first, then the
-   route, rows, title and record), memory notes and pairing records; then the cron jobs they made
-   in their DM (deleted) and in groups (kept for the group, their name taken off). Bounded by how
-   much they said.
+   route, rows, title and record), usage counters and records, memory notes and pairing records;
+   then the cron jobs they made in their DM (deleted) and in groups (kept for the group, their
+   name taken off). Bounded by how much they said.
 2. their rows in group sessions (`erase_group_rows`): the messages table read page by page, at
    most `ScanPace.pages_per_second` pages (of 1 MB) a second, every row marked with their handle
    redacted and its files deleted. Bounded by the table, so it may stop at a deadline and go on
@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from hermes_gateway.domain.cron import Job, JobStore
+from hermes_gateway.domain.limits import UsageBook
 from hermes_gateway.domain.pairing import PairingStore
 from hermes_gateway.domain.ports import Deliveries, ErasableMedia, PersonalData, SenderPage
 from hermes_gateway.domain.privacy import (
@@ -66,6 +67,7 @@ class PersonalStores:
     pairing: PairingStore
     jobs: JobStore | None = None
     media: ErasableMedia | None = None
+    usage: UsageBook | None = None  # the limits' counters and records (domain/limits.py)
     external_memory: str = ""  # `memory.external` (honcho: not erasable from here)
     honcho_workspace: str = ""
 
@@ -140,6 +142,9 @@ def erase_owned(stores: PersonalStores, person: Person, now: float, *, dm_chats:
             if erased.chat_id:
                 chats.add(erased.chat_id)
     for scope in stores.scopes:
+        owner = scope.usage_owner(person)
+        if stores.usage is not None and owner is not None:
+            counts.usage += stores.usage.forget(owner)
         counts.notes += stores.notes.clear(scope.memory_scope(person))
         counts.pairings += sum(stores.pairing.forget_user(scope.pairing_platform(person), uid) for uid in person.ids)
         theirs, in_groups = stores.jobs_of(scope, person, chats)
