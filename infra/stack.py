@@ -9,9 +9,11 @@ from aws_cdk import Aws, CfnOutput, Stack, Tags
 from aws_cdk import aws_events as events
 from constructs import Construct
 
+from hermes_gateway.domain.retention import capped_days
 from hermes_gateway.errors import ConfigError
 from hermes_gateway.outputs import (
     SESSION_API_OUTPUT,
+    bucket_output_key,
     function_output_key,
     log_group_output_key,
     queue_output_key,
@@ -132,7 +134,9 @@ class HermesGatewayStack(Stack):
         alarms = OperationsAlarms(self, "Alarms", plan=plan, stage=stage)
         data = DataTables(self, "Data", specs=TABLES)
         queues = MessageQueues(self, "Queues", specs=QUEUES)
-        media = MediaBuckets(self, "Media", specs=BUCKETS, retention_days=settings.media.retention_days)
+        # a file never outlives its message: the shorter of the two retentions (domain/retention.py)
+        media_days = capped_days(settings.media.retention_days, settings.sessions.retention_days)
+        media = MediaBuckets(self, "Media", specs=BUCKETS, retention_days=media_days)
         layer = CommonLayer(
             self,
             "CommonLayer",
@@ -277,3 +281,6 @@ class HermesGatewayStack(Stack):
         for name, table in data.tables.items():
             # The CLI finds the deployment's tables through these (hermes_cli.target.use_deployed).
             CfnOutput(self, table_output_key(name), value=table.table_name, description=f"The {name} table")
+        for name, bucket in media.buckets.items():
+            # `hermes-gateway users forget|export` deletes and reads a person's files there.
+            CfnOutput(self, bucket_output_key(name), value=bucket.bucket_name, description=f"The {name} bucket")

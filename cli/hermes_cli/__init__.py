@@ -2,7 +2,7 @@
 
 `hermes-gateway local` runs the whole gateway on this machine (what `make run` starts); the other
 commands (pairing, outbox, webhooks, secrets, send, deploy, config, logs, sessions, explain,
-session-key, cron) work on a deployed stack or, with `--local`, on the running local mode.
+session-key, cron, users) work on a deployed stack or, with `--local`, on the running local mode.
 
 The operator's side only: this package is installed on the operator's machine and never shipped
 in the Lambda layer, which carries `hermes_gateway` alone.
@@ -31,6 +31,7 @@ from hermes_cli import (
     secrets,
     send,
     sessions,
+    users,
     webhooks,
 )
 from hermes_cli.aws_errors import aws_error_line, region_from_aws_region
@@ -158,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_commands(commands)
     cron.add_commands(commands)
     mail.add_commands(commands)
+    users.add_commands(commands)
     return parser
 
 

@@ -31,6 +31,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ses as ses
 from constructs import Construct
 
+from hermes_gateway.domain.retention import capped_days
 from hermes_gateway.errors import ConfigError
 from hermes_gateway.outputs import EMAIL_ADDRESS_OUTPUT, EMAIL_RULE_SET_OUTPUT
 from hermes_gateway.platforms.email import domain_of
@@ -78,7 +79,10 @@ class MailReceiving(Construct):
         ingress = functions["ingress"]
         conditions = {"StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID, "aws:SourceArn": rule_arn}}
 
-        self._receive_into(bucket, settings.media.retention_days, conditions)
+        # a stored mail is a user's message: no longer than the bucket's files (domain/retention.py)
+        self._receive_into(
+            bucket, capped_days(settings.media.retention_days, settings.sessions.retention_days), conditions
+        )
         ingress.function.add_permission(
             "SesReceipt",
             principal=iam.ServicePrincipal("ses.amazonaws.com"),

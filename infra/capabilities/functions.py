@@ -284,11 +284,13 @@ class GatewayFunction(Construct):
         self.add_environment(spec.env_var, queue.queue_url)
 
     def _grant_bucket(self, spec: BucketSpec, bucket: s3.IBucket, access: Access) -> None:
-        """Objects only (no listing, no bucket settings): READ is GetObject, WRITE PutObject."""
+        """Objects (READ is GetObject, WRITE PutObject), never the bucket's settings; ERASE lists
+        the bucket's keys and deletes objects (a person's files, on request)."""
         actions = {
             Access.READ: ["s3:GetObject"],
             Access.WRITE: ["s3:PutObject"],
             Access.READ_WRITE: ["s3:GetObject", "s3:PutObject"],
+            Access.ERASE: ["s3:DeleteObject"],
         }.get(access)
         if actions is None:
             raise ValueError(f"function {self.spec.name}: bucket {spec.name} cannot be granted {access.value}")
@@ -297,8 +299,13 @@ class GatewayFunction(Construct):
             self.role,
             arn_finding(bucket, "/*"),
             f"The {spec.name} bucket's objects, each keyed by profile, session and message: the grant covers only "
-            "that bucket's objects, never its listing or settings.",
+            "that bucket's objects, never its settings.",
         )
+        if access is Access.ERASE:
+            # a session's files are found by their prefix (inbound, their records, outbound copies)
+            self.role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn])
+            )
         self.add_environment(spec.env_var, bucket.bucket_name)
 
     def _grant_function(self, spec: FunctionSpec, function: lambda_.IFunction, access: Access) -> None:

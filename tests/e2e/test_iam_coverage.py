@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from bench.meter import Meter, resource_name
-from hermes_gateway.resources import FUNCTIONS
+from hermes_gateway.resources import FUNCTIONS, MEDIA
 from hermes_gateway.settings import load_settings
 from tests.e2e.conftest import Client, telegram_update
 
@@ -43,6 +43,7 @@ IAM_PREFIX = {"stepfunctions": "states", "sesv2": "ses"}
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "email"
 ADDRESS = "hermes@example.com"  # the synthesized stack's e-mail address (tests/infra/conftest.py)
 IAM_ACTION = {("lambda", "Invoke"): "InvokeFunction"}
+S3_BUCKET_ACTIONS = frozenset({"ListObjectsV2"})  # authorized on the bucket (s3:ListBucket); the others on objects
 TRANSACT_ACTION = {
     "Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem",
 }  # fmt: skip
@@ -53,8 +54,13 @@ Need = tuple[str, str, str]  # function, IAM action, the resource: a logical nam
 def needs(function: str, service: str, operation: str, params: dict[str, Any]) -> list[Need]:
     """The (function, action, resource) triples AWS authorizes one call as."""
     prefix = IAM_PREFIX.get(service, service)
-    if service == "s3":  # an object of the media bucket, by its key
-        return [(function, f"s3:{operation}", f"media/{params.get('Key', '')}")]
+    if service == "s3":  # the media bucket itself (a listing), or an object of it, by its key
+        if operation in S3_BUCKET_ACTIONS:
+            return [(function, "s3:ListBucket", MEDIA.name)]
+        if operation == "DeleteObjects":  # s3:DeleteObject on each key
+            objects = (params.get("Delete") or {}).get("Objects") or ()
+            return [(function, "s3:DeleteObject", f"{MEDIA.name}/{o['Key']}") for o in objects]
+        return [(function, f"s3:{operation}", f"{MEDIA.name}/{params.get('Key', '')}")]
     if service == "sesv2":  # a mail sent from an address: its identity (and the From condition)
         return [(function, f"ses:{operation}", f"from/{params.get('FromEmailAddress', '')}")]
     if operation in ("TransactWriteItems", "TransactGetItems"):
@@ -131,6 +137,14 @@ def drive(client: Client, meter: PermissionMeter, tmp_path: Path) -> None:
     client.gateway.run_schedule("expiry")  # the tick: leases, due jobs, expired sessions
     assert client.gateway.wait_idle(timeout=30)
     drive_email(client)
+    # a user's data on request: /forget, its confirmation, and the tick that erases it (a file of
+    # their DM session in the bucket, put there by no function, for the erasure to delete)
+    say("/forget")
+    say("/forget confirm")
+    assert client.gateway.wait_idle(timeout=30)
+    _put_file_of(client, "agent:main:telegram:dm:99")
+    client.gateway.run_schedule("expiry")
+    assert client.gateway.wait_idle(timeout=30)
     time.sleep(0.5)  # the last invocations' events flushed
 
 
@@ -153,6 +167,19 @@ def drive_email(client: Client) -> None:
     assert client.gateway.functions.invoke("ingress", bounce)["outcome"] == "reported"
 
 
+def _put_file_of(client: Client, session_key: str) -> None:
+    import boto3
+
+    from hermes_gateway import wiring
+
+    route = wiring.session_stores().routes.get(session_key)
+    assert route is not None
+    bucket = wiring.bindings().buckets[MEDIA.name]
+    boto3.client("s3", region_name=wiring.region()).put_object(
+        Bucket=bucket, Key=f"default/{route.session_id}/9-0", Body=b"x"
+    )
+
+
 def allows(statement: dict[str, Any], action: str, resource: str, identifiers: dict[str, tuple[str, ...]]) -> bool:
     """Whether `statement` allows `action` on `resource`, named in it by one of its identifiers."""
     if statement.get("Effect") != "Allow":
@@ -168,12 +195,8 @@ def allows(statement: dict[str, Any], action: str, resource: str, identifiers: d
         named = any(w in json.dumps(granted) for granted in resources for w in wanted)
         return named and condition in (None, index)
     marks = identifiers.get(name, ())
-    if name == "media":  # an object: the grant's key pattern (`<bucket ARN>/<pattern>`) must match it
-        return any(
-            any(mark in json.dumps(granted) for mark in marks)
-            and fnmatch.fnmatchcase("/" + index, _key_pattern(granted))
-            for granted in resources
-        )
+    if name == MEDIA.name:
+        return _allows_media(resources, index, marks)
     for granted in resources:
         if granted == "*":
             return True
@@ -186,6 +209,15 @@ def allows(statement: dict[str, Any], action: str, resource: str, identifiers: d
         elif "/index/" not in text:
             return True
     return False
+
+
+def _allows_media(resources: list[Any], key: str, marks: tuple[str, ...]) -> bool:
+    """A grant on the media bucket itself (its ARN: a listing, `key` empty) or on its objects (the
+    grant's key pattern, `<bucket ARN>/<pattern>`, must match `key`)."""
+    named = [granted for granted in resources if any(mark in json.dumps(granted) for mark in marks)]
+    if not key:
+        return any(not _key_pattern(granted) for granted in named)
+    return any(_key_pattern(granted) and fnmatch.fnmatchcase("/" + key, _key_pattern(granted)) for granted in named)
 
 
 def _key_pattern(granted: Any) -> str:
@@ -325,4 +357,21 @@ def test_the_check_refuses_a_call_the_role_lacks() -> None:
     ]
     assert needs("agent", "lambda", "Invoke", {"FunctionName": "hermes-local-delivery"}) == [
         ("agent", "lambda:InvokeFunction", "delivery")
+    ]
+    # A bucket's objects and the bucket itself are granted apart: listing needs the bucket's ARN
+    bucket = {"Fn::GetAtt": ["MediamediaCCCC", "Arn"]}
+    objects = {"Fn::Join": ["", [bucket, "/*"]]}
+    marks = {"media": ('"MediamediaCCCC"',)}
+    on_objects = {"Effect": "Allow", "Action": ["s3:DeleteObject", "s3:ListBucket"], "Resource": [objects]}
+    assert allows(on_objects, "s3:DeleteObject", "media/default/s1/1-0", marks)
+    assert not allows(on_objects, "s3:ListBucket", "media", marks)
+    on_bucket = {"Effect": "Allow", "Action": ["s3:DeleteObject", "s3:ListBucket"], "Resource": [bucket]}
+    assert allows(on_bucket, "s3:ListBucket", "media", marks)
+    assert not allows(on_bucket, "s3:DeleteObject", "media/default/s1/1-0", marks)
+    deleting = {"Bucket": "hermes-local-media", "Delete": {"Objects": [{"Key": "default/s1/1-0"}, {"Key": "d/s/2"}]}}
+    assert needs("expiry", "s3", "DeleteObjects", deleting) == [
+        ("expiry", "s3:DeleteObject", "media/default/s1/1-0"), ("expiry", "s3:DeleteObject", "media/d/s/2"),
+    ]  # fmt: skip
+    assert needs("expiry", "s3", "ListObjectsV2", {"Bucket": "hermes-local-media"}) == [
+        ("expiry", "s3:ListBucket", "media")
     ]

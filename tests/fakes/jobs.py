@@ -81,6 +81,13 @@ class FakeJobStore:
         with self._lock:
             return self.jobs.pop(job_id, None) is not None
 
+    def disown(self, job_id: str) -> bool:
+        with self._lock:
+            if job_id not in self.jobs:
+                return False
+            self.jobs[job_id] = replace(self.jobs[job_id], creator=None)
+            return True
+
     def claim_due(self, now: float, limit: int, plan: Callable[[Job, float], Advance]) -> builtins.list[Claim]:
         with self._lock:
             self.due_queries += 1

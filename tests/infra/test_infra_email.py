@@ -168,6 +168,14 @@ def test_a_rule_set_of_the_operator_s_is_joined_not_created() -> None:
     assert ":receipt-rule-set/my-active-set:receipt-rule/hermes-gateway-dev" in json.dumps(found["Resources"])
 
 
+def test_a_stored_mail_goes_no_later_than_the_session_retention() -> None:
+    # a received message is the user's: sessions.retention_days bounds it like any of their files
+    found = template({"platforms": {"email": ENABLED["email"]}, "sessions": {"retention_days": 3}}, region="eu-west-1")
+    (bucket,) = [r for r in found["Resources"].values() if r["Type"] == "AWS::S3::Bucket"]
+    rules = {r["Id"]: r for r in bucket["Properties"]["LifecycleConfiguration"]["Rules"]}
+    assert rules["expire-received-mail"]["ExpirationInDays"] == 3 and rules["expire-media"]["ExpirationInDays"] == 3
+
+
 def test_without_e_mail_nothing_of_it_is_built() -> None:
     found = template({})
     assert not [r for r in found["Resources"].values() if r["Type"].startswith("AWS::SES::")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,7 +28,7 @@ from hermes_gateway.resources import (
     repo_root,
 )
 from hermes_gateway.settings import load_settings
-from tests.infra.conftest import EVERY_PLATFORM, Synthesized
+from tests.infra.conftest import EVERY_PLATFORM, Synthesized, synthesize
 
 pytestmark = pytest.mark.infra
 
@@ -239,7 +240,8 @@ def test_deliveries_invoke_the_delivery_function_asynchronously_with_retries_and
             for r in as_list(s["Resource"])
         ]
         assert invokes == ([delivery_id] if spec.grants.get("delivery") is Access.INVOKE else []), spec.name
-    assert {s.name for s in FUNCTIONS if s.grants.get("delivery") is Access.INVOKE} == {"router", "agent"}
+    # (the tick: the notice that a chat's /forget is done)
+    assert {s.name for s in FUNCTIONS if s.grants.get("delivery") is Access.INVOKE} == {"router", "agent", "expiry"}
 
 
 def test_grants_follow_the_specs(synthesized: Synthesized) -> None:
@@ -277,9 +279,11 @@ def test_grants_follow_the_specs(synthesized: Synthesized) -> None:
                     for a in as_list(s["Action"])
                 ]
                 assert sorted(granted) == sorted(
-                    {Access.READ: ["s3:GetObject"], Access.WRITE: ["s3:PutObject"]}.get(
-                        access, ["s3:GetObject", "s3:PutObject"]
-                    )
+                    {
+                        Access.READ: ["s3:GetObject"],
+                        Access.WRITE: ["s3:PutObject"],
+                        Access.ERASE: ["s3:DeleteObject", "s3:ListBucket"],  # objects; the listing on the bucket
+                    }.get(access, ["s3:GetObject", "s3:PutObject"])
                 ), spec.name
             elif access in (Access.READ, Access.WRITE, Access.READ_WRITE):
                 target = table_logical_id(synthesized, resource)
@@ -306,14 +310,23 @@ def test_the_media_bucket_is_private_encrypted_tls_only_and_expires_its_objects(
     (policy,) = synthesized.of_type("AWS::S3::BucketPolicy").values()
     (deny,) = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
     assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
-    # only the agent (inbound media) and delivery (outbound) may touch its objects; the ingress
-    # only the stored mail's (tests/infra/test_infra_email.py)
+    # only the agent (inbound media), delivery (outbound) and the tick (a person's files, on
+    # request: list and delete, never read) may touch its objects; the ingress only the stored
+    # mail's (tests/infra/test_infra_email.py)
     readers = {
         name
         for name, (_, props) in functions_by_name(synthesized).items()
         if "HERMES_MEDIA_BUCKET" in props["Environment"]["Variables"]
     }
-    assert readers == {"agent", "delivery", "ingress"} and logical_id.startswith("Mediamedia")
+    assert readers == {"agent", "delivery", "ingress", "expiry"} and logical_id.startswith("Mediamedia")
+    assert synthesized.outputs["MediaBucketName"]["Value"] == {"Ref": logical_id}  # `users forget|export`
+
+
+def test_a_file_never_outlives_its_message_under_a_shorter_session_retention(tmp_path: Path) -> None:
+    settings = load_settings(env={}, config={"sessions": {"retention_days": 7}, "media": {"retention_days": 30}})
+    (bucket,) = synthesize(settings, tmp_path / "cdk.out").of_type("AWS::S3::Bucket").values()
+    (rule,) = [r for r in bucket["Properties"]["LifecycleConfiguration"]["Rules"] if r["Id"] == "expire-media"]
+    assert rule["ExpirationInDays"] == 7
 
 
 # --- IAM -------------------------------------------------------------------------------------------
@@ -564,7 +577,8 @@ def test_no_function_scans_a_table_or_reads_a_stream_it_was_not_given(synthesize
             if any(a in actions for a in ("dynamodb:GetRecords", "dynamodb:GetShardIterator")):
                 assert spec.consumes is not None and targets <= {spec.consumes.table}, (spec.name, targets)
             assert "dynamodb:DescribeTable" not in actions, spec.name
-    assert {s.name: s.scans for s in FUNCTIONS if s.scans} == {"agent": ("jobs",)}
+    # the tick's Scan of the messages table is forget's (a person's rows in groups: a rare request)
+    assert {s.name: s.scans for s in FUNCTIONS if s.scans} == {"agent": ("jobs",), "expiry": ("messages", "jobs")}
 
 
 # The actions AWS gives no resource-level permissions for, and so the only ones a statement may

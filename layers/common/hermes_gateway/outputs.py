@@ -22,6 +22,11 @@ def table_output_key(table: str) -> str:
     return f"{table.capitalize()}TableName"
 
 
+def bucket_output_key(bucket: str) -> str:
+    """The stack output that carries a bucket's name, e.g. `MediaBucketName`."""
+    return f"{bucket.capitalize()}BucketName"
+
+
 def queue_output_key(queue: str) -> str:
     """The stack output that carries a queue's URL, e.g. `DeadLettersQueueUrl`."""
     return "".join(part.capitalize() for part in queue.split("-")) + "QueueUrl"

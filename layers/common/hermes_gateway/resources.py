@@ -35,6 +35,7 @@ class Access(StrEnum):
     START_DESCRIBE = "start_describe"
     PUT_EVENTS = "put_events"  # event bus: events:PutEvents
     INVOKE = "invoke"  # function: lambda:InvokeFunction
+    ERASE = "erase"  # bucket: list its keys and delete objects (forget: a person's files)
 
 
 @dataclass(frozen=True)
@@ -201,6 +202,8 @@ MESSAGES = TableSpec(
     env_var="HERMES_MESSAGES_TABLE",
     partition=Key("session_id"),
     sort=Key("seq", "N"),
+    # a row's expiry when `sessions.retention_days` is set (domain/retention.py): TTL deletes are free
+    ttl_attribute="expires_at",
 )
 OUTBOX = TableSpec(
     name="outbox",
@@ -462,19 +465,29 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         name="expiry",
         code_dir="functions/expiry",
         handler="handler.lambda_handler",
-        description="Scheduled: expired leases, due cron jobs, expired sessions (flush, end), idle routes",
+        description="Scheduled: expired leases, due cron jobs, expired sessions (flush, end), forget, retention",
         memory_mb=256,
         timeout_seconds=60,
         grants={
             "routes": Access.READ_WRITE,
-            "sessions": Access.READ_WRITE,  # the session sweep ends expired sessions
+            # the session sweep ends expired sessions; the retention sweep deletes idle ones
+            "sessions": Access.READ_WRITE,
             # a lease lost with messages queued behind it: they join the transcript, their turn starts
             "messages": Access.READ_WRITE,
             # cron: claim due jobs (the due index), start their turns, publish cron:ran
             "jobs": Access.READ_WRITE,
             "turn": Access.START,
             "events": Access.PUT_EVENTS,
+            # a chat's confirmed /forget (BEHAVIOUR §11): the request and the person's pairing
+            # (access), their memory notes, their files, and the chat's notice when it is done
+            "access": Access.READ_WRITE,
+            "memory": Access.READ_WRITE,
+            "media": Access.ERASE,
+            "delivery": Access.INVOKE,
         },
+        # forget: the person's rows in group sessions, a bounded-rate Scan of the messages table
+        # (a rare request), and the jobs made in their DM (a handful)
+        scans=("messages", "jobs"),
     ),
     FunctionSpec(
         name="session_api",

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from hermes_gateway.adapters.aws import LambdaDeliveries, SqsQueue, StepFunctionsStarter
     from hermes_gateway.adapters.dynamo_access import DynamoAccessStore
     from hermes_gateway.adapters.dynamo_directory import DynamoDirectory
+    from hermes_gateway.adapters.dynamo_erasures import DynamoErasureRequests
     from hermes_gateway.adapters.dynamo_inbox import DynamoInbox
     from hermes_gateway.adapters.dynamo_jobs import DynamoJobStore
     from hermes_gateway.adapters.dynamo_memory import DynamoNoteStore
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
     from hermes_gateway.domain.media import Attachment
     from hermes_gateway.domain.pacing import PaceRule
     from hermes_gateway.domain.pairing import PairingStore
-    from hermes_gateway.domain.ports import MailStore, MediaStore, SessionStores
+    from hermes_gateway.domain.ports import MailStore, MediaStore, PersonalData, SessionStores
+    from hermes_gateway.domain.privacy import ProfileScope
     from hermes_gateway.domain.profiles import ProfileDirectory
     from hermes_gateway.domain.sessions import ModelOverride
     from hermes_gateway.memory.manager import MemoryManager
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from hermes_gateway.providers.stt import Transcriber
     from hermes_gateway.services.cron import CronDeps
     from hermes_gateway.services.delivery import DeliveryDeps, Mirror, Pacing
+    from hermes_gateway.services.forget import PersonalStores
     from hermes_gateway.services.ingress import DeliveryReport, InboundAdapter
     from hermes_gateway.services.mail_ingress import MailAdapter
     from hermes_gateway.services.outbound_media import Fetching
@@ -100,12 +103,14 @@ def stores_on(tables: SessionTables) -> SessionStores:
     from hermes_gateway.adapters.dynamo_catalogue import DynamoCatalogue
     from hermes_gateway.adapters.dynamo_edits import DynamoSessionEdits
     from hermes_gateway.adapters.dynamo_leases import DynamoLeases
+    from hermes_gateway.adapters.dynamo_personal import DynamoPersonalData
     from hermes_gateway.adapters.dynamo_routes import DynamoRoutes
     from hermes_gateway.adapters.dynamo_sweep import DynamoSweep
     from hermes_gateway.adapters.dynamo_transcript import DynamoTranscript
     from hermes_gateway.adapters.dynamo_turns import DynamoTurnControl
     from hermes_gateway.domain.ports import SessionStores
 
+    personal = DynamoPersonalData(tables)  # a person's data (forget, export) and the retention sweep
     return SessionStores(
         routes=DynamoRoutes(tables),
         leases=DynamoLeases(tables),
@@ -114,6 +119,8 @@ def stores_on(tables: SessionTables) -> SessionStores:
         catalogue=DynamoCatalogue(tables),
         edits=DynamoSessionEdits(tables),
         sweep=DynamoSweep(tables),
+        personal=personal,
+        retention=personal,
     )
 
 
@@ -146,6 +153,7 @@ def access(profile: str | None = None) -> Access:
         operator_cli=(os.environ.get(LOCAL_CLI_ENV) if local_mode() else None) or "hermes-gateway",
         local=local_mode(),
         usage=usage_book(),
+        erasures=erasure_requests(),
     )
 
 
@@ -171,9 +179,13 @@ def receipts() -> DynamoReceipts:
 
 @cache
 def outbox() -> DynamoOutbox:
-    from hermes_gateway.adapters.dynamo_outbox import DynamoOutbox
+    """The outbox, its rows kept 30 days or `sessions.retention_days` when that is shorter (a row
+    holds a reply's text: it goes no later than the transcript row it answers)."""
+    from hermes_gateway.adapters.dynamo_outbox import RETENTION_SECONDS, DynamoOutbox
+    from hermes_gateway.domain.retention import DAY_SECONDS, capped_days
 
-    return DynamoOutbox(bindings(), region())
+    keep = capped_days(RETENTION_SECONDS // DAY_SECONDS, settings().sessions.retention_days) * DAY_SECONDS
+    return DynamoOutbox(bindings(), region(), keep_seconds=keep)
 
 
 @cache
@@ -574,6 +586,58 @@ def memory_manager(profile: str | None = None) -> MemoryManager:
 
 
 @cache
+def erasure_requests() -> DynamoErasureRequests:
+    """The chats' `/forget` requests (the access table): asked by the router, erased by the tick."""
+    from hermes_gateway.adapters.dynamo_erasures import DynamoErasureRequests
+
+    return DynamoErasureRequests(bindings(), region())
+
+
+@cache
+def personal_stores() -> PersonalStores:
+    """Where a person's data is, in every profile (the tick's erasures)."""
+    return personal_stores_on(bindings(), settings(), region(), data=session_stores().personal)
+
+
+def personal_stores_on(
+    on: Bindings,
+    chosen: Settings,
+    where: str | None,
+    *,
+    data: PersonalData | None = None,
+    scopes: tuple[ProfileScope, ...] | None = None,
+) -> PersonalStores:
+    """A person's data on a deployment's resources (the tick's, or the CLI's from a stack's
+    outputs or a running local mode), for the profiles `scopes` names (default: `chosen`'s)."""
+    from hermes_gateway.adapters.dynamo_access import DynamoAccessStore
+    from hermes_gateway.adapters.dynamo_jobs import DynamoJobStore
+    from hermes_gateway.adapters.dynamo_memory import DynamoNoteStore
+    from hermes_gateway.adapters.dynamo_personal import DynamoPersonalData
+    from hermes_gateway.adapters.dynamo_table import Table, dynamodb_client
+    from hermes_gateway.adapters.dynamo_usage import DynamoUsage
+    from hermes_gateway.adapters.models import dynamodb_endpoint
+    from hermes_gateway.adapters.s3_media import S3MediaStore
+    from hermes_gateway.adapters.session_tables import SessionTables
+    from hermes_gateway.resources import MEDIA
+    from hermes_gateway.services.forget import PersonalStores, profile_scopes
+    from hermes_gateway.settings import rules_from_settings
+
+    bucket = on.buckets.get(MEDIA.name)
+    client = dynamodb_client(where, dynamodb_endpoint())
+    return PersonalStores(
+        scopes=scopes or profile_scopes(chosen),
+        data=data or DynamoPersonalData(SessionTables(on, where, rules=rules_from_settings(chosen))),
+        notes=DynamoNoteStore(on, where),
+        pairing=DynamoAccessStore(on, where),
+        jobs=DynamoJobStore(on, where),
+        media=S3MediaStore(bucket, where) if bucket else None,
+        usage=DynamoUsage(Table(client, on.table("routes")), Table(client, on.table("access"))),
+        external_memory=chosen.memory.external,
+        honcho_workspace=chosen.memory.honcho_workspace,
+    )
+
+
+@cache
 def _directory_store() -> DynamoDirectory:
     from hermes_gateway.adapters.dynamo_directory import DynamoDirectory
 
@@ -723,5 +787,7 @@ def reset() -> None:
         cron_deps,
         receipts,
         _pacing,
+        erasure_requests,
+        personal_stores,
     ):
         built.cache_clear()

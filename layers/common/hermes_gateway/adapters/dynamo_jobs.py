@@ -184,6 +184,10 @@ class DynamoJobStore:
             raise
         return True
 
+    def disown(self, job_id: str) -> bool:
+        Item = self.model
+        return self._update(job_id, [Item.creator.remove()], Item.job_id.exists()) is not None
+
     def claim_due(self, now: float, limit: int, plan: Callable[[Job, float], Advance]) -> builtins.list[Claim]:
         Item = self.model
         claims: builtins.list[Claim] = []

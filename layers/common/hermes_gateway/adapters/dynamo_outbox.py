@@ -45,8 +45,10 @@ def _entry(item: OutboxModelBase) -> OutboxEntry:
 
 @throttling_is_transient_everywhere
 class DynamoOutbox:
-    def __init__(self, bindings: Bindings, region: str | None = None) -> None:
+    def __init__(self, bindings: Bindings, region: str | None = None, *, keep_seconds: int = RETENTION_SECONDS) -> None:
         self.model = bind_outbox(bindings.table("outbox"), region, dynamodb_endpoint())
+        # A row holds a reply's text (a preview deployed): it goes by TTL after this long
+        self._keep_seconds = keep_seconds
 
     def record_claimed(
         self,
@@ -83,7 +85,7 @@ class DynamoOutbox:
             platform_message_id=platform_message_id,
             created_at=now,
             updated_at=now,
-            expires_at=int(now + RETENTION_SECONDS),
+            expires_at=int(now + self._keep_seconds),
             buttons=json.dumps(buttons) if buttons else None,
             media=json.dumps(media) if media else None,
         )

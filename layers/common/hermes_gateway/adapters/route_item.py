@@ -109,6 +109,11 @@ def peers_attr(spender: str, day: int) -> str:
     return f"up{spender}d{day}"
 
 
+def ledger_attributes(item: Mapping[str, Any], spender: str) -> list[str]:
+    """The names of `spender`'s counters on a route (forget removes them)."""
+    return [name for name in item if (match := _LEDGER_ATTR.match(name)) is not None and match.group(2) == spender]
+
+
 def ledgers(item: Mapping[str, Any]) -> dict[str, Ledger]:
     counts: dict[str, Counts] = {}
     spent: dict[str, dict[str, list[float]]] = {}

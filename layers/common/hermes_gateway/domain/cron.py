@@ -201,6 +201,11 @@ class JobStore(Protocol):
 
     def remove(self, job_id: str) -> bool: ...
 
+    def disown(self, job_id: str) -> bool:
+        """Take the job's creator off it (their forget: a job they made in a group stays the
+        group's); its runs then stand for no one. False when there is no such job."""
+        ...
+
     def claim_due(self, now: float, limit: int, plan: Callable[[Job, float], Advance]) -> builtins.list[Claim]:
         """Jobs due at `now`, found through the due index (never a scan), each claimed by a
         conditional write of `plan(job, now)` that holds only if `next_run_at` is still what was

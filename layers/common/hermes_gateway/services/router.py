@@ -26,6 +26,7 @@ from hermes_gateway.domain.limits import Counted, UsageBook
 from hermes_gateway.domain.media import attachments_of, keyed
 from hermes_gateway.domain.pairing import TRY_LATER_REPLY, PairingStore, pairing_reply
 from hermes_gateway.domain.ports import Deliveries, SessionStores, TurnStarter
+from hermes_gateway.domain.privacy import ErasureRequests
 from hermes_gateway.domain.receipts import ReceiptStore
 from hermes_gateway.domain.reset_policy import reset_notice, wants_reset_notice
 from hermes_gateway.domain.session_key import build_session_key
@@ -88,6 +89,7 @@ class Access:
     operator_cli: str = "hermes-gateway"
     local: bool = False
     usage: UsageBook | None = None
+    erasures: ErasureRequests | None = None  # /forget's requests (BEHAVIOUR §11)
 
     def send_ahead(self, job: dict[str, Any]) -> None:
         (self.replies_ahead or self.replies).send(job)
@@ -223,6 +225,8 @@ def _gateway_command(
         event_id=message.event_id,
         starter=starter,
         usage=access.usage,
+        erasures=access.erasures,
+        reply_to=reply_target(message).to_dict(),
     )
     command = answer_command(message.text, context)
     if command is not None:

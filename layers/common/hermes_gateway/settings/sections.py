@@ -283,6 +283,12 @@ class SessionSettings(Section):
         "routing entries idle this long are pruned (transcripts kept; 0: never)",
         check=at_least(0, "must be 0 (never prune) or more"), wide=True,
     )
+    retention_days: int = setting(
+        "GATEWAY_SESSIONS_RETENTION_DAYS", whole, 0,
+        "transcript rows are deleted this long after they were written, files this long after they were stored, "
+        "sessions idle this long with them (0: kept)",
+        check=between(0, 3650), wide=True,
+    )
 
     @property
     def lease_ttl_seconds(self) -> int:
