@@ -101,7 +101,8 @@ def test_bluebubbles_register_gives_the_server_the_url_with_the_secret_and_never
     # When the operator registers the gateway's URL
     assert main(["webhooks", "register", "bluebubbles", "--local", "--url", url]) == 0
     # Then the server posts new messages to it with the current secret, and the stale one is gone
-    assert [(w["url"], w["events"]) for w in fake_bluebubbles.webhooks] == [(f"{url}?password={secret}", ["new-message"])]
+    registered = [(w["url"], w["events"]) for w in fake_bluebubbles.webhooks]
+    assert registered == [(f"{url}?password={secret}", ["new-message"])]
     out = capsys.readouterr().out
     assert url in out and "earlier secret removed" in out
     assert secret not in out and fake_bluebubbles.password not in out

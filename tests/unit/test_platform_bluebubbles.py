@@ -522,6 +522,13 @@ def test_the_server_url_is_https_unless_it_is_loopback(url: str) -> None:
 # --- typing ----------------------------------------------------------------------------------------
 
 
+def test_the_sender_shows_typing_and_attaches_files_natively(sender: BlueBubblesSender) -> None:
+    from hermes_gateway.platforms.base import presence_of
+    from hermes_gateway.platforms.outbound_media import media_sender_of
+
+    assert presence_of(sender) is sender and media_sender_of(sender) is sender
+
+
 def test_typing_shows_only_with_the_private_api(fake: FakeBlueBubbles, sender: BlueBubblesSender) -> None:
     assert sender.typing(chunk(chat=GROUP_GUID)) is False
     assert fake.requests == []
