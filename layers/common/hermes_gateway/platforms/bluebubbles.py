@@ -86,16 +86,25 @@ _WHAT = "bluebubbles message"
 GUID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}")
 # `<service>;<-|+>;<identifier>`: the identifier is a handle's address (a DM) or `chat<digits>` (a
 # group). No white space, control character, ':', ';', '/' or '\\' in it: the session key joins its
-# parts with ':' and may hold no path separators or '..'.
+# parts with ':' and may hold no path separators or '..'. At most 200 characters and 300 bytes
+# (`_bounded`), so a key of a chat and its sender stays far below DynamoDB's 2,048-byte partition key.
 _IDENTIFIER = r"[^\s\x00-\x1f\x7f:;/\\]{1,200}"
 CHAT_GUID = re.compile(rf"([A-Za-z0-9]{{1,32}});([-+]);({_IDENTIFIER})")
 ADDRESS = re.compile(_IDENTIFIER)
+_MAX_ID_BYTES = 300
 _MAX_ATTACHMENTS = 20
 # Link previews and iMessage app balloons carry their payload as an attachment of this kind: no file.
 _PLUGIN_PAYLOAD = ".pluginPayloadAttachment"
 _VOICE_UTI, _VOICE_MIME = "com.apple.coreaudio-format", "audio/x-caf"  # an iMessage audio message
 # Events that are no message: acknowledged and left out (see the module's docstring).
 _OTHER_EVENTS = {"typing-indicator": "typing", "chat-read-status-changed": "read_status"}
+
+
+def _bounded(pattern: re.Pattern[str], value: Any) -> re.Match[str] | None:
+    """`value` when it is a string matching `pattern` in full, within the bytes an id may take."""
+    if not isinstance(value, str) or len(value.encode("utf-8")) > _MAX_ID_BYTES:
+        return None
+    return pattern.fullmatch(value)
 
 
 def verify_secret(query: Mapping[str, str], expected: str | None) -> None:
@@ -196,7 +205,7 @@ def _chat(data: dict[str, Any]) -> tuple[str, bool, dict[str, Any]]:
         raise BadRequest("bluebubbles message has no chat")
     chat = chats[0]
     guid = chat.get("guid")
-    if not isinstance(guid, str) or (found := CHAT_GUID.fullmatch(guid)) is None:
+    if not isinstance(guid, str) or (found := _bounded(CHAT_GUID, guid)) is None:
         raise BadRequest("bluebubbles chat guid is not <service>;<-|+>;<identifier>")
     return guid, found.group(2) == "+", chat
 
@@ -207,7 +216,7 @@ def _sender(data: dict[str, Any], chat_guid: str, is_group: bool) -> str | None:
     address = handle.get("address")
     if address is None:
         return None if is_group else chat_guid.split(";", 2)[2]
-    if not isinstance(address, str) or not ADDRESS.fullmatch(address):
+    if not isinstance(address, str) or not _bounded(ADDRESS, address):
         raise BadRequest("bluebubbles handle address is not a phone number or an e-mail address")
     return address
 
