@@ -6,9 +6,10 @@ service (message_cost), the read growth and cost of a 200-message session (long_
 far one deployment goes (capacity, fed with message_cost's service times, so it runs after it),
 the cost of a photo, a voice note, a PDF and a reply with a photo beside a text message
 (media_cost), what WhatsApp's status reports of each reply cost (receipts_cost), an e-mail's cost
-with SES's own (email_cost), the idle monthly
-cost (idle_cost), the ingress handler's import time as a ratio of `import boto3` (cold_start), the
-ack path and the hops (ack_path), local throughput (throughput), and the delivery-under-faults
+with SES's own (email_cost), an iMessage message through BlueBubbles with the echoes of its reply
+(bluebubbles_cost), the idle monthly cost (idle_cost), the ingress handler's import time as a ratio
+of `import boto3` (cold_start), the ack path and the hops (ack_path), local throughput
+(throughput), and the delivery-under-faults
 outcome when `results/delivery-faults-latest.json` exists (`make faults` writes it; it is not run
 here). Every source file's own date is kept under `sources`, so a number merged from an older run
 shows as such.
@@ -46,6 +47,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str], dict[str, str], str]] = {
     "media_cost": ("media_cost.py", [], ["--quick"], {}, "media-cost-latest.json"),
     "receipts_cost": ("receipts_cost.py", [], ["--quick"], {}, "receipts-cost-latest.json"),
     "email_cost": ("email_cost.py", [], ["--quick"], {}, "email-cost-latest.json"),
+    "bluebubbles_cost": ("bluebubbles_cost.py", [], ["--quick"], {}, "bluebubbles-cost-latest.json"),
     # 200 messages in both: the read growth is measured at the 200th
     "long_session": ("long_session.py", [], [], {}, "long-session-latest.json"),
     "capacity": ("capacity.py", ["--all"], ["--all", "--seconds", "20"], {}, "capacity-latest.json"),
@@ -101,7 +103,8 @@ def merge(results: dict[str, dict[str, Any] | None], faults: dict[str, Any] | No
         latest.update(cost_keys(cost))
     for name, keys in (("media_cost", media_cost_keys), ("long_session", long_session_keys),
                        ("capacity", capacity_keys), ("receipts_cost", receipts_cost_keys),
-                       ("email_cost", email_cost_keys)):  # fmt: skip
+                       ("email_cost", email_cost_keys),
+                       ("bluebubbles_cost", bluebubbles_cost_keys)):  # fmt: skip
         if results.get(name):
             latest.update(keys(results[name] or {}))
     if idle:
@@ -191,6 +194,14 @@ def media_cost_keys(media: dict[str, Any]) -> dict[str, Any]:
         },
         "media_s3_storage_usd_per_million": {name: summary[name]["s3_storage_usd_per_million"] for name in kinds},
         "media_limits_ok": media.get("limits_ok"),
+    }
+
+
+def bluebubbles_cost_keys(bluebubbles: dict[str, Any]) -> dict[str, Any]:
+    """An iMessage message through BlueBubbles, with and without the two echoes of its reply."""
+    return {
+        "bluebubbles_usd_per_million_messages": bluebubbles["usd_per_million_messages"],
+        "bluebubbles_usd_per_million_messages_without_echoes": bluebubbles["usd_per_million_messages_without_echoes"],
     }
 
 

@@ -36,6 +36,7 @@ SECRETS = {
     "FEISHU_ENCRYPT_KEY": "bad-input-feishu-encrypt-key",
     "FEISHU_VERIFICATION_TOKEN": "bad-input-feishu-verification",
     "MATTERMOST_OUTGOING_TOKEN": "bad-input-mattermost-token",
+    "BLUEBUBBLES_WEBHOOK_SECRET": "bad-input-bluebubbles-secret",
 }
 GOOGLE_PROJECT = "123456789012"
 TEAMS_SERVICE_URL = "https://smba.trafficmanager.net/emea/"
@@ -325,6 +326,24 @@ def mattermost_sign(s: Sign, n: int, body: bytes) -> Request:
     return Request("POST", "/webhooks/mattermost", body, {"content-type": "application/x-www-form-urlencoded"})
 
 
+def bluebubbles_payload(n: int, chat: str) -> bytes:
+    """A `new-message` as the BlueBubbles server posts it (tests/fixtures/bluebubbles/), sent now."""
+    from tests.fakes.bluebubbles_server import FIXTURES
+
+    event = json.loads((FIXTURES / "new_message_dm_text.json").read_text())
+    data = event["data"]
+    data.update(guid=f"BAD-INPUT-{n:08d}", text=f"hello imessage {n}", dateCreated=int(time.time() * 1000))
+    data["chats"][0]["guid"] = chat
+    return _json(event)
+
+
+def bluebubbles_sign(s: Sign, n: int, body: bytes) -> Request:
+    # BlueBubbles signs nothing: the registered URL carries the secret.
+    secret = "forged" if s.forged else SECRETS["BLUEBUBBLES_WEBHOOK_SECRET"]
+    path = "/webhooks/bluebubbles?" + urllib.parse.urlencode({"password": secret})
+    return Request("POST", path, body, {"content-type": "application/json"})
+
+
 WEBCHAT_TOKEN = "hostile-webchat-page-token"
 
 
@@ -372,6 +391,7 @@ PLATFORMS = {
             "ch1",
             malformed=urllib.parse.urlencode({"token": SECRETS["MATTERMOST_OUTGOING_TOKEN"], "text": "x"}).encode(),
         ),
+        Platform("bluebubbles", bluebubbles_payload, bluebubbles_sign, "iMessage;-;+15555550177"),
     )
 }
 EVERY_PLATFORM = {**PLATFORMS, WEBCHAT.name: WEBCHAT}  # the deployed ones and the local web chat

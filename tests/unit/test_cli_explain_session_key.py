@@ -193,3 +193,58 @@ def test_explain_reads_a_raw_e_mail_as_its_payload(capsys: pytest.CaptureFixture
     root = thread_id_of("<CABzQGhkMXDxUt_tSVQcg=43aniUhtsVfCZVzu-PG0kwS_uzqMw@mail.gmail.com>")
     assert code == 0 and explained["session_key"] == f"agent:main:email:dm:alex@example.com:{root}"
     assert explained["authorized"] is True and explained["reason"] == "platform_allowlist"
+
+
+BLUEBUBBLES = Path(__file__).resolve().parents[1] / "fixtures" / "bluebubbles"
+
+
+def bluebubbles_now(tmp_path: Path, name: str) -> str:
+    """The server's payload as it is, sent now (explain reads it as ingress would at this moment)."""
+    event = json.loads((BLUEBUBBLES / f"{name}.json").read_text())
+    event["data"]["dateCreated"] = int(__import__("time").time() * 1000)
+    return write(tmp_path, f"{name}.json", event)
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "user"),
+    [
+        ("new_message_dm_text", "agent:main:bluebubbles:dm:+15555550123", "+15555550123"),
+        ("new_message_dm_text_macos26_any_guid", "agent:main:bluebubbles:dm:+15555550123", "+15555550123"),
+        ("new_message_group_text", "agent:main:bluebubbles:group:chat512345678901234567:+15555550124", "+15555550124"),
+        ("new_message_attachment_image", "agent:main:bluebubbles:dm:+15555550123", "+15555550123"),
+    ],
+)
+def test_explain_reads_bluebubbles_payloads_as_the_server_sends_them(
+    name: str, key: str, user: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], settings_file: Path
+) -> None:
+    allowed = "platforms:\n  bluebubbles: {enabled: true, allowed_users: ['+15555550123']}\n"
+    settings_file.write_text("stage: test\n" + allowed)
+    code, out, _ = run(["explain", "--platform", "bluebubbles", "--payload", bluebubbles_now(tmp_path, name)], capsys)
+    explained = json.loads(out)
+    assert code == 0
+    assert explained["session_key"] == key and explained["source"]["user_id"] == user
+    assert explained["event_id"].startswith("bluebubbles:")
+    # the allowlist names the DM's sender; the group's other member is not on it
+    assert explained["authorized"] is (user == "+15555550123")
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("new_message_from_me_echo", "own_message"),
+        ("new_message_tapback_love", "reaction"),
+        ("updated_message_edited", "edited"),
+        ("typing_indicator_started", "typing"),
+        ("new_message_dm_text", "outlived_deduplication"),  # as it is: sent in July 2025
+    ],
+)
+def test_explain_says_why_a_bluebubbles_event_is_no_message(
+    name: str, reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(["explain", "--platform", "bluebubbles", "--payload", str(BLUEBUBBLES / f"{name}.json")], capsys)
+    assert code == 0
+    assert json.loads(out) == {
+        "messages": [],
+        "why": "the payload carries no message (a handshake or an ignored event)",
+        "ignored": [reason],
+    }

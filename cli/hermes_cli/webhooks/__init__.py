@@ -4,8 +4,9 @@
 deployment's own (`/webhooks/<platform>`) and each named profile of gateway.yaml's `profiles:`
 (`/p/<profile>/webhooks/<platform>`), from a deployed stack's outputs or the running local mode's
 state file. `register <platform>` sets it through the platform's API where it has one (Telegram
-`setWebhook`, the Discord interactions endpoint, LINE, Twilio) and `status <platform>` shows what
-the platform has registered; other platforms are registered in their consoles (docs/platforms/).
+`setWebhook`, the Discord interactions endpoint, LINE, Twilio, a BlueBubbles server's webhooks)
+and `status <platform>` shows what the platform has registered; other platforms are registered
+in their consoles (docs/platforms/).
 
 Profiles (`--profile NAME`, on every action; NAME is a named profile, or the deployment's own
 profile's name, which is the same as leaving it out):
@@ -38,7 +39,13 @@ if TYPE_CHECKING:
 # The platforms whose webhook URL is set through their API, and the module beside this one that
 # does it (`register_webhook(context, url)`, `webhook_status(context)`); the others are set in
 # their consoles. The functions never register anything, so none of this is in the Lambda layer.
-_REGISTRARS = {"telegram": "telegram", "discord": "discord", "line": "line", "sms": "twilio"}
+_REGISTRARS = {
+    "telegram": "telegram",
+    "discord": "discord",
+    "line": "line",
+    "sms": "twilio",
+    "bluebubbles": "bluebubbles",
+}
 REGISTRABLE = tuple(_REGISTRARS)
 
 

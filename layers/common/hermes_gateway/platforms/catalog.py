@@ -18,7 +18,7 @@ class Option:
 
     attr: str
     env: str
-    kind: str  # str | bool | int | list
+    kind: str  # str | bool | int | list | url (https; http only to loopback)
     default: object
     doc: str
 
@@ -224,6 +224,19 @@ CATALOG: tuple[PlatformSpec, ...] = (
         ),
         retry_window_seconds=6 * HOUR,  # Lambda retries a failed asynchronous invoke for up to 6 hours
         media=_M + "email:fetch_media",
+    ),
+    PlatformSpec(
+        "bluebubbles", "iMessage (BlueBubbles)", _M + "bluebubbles:BlueBubblesInbound", _M + "bluebubbles:build_sender",
+        10000,  # iMessage sets no limit on a message's text; a screenful or two reads better anyway
+        inbound_secrets=("BLUEBUBBLES_WEBHOOK_SECRET",), send_secrets=("BLUEBUBBLES_PASSWORD",), api_base_url=None,
+        options=(
+            Option("server_url", "BLUEBUBBLES_SERVER_URL", "url", "",
+                   "the BlueBubbles server's URL as the gateway reaches it (e.g. its Cloudflare or ngrok URL)"),
+            Option("private_api", "BLUEBUBBLES_PRIVATE_API", "bool", False,
+                   "the server has its Private API helper: replies thread to the message and typing shows"),
+        ),
+        retry_window_seconds=0,  # the server posts a webhook once and never retries it
+        media=_M + "bluebubbles:fetch_media",
     ),
     PlatformSpec(
         "webchat", "Local web chat", _M + "webchat:WebchatInbound", _M + "webchat:build_sender", 8000,

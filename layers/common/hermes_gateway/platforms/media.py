@@ -88,12 +88,14 @@ class MediaSource:
     """How one platform hands over an attachment's bytes: what sets it apart, as data.
 
     `credentials(context)`: the headers the download carries (`{}`: it needs none; None: none
-    are configured, so nothing is fetched). The file is `path` on the download base (the API base
-    URL, or what `base` makes of it), formatted with the attachment's refs, URL-quoted; or, without
-    a path, the URL the ref `ref` holds (or `locate` answers), which must be on the API base URL's
-    host or one of `hosts(context)` (`*.example.com`: its subdomains), since the credentials go
-    there. Hosts of the platform's own settings (`trusted`) are fetched as they are; the others
-    (a CDN the platform names) only from public addresses."""
+    are configured, so nothing is fetched); `query(context)` the same for credentials a platform
+    reads from the URL's query string only (BlueBubbles' server password), added to the file's
+    URL. The file is `path` on the download base (the API base URL, `api(context)`, or what `base`
+    makes of it), formatted with the attachment's refs, URL-quoted; or, without a path, the URL
+    the ref `ref` holds (or `locate` answers), which must be on the API base URL's host or one of
+    `hosts(context)` (`*.example.com`: its subdomains), since the credentials go there. Hosts of
+    the platform's own settings (`trusted`) are fetched as they are; the others (a CDN the
+    platform names) only from public addresses."""
 
     platform: str
     ref: str  # the ref that names the file (it must be there, and match `shape`)
@@ -106,6 +108,9 @@ class MediaSource:
     # (context, client, credentials, attachment, limit) -> the file's URL and type, looked up first
     locate: Callable[[AdapterContext, HttpClient, Mapping[str, str], Attachment, int], tuple[str, str]] | None = None
     missing: str = "no credentials or no reference to fetch the file with"
+    # credentials in the URL's query string (None: not configured), and where the API is
+    query: Callable[[AdapterContext], Mapping[str, str] | None] = lambda context: {}
+    api: Callable[[AdapterContext], str] = lambda context: context.platform.api_base_url
 
 
 def fetch_from(source: MediaSource, context: AdapterContext, media: Attachment, limit: int) -> Fetched:
@@ -113,14 +118,17 @@ def fetch_from(source: MediaSource, context: AdapterContext, media: Attachment, 
     import re
 
     ref = media.ref.get(source.ref)
-    headers = source.credentials(context)
-    if headers is None or not ref or (source.shape and not re.fullmatch(source.shape, ref)):
+    headers, query = source.credentials(context), source.query(context)
+    if headers is None or query is None or not ref or (source.shape and not re.fullmatch(source.shape, ref)):
         raise MediaUnavailable(f"{source.platform}: {source.missing}")
     over = too_large(media, limit)
     if over is not None:
         raise over
-    api = context.platform.api_base_url
-    secrets = tuple(v.split(" ", 1)[-1] for v in headers.values())
+    api = source.api(context)
+    secrets = (
+        *(v.split(" ", 1)[-1] for v in headers.values()),
+        *(form for v in query.values() for form in (v, urllib.parse.quote(v, safe=""), urllib.parse.quote_plus(v))),
+    )
     http = HttpClient(source.base(api) if api else "", platform=source.platform, scrub=secrets)
     mime = media.mime
     if source.locate is not None:
@@ -129,6 +137,8 @@ def fetch_from(source: MediaSource, context: AdapterContext, media: Attachment, 
         url = source.path.format(**{k: urllib.parse.quote(v, safe="") for k, v in media.ref.items()})
     else:
         url = ref
+    if query:
+        url += ("&" if "?" in url else "?") + urllib.parse.urlencode(query)
     trusted = tuple(source.trusted(context))
     if url.startswith(("https://", "http://")) and not (
         (api and on_host(url, api)) or _listed(url, (*source.hosts(context), *trusted))
