@@ -217,6 +217,7 @@ def entry(item: Mapping[str, Any], **extra: Any) -> SessionEntry:
         queued=len(item.get("turn_queue") or ()),
         approval_pending=bool(item.get("approval")),
         ledgers=ledgers(item),
+        voice=item.get("voice"),
         **extra,
     )
 

@@ -229,6 +229,7 @@ class SessionEntry:
     approval_pending: bool = False  # the running turn waits for an approval
     # each user's counters on this route, by spender key (domain/limits.py): kept across resets
     ledgers: Mapping[str, Ledger] = field(default_factory=dict)
+    voice: str | None = None  # the chat's /voice mode (domain/voice.py; None: never chosen)
 
     def lease_held(self, now: float) -> bool:
         """A turn holds the session: its lease is taken and has not expired."""

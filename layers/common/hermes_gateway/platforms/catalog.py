@@ -246,6 +246,11 @@ def spec(name: str) -> PlatformSpec | None:
 # stream by default (`<NAME>_STREAMING`).
 STREAMING_PLATFORMS = ("telegram", "discord", "slack", "mattermost", "matrix", "feishu", "teams", "webchat")
 
+# The platforms whose sender shows a spoken answer (a `voice` file, Ogg/Opus) as a voice note or an
+# audio file the chat plays (platforms.outbound_media.MediaSender): answers are spoken only there
+# (domain/voice.py). A new platform whose sender does so (BlueBubbles, Signal) adds its name.
+VOICE_PLATFORMS = ("telegram", "whatsapp", "discord", "slack", "matrix", "mattermost")
+
 
 def text_limit(platform: str, default: int = 4000) -> int:
     found = BY_NAME.get(platform)

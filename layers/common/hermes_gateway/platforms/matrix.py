@@ -370,7 +370,10 @@ class MatrixSender:
             media.kind, "m.file"
         )
         info = {"mimetype": media.mime, "size": media.size}
-        return self._send_content(target, {"msgtype": msgtype, "body": media.name, "url": uri, "info": info})
+        content: dict[str, Any] = {"msgtype": msgtype, "body": media.name, "url": uri, "info": info}
+        if media.kind == "voice":
+            content[VOICE_FLAG] = {}  # clients that know voice messages (MSC3245) show it as one
+        return self._send_content(target, content)
 
     def _send_content(self, target: Target, content: dict[str, Any]) -> str:
         import urllib.parse

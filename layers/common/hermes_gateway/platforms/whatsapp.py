@@ -299,10 +299,13 @@ class WhatsAppSender:
         raise self._failure(answer)
 
     caption_limit = 1024  # an image's, video's or document's caption
+    uncaptioned_kinds = frozenset({"audio", "voice"})  # an audio message has none: the text goes before it
 
     def send_media(self, target: Target, media: MediaFile, caption: str) -> str:
         """Upload to `/{phone-number-id}/media`, then a message of the file's type naming the
-        media id (an audio or voice message has no caption: delivery sends the text before it)."""
+        media id (an audio or voice message has no caption: delivery sends the text before it).
+        A voice file (Ogg/Opus: a spoken answer) goes as a voice message (`voice: true`), which
+        WhatsApp shows as a voice note, with a play button up to 512 KB."""
         number_id = self._number_id(target)
         auth = {"Authorization": f"Bearer {self._token}"}
         form: http_pool.FormFields = {
@@ -320,6 +323,8 @@ class WhatsAppSender:
             body["filename"] = media.name
         if caption and kind != "audio":
             body["caption"] = caption
+        if media.kind == "voice" and media.mime.startswith("audio/ogg"):
+            body["voice"] = True
         return self._message(target, number_id, {"type": kind, kind: body})
 
     def typing(self, target: Target) -> bool:

@@ -40,6 +40,7 @@ from hermes_gateway.domain.session_key import build_session_key
 from hermes_gateway.domain.sessions import TranscriptRow
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.domain.split import split_message
+from hermes_gateway.domain.voice import speech_text
 from hermes_gateway.errors import (
     BadRequest,
     OutcomeUnknown,
@@ -51,9 +52,10 @@ from hermes_gateway.errors import (
 )
 from hermes_gateway.observability import MetricUnit, correlate, hash_id, logger, metrics
 from hermes_gateway.platforms.base import Button, Sender, Target, editor_of
-from hermes_gateway.platforms.catalog import text_limit
-from hermes_gateway.platforms.outbound_media import MediaFile, link_line, media_sender_of
+from hermes_gateway.platforms.catalog import VOICE_PLATFORMS, text_limit
+from hermes_gateway.platforms.outbound_media import MediaFile, MediaSender, captions, link_line, media_sender_of
 from hermes_gateway.services.outbound_media import Fetching, MediaRefused, outbound_key, stage
+from hermes_gateway.services.speech import Speaking, spoken_key, stage_speech
 
 KINDS = ("reply", "push")  # a reply answers the chat's own message; a push is sent unasked
 MIRROR_PREFIX = "[Delivered to this chat by the agent]"
@@ -203,6 +205,8 @@ class DeliveryDeps:
     reply_to_mode: Callable[[str], str] = lambda platform: "off"
     # How a reply's MEDIA references are fetched into the media bucket (None: no bucket bound)
     media: Fetching | None = None
+    # How an answer whose job says `speak` is spoken into the bucket (None: tts.provider none)
+    speaking: Speaking | None = None
     # Where a platform limits one chat's sends: the chats' send slots, and (platform, chat id) ->
     # the chat's rule (None: not paced)
     pacing: Pacing | None = None
@@ -257,6 +261,9 @@ class DeliveryJob:
     streamed: str | None = None
     # Handed over again by `outbox redrive`: a chunk that is `dead_lettered` is sent again.
     redriven: bool = False
+    # The chat wants the answer spoken too (domain/voice.py): a voice note beside the text, where
+    # speech is set up and the platform shows one.
+    speak: bool = False
 
     @classmethod
     def from_dict(cls, data: Any) -> DeliveryJob:
@@ -297,6 +304,7 @@ class DeliveryJob:
             media=media,
             streamed=_optional_id(data.get("streamed")),
             redriven=data.get("redriven") is True,
+            speak=data.get("speak") is True,
         )
 
 
@@ -468,18 +476,25 @@ class _Part:
 
 
 def _parts(job: DeliveryJob, deps: DeliveryDeps, sender: Sender, limit: int) -> list[_Part]:
-    """The text's chunks, then the files: natively where the sender can, else as links in the text;
-    the text is the first file's caption when it fits and carries no buttons."""
-    text, files = job.text, list[MediaFile]()
+    """The text's chunks, then the spoken answer and the files: natively where the sender can,
+    else as links in the text; the text is the first file's caption when it fits, carries no
+    buttons and the platform shows a caption on a file of that kind."""
+    text, files = job.text, list[tuple[str, MediaFile]]()
     native = media_sender_of(sender)
+    spoken, spoken_note = _spoken(job, deps, native)
+    if spoken is not None:
+        files.append((f"{job.delivery_id}#v", spoken))  # its own part id: the files keep theirs
     if job.media:
-        files, notes = _staged(job, deps)
+        staged, notes = _staged(job, deps)
         text = _joined(text, *notes)
         if native is None:
-            text, files = _joined(text, *(link_line(f) for f in files)), []
+            text, staged = _joined(text, *(link_line(f) for f in staged)), []
+        files += [(f"{job.delivery_id}#m{n}", f) for n, f in enumerate(staged, start=1)]
+    text = _joined(text, spoken_note)
     caption = ""
     # (a streamed answer's text is in its message already: never a file's caption)
-    if files and native is not None and not job.buttons and not job.streamed and len(text) <= native.caption_limit:
+    captioned = files and native is not None and captions(native, files[0][1].kind)
+    if captioned and native is not None and not job.buttons and not job.streamed and len(text) <= native.caption_limit:
         caption, text = text, ""
     chunks = split_message(text, limit) if text.strip() else []
     parts = [
@@ -487,8 +502,26 @@ def _parts(job: DeliveryJob, deps: DeliveryDeps, sender: Sender, limit: int) -> 
         _Part(f"{job.delivery_id}#{i}", chunk, buttons=job.buttons if i == len(chunks) else ())
         for i, chunk in enumerate(chunks, start=1)
     ]
-    parts += [_Part(f"{job.delivery_id}#m{n}", caption if n == 1 else "", f) for n, f in enumerate(files, start=1)]
+    parts += [_Part(part_id, caption if n == 0 else "", f) for n, (part_id, f) in enumerate(files)]
     return parts
+
+
+def _spoken(job: DeliveryJob, deps: DeliveryDeps, native: MediaSender | None) -> tuple[MediaFile | None, str]:
+    """The answer spoken (services/speech.py) when its job asks and it can be: speech is set up,
+    the chat's platform shows a voice note (not through a relay) and there is a bucket to keep it
+    in; with a note for the chat when the speaking failed."""
+    if not job.speak or deps.speaking is None or deps.media is None or native is None:
+        return None, ""
+    if job.platform not in VOICE_PLATFORMS or job.context.get("via"):
+        return None, ""
+    words = speech_text(job.text, deps.speaking.max_chars)
+    if not words:  # a file alone, or only code and links: nothing to say
+        return None, ""
+    key = spoken_key(deps.profile, job.session, job.delivery_id)
+    try:
+        return stage_speech(words, key, deps.media, deps.speaking), ""
+    except MediaRefused as exc:
+        return None, f"(I could not say this aloud: {exc}.)"
 
 
 def _staged(job: DeliveryJob, deps: DeliveryDeps) -> tuple[list[MediaFile], list[str]]:
