@@ -223,9 +223,7 @@ def test_telegram_gets_the_answer_as_a_voice_note_with_its_text_as_the_caption(s
     ((method, fields),) = uploads
     assert method == "sendVoice" and fields["caption"].text == ANSWER
     assert fields["voice"].value == ogg_opus(2.0, vendor=b"spoken") and fields["voice"].content_type == "audio/ogg"
-    assert speech.spoken == [
-        {"model": "gpt-4o-mini-tts", "input": ANSWER, "voice": "alloy", "response_format": "opus"}
-    ]
+    assert speech.spoken == [{"model": "gpt-4o-mini-tts", "input": ANSWER, "voice": "alloy", "response_format": "opus"}]
     assert speech.requests[0].headers["authorization"] == "Bearer " + key("sk", "tts")
     assert store.puts == ["default/s1/out/turn-1-voice"]
 
