@@ -22,6 +22,7 @@ from hermes_gateway.adapters.session_tables import (
     info,
     marker_seq,
     media_fields,
+    quote_fields,
     row,
     titles_partition,
     visible,
@@ -291,6 +292,7 @@ class DynamoSessionEdits:
                     "platform_message_id": r.platform_message_id,
                     **media_fields(r.attachments),
                     **({"sender": r.sender} if r.sender else {}),
+                    **quote_fields(r),
                 }
                 for seq, r in enumerate(rows, start=1)
             ]

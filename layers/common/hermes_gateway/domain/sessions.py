@@ -278,6 +278,10 @@ class TranscriptRow:
     active: bool = True  # soft-deleted rows (undo, rewind) are inactive; reads skip them
     attachments: tuple[Attachment, ...] = ()  # a user message's media, as references (domain.media)
     sender: str | None = None  # a user row's sender (`domain.source.sender_of`): whose words they are
+    # The message a user row answers (domain/quotes.py): its text as the platform quoted it, or,
+    # when only an id came, that platform message id (the turn looks it up among its rows).
+    quote: str | None = None
+    quote_id: str | None = None
 
 
 @dataclass(frozen=True)

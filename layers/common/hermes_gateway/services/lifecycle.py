@@ -54,6 +54,8 @@ def user_row(item: QueuedInput, seq: int, session_id: str) -> TranscriptRow:
         platform_message_id=item.source.message_id,
         attachments=keyed(item.attachments, item.source.profile, session_id, seq),
         sender=sender_of(item.source),
+        quote=item.quote,
+        quote_id=item.quote_id,
     )
 
 

@@ -360,7 +360,7 @@ def _user_row(message: InboundMessage, text: str, seq: int, session_id: str) -> 
     media = keyed(attachments_of(message.attachments), source.profile, session_id, seq)
     return TranscriptRow(
         seq, "user", text, message.received_at, sender_name=source.user_name, platform_message_id=source.message_id,
-        attachments=media, sender=sender_of(source),
+        attachments=media, sender=sender_of(source), quote=message.reply_to_text, quote_id=message.reply_to_message_id,
     )  # fmt: skip
 
 
