@@ -654,9 +654,21 @@ def delivery_deps(profile: str | None = None) -> DeliveryDeps:
         reply_to_mode=lambda platform: _reply_to_mode(platform, profile),
         media=_outbound_fetching(profile),
         speaking=_speaking(profile),
+        heard=_heard(profile),
         pacing=_pacing() if "directory" in bindings().tables else None,
         pace_for=lambda platform, chat_id: _pace_for(platform, chat_id, profile),
     )
+
+
+def _heard(profile: str | None) -> Callable[[str, str], float | None] | None:
+    """When a person last wrote to a profile's bot, read from their chat's route (a function
+    granted the routes table; a push to a WhatsApp user asks, domain/service_window.py)."""
+    if "routes" not in bindings().tables:
+        return None
+    from hermes_gateway.services.delivery import last_heard
+
+    own = profile_settings(profile).profile
+    return lambda platform, chat_id: last_heard(session_stores().routes, platform, chat_id, own)
 
 
 @cache

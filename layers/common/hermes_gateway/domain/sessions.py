@@ -230,6 +230,8 @@ class SessionEntry:
     # each user's counters on this route, by spender key (domain/limits.py): kept across resets
     ledgers: Mapping[str, Ledger] = field(default_factory=dict)
     voice: str | None = None  # the chat's /voice mode (domain/voice.py; None: never chosen)
+    # when the person last wrote, on a platform with a service window (domain/service_window.py)
+    heard_at: float | None = None
 
     def lease_held(self, now: float) -> bool:
         """A turn holds the session: its lease is taken and has not expired."""

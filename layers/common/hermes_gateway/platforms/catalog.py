@@ -21,6 +21,8 @@ class Option:
     kind: str  # str | bool | int | list
     default: object
     doc: str
+    pattern: str = ""  # a value must match it whole (empty allowed); `form` says what it looks like
+    form: str = ""
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,11 @@ CATALOG: tuple[PlatformSpec, ...] = (
         inbound_secrets=("WHATSAPP_APP_SECRET", "WHATSAPP_VERIFY_TOKEN"), send_secrets=("WHATSAPP_ACCESS_TOKEN",),
         methods=("GET", "POST"), api_base_url="https://graph.facebook.com/v21.0",
         options=(Option("phone_number_id", "WHATSAPP_PHONE_NUMBER_ID", "str", "",
-                        "the business phone number id replies are sent from"),),
+                        "the business phone number id replies are sent from"),
+                 Option("reengage_template", "WHATSAPP_REENGAGE_TEMPLATE", "str", "",
+                        "name:language of an approved template with one body parameter: what a message sent "
+                        "unasked (cron, send) goes as when the person last wrote over 24 hours ago (empty: refused)",
+                        pattern=r"[a-z0-9_]{1,512}:[A-Za-z]{2,3}(_[A-Za-z0-9]{2,4})?", form="name:language")),
         retry_window_seconds=7 * DAY,  # Meta retries with backoff for up to 7 days
         media=_M + "whatsapp:fetch_media",
     ),

@@ -26,6 +26,8 @@ from hermes_gateway.settings.declare import (
     Invalid,
     Section,
     Setting,
+    matches,
+    optional,
 )
 from hermes_gateway.settings.model import Settings
 
@@ -47,7 +49,8 @@ def _platform_fields(key: str, spec: PlatformSpec, cls: type) -> Iterator[Settin
         )
     for o in spec.options:
         place = (key, spec.name, "options", o.attr)
-        yield Setting(o.env, PARSERS_BY_KIND[o.kind], o.default, o.doc, path=prefix + o.attr, place=place)
+        check = optional(matches(o.pattern, f"use {o.form}", o.form)) if o.pattern else None
+        yield Setting(o.env, PARSERS_BY_KIND[o.kind], o.default, o.doc, path=prefix + o.attr, place=place, check=check)
 
 
 def _resolve() -> Iterator[Setting]:
