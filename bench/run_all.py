@@ -48,6 +48,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str], dict[str, str], str]] = {
     "receipts_cost": ("receipts_cost.py", [], ["--quick"], {}, "receipts-cost-latest.json"),
     "email_cost": ("email_cost.py", [], ["--quick"], {}, "email-cost-latest.json"),
     "bluebubbles_cost": ("bluebubbles_cost.py", [], ["--quick"], {}, "bluebubbles-cost-latest.json"),
+    "chat_extras_cost": ("chat_extras_cost.py", [], ["--messages", "20"], {}, "chat-extras-cost-latest.json"),
     # 200 messages in both: the read growth is measured at the 200th
     "long_session": ("long_session.py", [], [], {}, "long-session-latest.json"),
     "capacity": ("capacity.py", ["--all"], ["--all", "--seconds", "20"], {}, "capacity-latest.json"),
@@ -104,7 +105,8 @@ def merge(results: dict[str, dict[str, Any] | None], faults: dict[str, Any] | No
     for name, keys in (("media_cost", media_cost_keys), ("long_session", long_session_keys),
                        ("capacity", capacity_keys), ("receipts_cost", receipts_cost_keys),
                        ("email_cost", email_cost_keys),
-                       ("bluebubbles_cost", bluebubbles_cost_keys)):  # fmt: skip
+                       ("bluebubbles_cost", bluebubbles_cost_keys),
+                       ("chat_extras_cost", chat_extras_keys)):  # fmt: skip
         if results.get(name):
             latest.update(keys(results[name] or {}))
     if idle:
@@ -194,6 +196,24 @@ def media_cost_keys(media: dict[str, Any]) -> dict[str, Any]:
         },
         "media_s3_storage_usd_per_million": {name: summary[name]["s3_storage_usd_per_million"] for name in kinds},
         "media_limits_ok": media.get("limits_ok"),
+        # a spoken answer's price at the speech API, apart from the AWS cost (a model cost)
+        "media_speech_usd_per_million": {
+            name: found["speech_usd_per_million_messages"]
+            for name, found in media.get("speech", {}).items()
+            if isinstance(found, dict)
+        },
+    }
+
+
+def chat_extras_keys(extras: dict[str, Any]) -> dict[str, Any]:
+    """What issue 39's chat extras add, each per million of what it happens on (chat_extras_cost.py)."""
+    return {
+        "chat_extras_usd_per_million": {
+            "heard_at_per_whatsapp_message": extras["heard_at"]["usd_per_million_whatsapp_messages"],
+            "window_check_per_whatsapp_push": extras["window_check"]["usd_per_million_pushes"],
+            "voice_command_write": extras["voice_command"]["write_usd_per_million_commands"],
+            "quote_lookup_per_id_only_reply": extras["quote_lookup"]["usd_per_million_quoted_replies"],
+        }
     }
 
 

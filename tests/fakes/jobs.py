@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from hermes_gateway.domain.cron import (
-    DELIVERY_FAILED,
+    DELIVERY_FAILURES,
     PAUSED,
     RETIRED,
     SCHEDULED,
@@ -129,8 +129,8 @@ class FakeJobStore:
             job = self.jobs.get(job_id)
             if job is None:
                 return False
-            failed_already = self.delivery_run.get(job_id) == run_id and job.last_delivery_status == DELIVERY_FAILED
-            if status != DELIVERY_FAILED and failed_already:
+            failed_already = self.delivery_run.get(job_id) == run_id and job.last_delivery_status in DELIVERY_FAILURES
+            if status not in DELIVERY_FAILURES and failed_already:
                 return False
             self.delivery_run[job_id] = run_id
             self.jobs[job_id] = replace(job, last_delivery_status=status, updated_at=now)

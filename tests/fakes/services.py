@@ -160,6 +160,10 @@ class FakeOutbox:
     def get(self, delivery_id: str) -> OutboxEntry | None:
         return self.entries.get(delivery_id)
 
+    def get_many(self, delivery_ids: list[str]) -> list[OutboxEntry]:
+        self.batch_reads = getattr(self, "batch_reads", 0) + 1
+        return [self.entries[d] for d in dict.fromkeys(delivery_ids) if d in self.entries]
+
     def claim(self, delivery_id: str, now: float, reopen: bool = False) -> bool:
         self.writes.append("claim")
         entry = self.entries[delivery_id]

@@ -151,3 +151,15 @@ def test_fail_sent_settles_a_row_left_open(aws: Any) -> None:
     record(outbox, "s#1", 100.0, platform="whatsapp")  # a worker that stopped mid-send, long ago
     assert outbox.fail_sent("u#1", platform="whatsapp", platform_message_id="w", error="e", now=200.0) == "marked"
     assert outbox.fail_sent("s#1", platform="whatsapp", platform_message_id="w", error="e", now=200.0) == "marked"
+
+
+def test_the_rows_of_several_ids_come_back_in_one_read(aws: Any) -> None:
+    # (a quoted answer's sent messages, looked up by the turn: services/turn/quotes.py)
+    outbox = DynamoOutbox(aws.bindings)
+    record(outbox, "t#1", 100.0, text="first")
+    record(outbox, "t#2", 100.0, text="second")
+    outbox.mark("t#2", "sent", 101.0, platform_message_id="wamid.2")
+    with aws_calls() as made:
+        found = outbox.get_many(["t#1", "t#2", "t#v", "t#2"])
+    assert made == [("dynamodb", "BatchGetItem")]
+    assert sorted((e.delivery_id, e.platform_message_id) for e in found) == [("t#1", None), ("t#2", "wamid.2")]

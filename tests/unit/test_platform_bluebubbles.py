@@ -557,7 +557,8 @@ def media_file(kind: str, name: str, mime: str, data: bytes = b"\x00\x01file") -
     ("kind", "name", "mime", "audio_message"),
     [
         ("image", "cat.png", "image/png", False),
-        ("voice", "reply.mp3", "audio/mpeg", True),  # a spoken reply: an iMessage audio message
+        ("voice", "reply.mp3", "audio/mpeg", True),  # a voice note: an iMessage audio message
+        ("voice", "answer.ogg", "audio/ogg", False),  # a spoken answer (Ogg/Opus): an audio file
         ("audio", "song.m4a", "audio/mp4", False),
         ("document", "q3.pdf", "application/pdf", False),
     ],

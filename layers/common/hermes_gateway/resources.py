@@ -340,7 +340,7 @@ SECRET_NAMES = tuple(
         (
             *INBOUND_SECRETS,
             *SEND_SECRETS,
-            *("OPENAI_API_KEY", "STT_API_KEY", "HONCHO_API_KEY"),
+            *("OPENAI_API_KEY", "STT_API_KEY", "TTS_API_KEY", "HONCHO_API_KEY"),
             *(s for p in CATALOG for s in p.secrets),
         )
     )
@@ -430,7 +430,7 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         },
         # the platforms' send secrets too: a message's attachments are fetched with the bot's token,
         # a streamed answer is posted and edited with it, and a turn's answer sent with it
-        secrets=("OPENAI_API_KEY", "STT_API_KEY", "HONCHO_API_KEY", *SEND_SECRETS),
+        secrets=("OPENAI_API_KEY", "STT_API_KEY", "TTS_API_KEY", "HONCHO_API_KEY", *SEND_SECRETS),
         scans=("jobs",),  # the cronjob tool lists a profile's jobs (a handful)
     ),
     FunctionSpec(
@@ -459,7 +459,9 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         async_retries=2,
         async_max_event_age_seconds=3600,
         dead_letters=DEAD_LETTERS.name,
-        secrets=SEND_SECRETS,
+        # the platforms' send secrets, and the speech API's key for a spoken answer (TTS_API_KEY,
+        # else OPENAI_API_KEY, as speech to text reads them)
+        secrets=(*SEND_SECRETS, "TTS_API_KEY", "OPENAI_API_KEY"),
     ),
     FunctionSpec(
         name="expiry",

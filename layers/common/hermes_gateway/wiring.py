@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from hermes_gateway.platforms.media import Fetched
     from hermes_gateway.providers.base import Provider
     from hermes_gateway.providers.stt import Transcriber
+    from hermes_gateway.providers.tts import Synthesizer
     from hermes_gateway.services.cron import CronDeps
     from hermes_gateway.services.delivery import DeliveryDeps, Mirror, Pacing
     from hermes_gateway.services.forget import PersonalStores
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from hermes_gateway.services.mail_ingress import MailAdapter
     from hermes_gateway.services.outbound_media import Fetching
     from hermes_gateway.services.router import Access
+    from hermes_gateway.services.speech import Speaking
     from hermes_gateway.services.turn import TurnDeps
 
 
@@ -398,6 +400,29 @@ def transcriber(profile: str | None = None) -> Transcriber | None:
     return OpenAITranscriber(base, api_key, chosen.stt.model)
 
 
+def synthesizer(profile: str | None = None) -> Synthesizer | None:
+    """The profile's text to speech, or None when it has none (tts.provider none)."""
+    from hermes_gateway.providers.tts import OpenAISpeech
+
+    chosen = profile_settings(profile)
+    if chosen.tts.provider != "openai":
+        return None
+    keys = secrets(profile)
+    base = chosen.tts.base_url or chosen.provider.openai_base_url
+    api_key = keys.get("TTS_API_KEY") or keys.get("OPENAI_API_KEY")  # the operator set both URLs
+    return OpenAISpeech(base, api_key, chosen.tts.model, chosen.tts.voice)
+
+
+def _speaking(profile: str | None) -> Speaking | None:
+    """How a profile's answers are spoken (services/speech.py); None when speech is not set up."""
+    from hermes_gateway.services.speech import Speaking
+
+    chosen = profile_settings(profile)
+    if chosen.tts.provider == "none":
+        return None
+    return Speaking(cache(lambda: synthesizer(profile)), chosen.tts.max_chars)
+
+
 def _provider(override: ModelOverride | None, profile: str | None = None) -> Provider:
     """The profile's provider, or the session's override of model, provider and base URL (the
     key always comes from the deployment's secrets, never from the session)."""
@@ -692,9 +717,22 @@ def delivery_deps(profile: str | None = None) -> DeliveryDeps:
         jobs=job_store() if "jobs" in bindings().tables else None,
         reply_to_mode=lambda platform: _reply_to_mode(platform, profile),
         media=_outbound_fetching(profile),
+        speaking=_speaking(profile),
+        heard=_heard(profile),
         pacing=_pacing() if "directory" in bindings().tables else None,
         pace_for=lambda platform, chat_id: _pace_for(platform, chat_id, profile),
     )
+
+
+def _heard(profile: str | None) -> Callable[[str, str], float | None] | None:
+    """When a person last wrote to a profile's bot, read from their chat's route (a function
+    granted the routes table; a push to a WhatsApp user asks, domain/service_window.py)."""
+    if "routes" not in bindings().tables:
+        return None
+    from hermes_gateway.services.delivery import last_heard
+
+    own = profile_settings(profile).profile
+    return lambda platform, chat_id: last_heard(session_stores().routes, platform, chat_id, own)
 
 
 @cache

@@ -272,6 +272,8 @@ def row(item: Mapping[str, Any]) -> TranscriptRow:
         active=item.get("active") is not False,
         attachments=attachments_of(json.loads(item["media"])) if item.get("media") else (),
         sender=item.get("sender"),
+        quote=item.get("quote"),
+        quote_id=item.get("quote_id"),
     )
 
 
@@ -280,6 +282,12 @@ def media_fields(attachments: tuple[Attachment, ...]) -> Item:
     if not attachments:
         return {}
     return {"media": json.dumps([a.to_dict() for a in attachments], separators=(",", ":"), ensure_ascii=False)}
+
+
+def quote_fields(transcript_row: TranscriptRow) -> Item:
+    """The message a user row answers, where it answers one (no attribute otherwise)."""
+    found = {"quote": transcript_row.quote, "quote_id": transcript_row.quote_id}
+    return {k: v for k, v in found.items() if v}
 
 
 def row_item(session_id: str, transcript_row: TranscriptRow) -> Item:
@@ -294,6 +302,7 @@ def row_item(session_id: str, transcript_row: TranscriptRow) -> Item:
         "platform_message_id": transcript_row.platform_message_id,
         **media_fields(transcript_row.attachments),
         **({"sender": transcript_row.sender} if transcript_row.sender else {}),
+        **quote_fields(transcript_row),
     }
 
 

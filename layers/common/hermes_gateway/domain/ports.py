@@ -273,6 +273,10 @@ class TurnControl(Protocol):
 
     def set_yolo(self, session_key: str, on: bool) -> None: ...
 
+    def set_voice(self, session_key: str, mode: str) -> None:
+        """The chat's /voice mode (domain/voice.py), kept on its route through resets."""
+        ...
+
     def approve_tool(self, session_key: str, tool: str, scope: str, session_id: str) -> None: ...
 
 

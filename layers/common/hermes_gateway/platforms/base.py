@@ -155,6 +155,25 @@ def editor_of(sender: Sender | None) -> Editor | None:
     return sender if isinstance(sender, Editor) else None
 
 
+@runtime_checkable
+class Reengager(Protocol):
+    """A sender whose platform has a customer service window (domain/service_window.py): it can
+    reach a person outside it with the re-engagement template the operator configured."""
+
+    @property
+    def reengage_template(self) -> str | None:
+        """The template's name (None: none is configured, so nothing reaches the person)."""
+        ...
+
+    def reengage(self, target: Target, text: str) -> str:
+        """Send the template with `text` as its body parameter; the platform's message id."""
+        ...
+
+
+def reengager_of(sender: Sender | None) -> Reengager | None:
+    return sender if isinstance(sender, Reengager) else None
+
+
 @dataclass(frozen=True)
 class Answer:
     status: int

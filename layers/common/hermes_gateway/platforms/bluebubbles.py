@@ -324,7 +324,7 @@ class BlueBubblesSender:
             "chatGuid": guid,
             "tempGuid": _temp_guid(target),
             "name": media.name,
-            "isAudioMessage": "true" if media.kind == "voice" else "false",
+            "isAudioMessage": "true" if _audio_message(media) else "false",
             **self._method(target),
             "attachment": (media.name, media.data, media.mime),
         }
@@ -436,3 +436,9 @@ def build_sender(context: AdapterContext) -> BlueBubblesSender | None:
         logger.warning("BLUEBUBBLES_PASSWORD is set but BLUEBUBBLES_SERVER_URL (the server's URL) is not")
         return None
     return BlueBubblesSender(server_url(context), password, private_api=bool(context.option("private_api")))
+
+
+def _audio_message(media: MediaFile) -> bool:
+    """A voice note goes as an iMessage audio message, except Ogg/Opus (a spoken answer,
+    services/speech.py), which Messages does not play inline: that one goes as an audio file."""
+    return media.kind == "voice" and media.mime.split(";")[0].strip().lower() != "audio/ogg"

@@ -21,6 +21,8 @@ class Option:
     kind: str  # str | bool | int | list | url (https; http only to loopback)
     default: object
     doc: str
+    pattern: str = ""  # a value must match it whole (empty allowed); `form` says what it looks like
+    form: str = ""
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,11 @@ CATALOG: tuple[PlatformSpec, ...] = (
         inbound_secrets=("WHATSAPP_APP_SECRET", "WHATSAPP_VERIFY_TOKEN"), send_secrets=("WHATSAPP_ACCESS_TOKEN",),
         methods=("GET", "POST"), api_base_url="https://graph.facebook.com/v21.0",
         options=(Option("phone_number_id", "WHATSAPP_PHONE_NUMBER_ID", "str", "",
-                        "the business phone number id replies are sent from"),),
+                        "the business phone number id replies are sent from"),
+                 Option("reengage_template", "WHATSAPP_REENGAGE_TEMPLATE", "str", "",
+                        "name:language of an approved template with one body parameter: what a message sent "
+                        "unasked (cron, send) goes as when the person last wrote over 24 hours ago (empty: refused)",
+                        pattern=r"[a-z0-9_]{1,512}:[A-Za-z]{2,3}(_[A-Za-z0-9]{2,4})?", form="name:language")),
         retry_window_seconds=7 * DAY,  # Meta retries with backoff for up to 7 days
         media=_M + "whatsapp:fetch_media",
     ),
@@ -258,6 +264,11 @@ def spec(name: str) -> PlatformSpec | None:
 # The platforms whose sender can edit a message it sent (platforms.base.Editor): their answers
 # stream by default (`<NAME>_STREAMING`).
 STREAMING_PLATFORMS = ("telegram", "discord", "slack", "mattermost", "matrix", "feishu", "teams", "webchat")
+
+# The platforms whose sender shows a spoken answer (a `voice` file, Ogg/Opus) as a voice note or an
+# audio file the chat plays (platforms.outbound_media.MediaSender): answers are spoken only there
+# (domain/voice.py). A new platform whose sender does so (BlueBubbles, Signal) adds its name.
+VOICE_PLATFORMS = ("telegram", "whatsapp", "discord", "slack", "matrix", "mattermost", "bluebubbles")
 
 
 def text_limit(platform: str, default: int = 4000) -> int:

@@ -41,8 +41,10 @@ from hermes_gateway.domain.sessions import (
     sanitize_model_override,
 )
 from hermes_gateway.domain.source import SessionSource
+from hermes_gateway.domain.voice import VOICE_MODES, mode_of
 from hermes_gateway.errors import BadRequest, Conflict, TransientError
 from hermes_gateway.observability import hash_id, logger
+from hermes_gateway.platforms.catalog import VOICE_PLATFORMS
 from hermes_gateway.services import lifecycle
 from hermes_gateway.services.limits import usage_report
 from hermes_gateway.settings import Settings
@@ -145,6 +147,7 @@ class CommandSpec:
 
 
 ONCE_ONLY = frozenset({"model"})  # changes the session too, without being every user's to run
+REPEATABLE = frozenset({"voice"})  # changes the chat, but running it twice changes nothing more: no receipt
 
 
 def may_run(name: str, source: SessionSource, settings: Settings) -> bool:
@@ -208,6 +211,7 @@ def _claim(command: Command, context: CommandContext) -> tuple[str, str] | Comma
     the stored answer of an earlier run, or None when no receipts are kept (or it only reads)."""
     spec = COMMANDS.get(command.name)
     changes = (spec is not None and spec.own_session) or command.name in ONCE_ONLY
+    changes = changes and command.name not in REPEATABLE
     if not changes or context.receipts is None or not context.event_id:
         return None
     key = f"command#{context.event_id}"
@@ -548,6 +552,31 @@ def _forget(call: CommandCall) -> str:
     return forget_explanation(person, external_memory=call.settings.memory.external == "honcho")
 
 
+_VOICE_SAYS = {
+    "on": "Voice replies on: every answer here comes as a voice note too.",
+    "off": "Voice replies off: answers here are text only.",
+    "auto": "Voice replies on auto: a voice note is answered with a voice note.",
+}
+
+
+def _voice(call: CommandCall) -> str:
+    """/voice on | off | auto (domain/voice.py): kept on the chat's route, one write when it runs."""
+    store, key = _store(call)
+    arg = call.args.strip().lower()
+    if arg and arg not in VOICE_MODES:
+        return "Usage: /voice on | off | auto (auto: a voice note is answered with a voice note)."
+    if call.source.platform not in VOICE_PLATFORMS:
+        return f"Answers on {call.source.platform} stay text: it has no voice notes the gateway can send."
+    caveat = (
+        "" if call.settings.tts.provider != "none" else " (Speech is not set up on this gateway yet: tts.provider.)"
+    )
+    if not arg:
+        return _VOICE_SAYS[mode_of(call.route.voice if call.route else None)] + caveat
+    _current_route(call)  # (a chat's first message may be /voice: its route is made first)
+    store.control.set_voice(key, arg)
+    return _VOICE_SAYS[arg] + caveat
+
+
 COMMANDS: Mapping[str, CommandSpec] = {
     spec.name: spec
     for spec in (
@@ -584,6 +613,9 @@ COMMANDS: Mapping[str, CommandSpec] = {
         CommandSpec("sessions", "this chat's sessions", _sessions, everyone=True),
         CommandSpec(
             "forget", "delete what this gateway holds about you (/forget, then /forget confirm)", _forget, everyone=True
+        ),
+        CommandSpec(
+            "voice", "answers as voice notes too: /voice on | off | auto", _voice, everyone=True, own_session=True
         ),
         CommandSpec("model", "show or change this session's model (/model [provider:model], /model default)", _model),
         CommandSpec(

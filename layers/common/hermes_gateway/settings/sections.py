@@ -57,6 +57,7 @@ OBSERVABILITY_TIERS = ("minimal", "standard", "full")  # infra/capabilities/obse
 WEBHOOK_ENDPOINTS = ("http_api", "function_url")  # ingress.endpoint; infra/capabilities/api.py builds either
 UNAUTHORIZED_DM_MODES = ("", "pair", "ignore")
 STT_PROVIDERS = ("openai", "none")
+TTS_PROVIDERS = ("openai", "none")
 REPLY_TO_MODES = ("off", "first", "all")
 MODEL_CALL_LIMIT_SECONDS = 80  # the Respond task may run 85 s (infra/statemachines/turn.asl.json)
 TURN_LIMIT_SECONDS = 300  # an Express execution's longest run
@@ -458,6 +459,28 @@ class SttSettings(Section):
         "GATEWAY_STT_MAX_SECONDS", whole, 600,
         "longer audio (its length read from the file) is not transcribed; nor is audio whose length cannot be read",
         check=between(1, 7200),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TtsSettings(Section):
+    """`tts:` answers spoken as voice notes (OpenAI-compatible speech; each chat chooses with /voice)."""
+
+    provider: str = setting(
+        "GATEWAY_TTS_PROVIDER", text, "none",
+        "openai | none (none: no answer is spoken and /voice says so)",
+        check=one_of(TTS_PROVIDERS),
+    )
+    model: str = setting("GATEWAY_TTS_MODEL", text, "gpt-4o-mini-tts", "the speech model")
+    voice: str = setting("GATEWAY_TTS_VOICE", text, "alloy", "the speech model's voice")
+    base_url: str = setting(
+        "TTS_BASE_URL", url, "", "the speech API's base URL (empty: provider.openai_base_url)",
+        check=optional(http_url),
+    )
+    max_chars: int = setting(
+        "GATEWAY_TTS_MAX_CHARS", whole, 1500,
+        "an answer's first characters that are spoken (cut at a sentence); the whole answer is sent as text too",
+        check=between(100, 4096, why="the speech API takes 4096 characters at most"),
     )
 
 

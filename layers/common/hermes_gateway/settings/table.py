@@ -27,6 +27,8 @@ from hermes_gateway.settings.declare import (
     Invalid,
     Section,
     Setting,
+    matches,
+    optional,
 )
 from hermes_gateway.settings.model import Settings
 
@@ -48,8 +50,8 @@ def _platform_fields(key: str, spec: PlatformSpec, cls: type) -> Iterator[Settin
         )
     for o in spec.options:
         place = (key, spec.name, "options", o.attr)
-        parse, check = PARSERS_BY_KIND[o.kind], CHECKS_BY_KIND.get(o.kind)
-        yield Setting(o.env, parse, o.default, o.doc, check=check, path=prefix + o.attr, place=place)
+        check = optional(matches(o.pattern, f"use {o.form}", o.form)) if o.pattern else CHECKS_BY_KIND.get(o.kind)
+        yield Setting(o.env, PARSERS_BY_KIND[o.kind], o.default, o.doc, check=check, path=prefix + o.attr, place=place)
 
 
 def _resolve() -> Iterator[Setting]:
