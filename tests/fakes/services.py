@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from hermes_gateway.adapters.dynamo_outbox import SEND_CLAIM_SECONDS
-from hermes_gateway.domain.outbox import OutboxEntry
+from hermes_gateway.domain.outbox import QUEUED, OutboxEntry, QueuedLetter
 from hermes_gateway.domain.targets import Channel, channel_key
 from hermes_gateway.errors import TransientError
 from hermes_gateway.platforms.base import Target
@@ -116,6 +116,7 @@ class FakeOutbox:
         self.entries: dict[str, OutboxEntry] = {}
         self.marks: list[tuple[str, str]] = []
         self.writes: list[str] = []
+        self.letters: dict[str, tuple[str, QueuedLetter]] = {}  # delivery id -> (mailbox, letter)
 
     def record_claimed(
         self,
@@ -133,10 +134,14 @@ class FakeOutbox:
         media: list[dict[str, str]] | None = None,
         status: str = "sending",
         platform_message_id: str | None = None,
+        mailbox: tuple[str, dict[str, Any]] | None = None,
     ) -> tuple[OutboxEntry, bool]:
         self.writes.append("record_claimed")
         if delivery_id in self.entries:
             return self.entries[delivery_id], False
+        if mailbox is not None:
+            status = QUEUED
+            self.letters[delivery_id] = (mailbox[0], QueuedLetter(delivery_id, mailbox[1], now))
         self.entries[delivery_id] = OutboxEntry(
             delivery_id=delivery_id,
             platform=platform,
@@ -159,6 +164,39 @@ class FakeOutbox:
 
     def get(self, delivery_id: str) -> OutboxEntry | None:
         return self.entries.get(delivery_id)
+
+    def collect(self, mailbox: str, limit: int) -> list[QueuedLetter]:
+        waiting = [letter for name, letter in self.letters.values() if name == mailbox]
+        return sorted(waiting, key=lambda letter: letter.queued_at)[:limit]
+
+    def settle(
+        self,
+        delivery_id: str,
+        mailbox: str,
+        status: str,
+        now: float,
+        *,
+        platform_message_id: str | None = None,
+        error: str | None = None,
+    ) -> str:
+        self.writes.append("settle")
+        entry = self.entries.get(delivery_id)
+        if entry is None:
+            return "missing"
+        if self.letters.get(delivery_id, ("", None))[0] != mailbox or entry.status != QUEUED:
+            repeated = entry.status == status and entry.platform_message_id == platform_message_id
+            return "already" if repeated else entry.status
+        del self.letters[delivery_id]
+        self.entries[delivery_id] = replace(
+            entry,
+            status=status,
+            updated_at=now,
+            attempts=entry.attempts + 1,
+            platform_message_id=platform_message_id if platform_message_id is not None else entry.platform_message_id,
+            error=error[:500] if error is not None else entry.error,
+        )
+        self.marks.append((delivery_id, status))
+        return "settled"
 
     def claim(self, delivery_id: str, now: float, reopen: bool = False) -> bool:
         self.writes.append("claim")

@@ -151,3 +151,70 @@ def test_fail_sent_settles_a_row_left_open(aws: Any) -> None:
     record(outbox, "s#1", 100.0, platform="whatsapp")  # a worker that stopped mid-send, long ago
     assert outbox.fail_sent("u#1", platform="whatsapp", platform_message_id="w", error="e", now=200.0) == "marked"
     assert outbox.fail_sent("s#1", platform="whatsapp", platform_message_id="w", error="e", now=200.0) == "marked"
+
+
+# --- a forwarder's mailbox (platforms/mailbox.py) ---------------------------------------------------
+
+
+def post_letter(outbox: DynamoOutbox, delivery_id: str, now: float, mailbox: str = "signal#") -> Any:
+    letter = {"recipient": "+15555550123", "text": f"reply {delivery_id}"}
+    return outbox.record_claimed(
+        delivery_id, platform="signal", chat_id="+15555550123", thread_id=None, text=letter["text"], turn_id="t",
+        chunk=1, chunks=1, now=now, mailbox=(mailbox, letter),
+    )  # fmt: skip
+
+
+def test_a_letter_is_posted_in_the_one_write_that_records_its_chunk(aws: Any) -> None:
+    outbox = DynamoOutbox(aws.bindings)
+    with aws_calls() as made:
+        entry, posted = post_letter(outbox, "s#1", 100.0)
+    assert made == [("dynamodb", "PutItem")]
+    assert posted and entry.status == "queued"
+    again, posted_again = post_letter(outbox, "s#1", 200.0)
+    assert not posted_again and again.status == "queued"
+
+
+def test_letters_are_collected_from_the_index_in_the_order_they_were_posted(aws: Any) -> None:
+    outbox = DynamoOutbox(aws.bindings)
+    for n, at in ((2, 102.0), (1, 101.0), (3, 103.0)):
+        post_letter(outbox, f"s#{n}", at)
+    post_letter(outbox, "c#1", 100.0, mailbox="signal#coder")
+    record(outbox, "tg#1", 100.0)  # another platform's chunk is not in the index at all
+
+    with aws_calls() as made:
+        found = outbox.collect("signal#", 2)
+
+    assert made == [("dynamodb", "Query")]
+    assert [(f.delivery_id, f.letter["text"], f.queued_at) for f in found] == [
+        ("s#1", "reply s#1", 101.0),
+        ("s#2", "reply s#2", 102.0),
+    ]
+    assert [f.delivery_id for f in outbox.collect("signal#coder", 10)] == ["c#1"]
+
+
+def test_a_settled_letter_leaves_the_mailbox_and_its_report_is_idempotent(aws: Any) -> None:
+    outbox = DynamoOutbox(aws.bindings)
+    post_letter(outbox, "s#1", 100.0)
+
+    with aws_calls() as made:
+        assert outbox.settle("s#1", "signal#", "sent", 105.0, platform_message_id="1752345601500") == "settled"
+    assert made == [("dynamodb", "UpdateItem")]
+
+    stored = outbox.get("s#1")
+    assert stored is not None and (stored.status, stored.platform_message_id) == ("sent", "1752345601500")
+    raw = outbox.model.get("s#1").attribute_values
+    assert not {"mailbox", "queued_at", "letter"} & raw.keys()  # out of the index; the letter gone
+    assert outbox.collect("signal#", 10) == []
+    assert outbox.settle("s#1", "signal#", "sent", 106.0, platform_message_id="1752345601500") == "already"
+    assert outbox.settle("s#1", "signal#", "sent", 106.0, platform_message_id="99") == "sent"
+    assert outbox.settle("s#1", "signal#", "failed", 106.0, error="late") == "sent"
+    assert outbox.settle("nope#1", "signal#", "sent", 106.0, platform_message_id="1") == "missing"
+
+
+def test_only_its_own_mailbox_settles_a_letter(aws: Any) -> None:
+    outbox = DynamoOutbox(aws.bindings)
+    post_letter(outbox, "c#1", 100.0, mailbox="signal#coder")
+    assert outbox.settle("c#1", "signal#", "sent", 105.0, platform_message_id="1") == "queued"
+    assert outbox.settle("c#1", "signal#coder", "gone", 105.0, error="not registered") == "settled"
+    stored = outbox.get("c#1")
+    assert stored is not None and (stored.status, stored.error) == ("gone", "not registered")

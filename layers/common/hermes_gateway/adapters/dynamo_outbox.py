@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from pynamodb.exceptions import DoesNotExist, UpdateError
 from pynamodb.expressions.update import Action
@@ -14,7 +15,7 @@ from hermes_gateway.adapters.dynamo_errors import (
     throttling_is_transient_everywhere,
 )
 from hermes_gateway.adapters.models import OutboxModelBase, bind_outbox, dynamodb_endpoint
-from hermes_gateway.domain.outbox import OutboxEntry
+from hermes_gateway.domain.outbox import QUEUED, OutboxEntry, QueuedLetter
 from hermes_gateway.errors import TransientError
 from hermes_gateway.resources import Bindings
 
@@ -64,11 +65,15 @@ class DynamoOutbox:
         media: list[dict[str, str]] | None = None,
         status: str = "sending",
         platform_message_id: str | None = None,
+        mailbox: tuple[str, dict[str, Any]] | None = None,
     ) -> tuple[OutboxEntry, bool]:
         """Write the chunk claimed for sending (`sending` at `now`) unless it exists: one write, which
         on a repeated job returns the stored row with its failed condition (no read). What is
-        stored, and True when this call wrote it."""
+        stored, and True when this call wrote it. `mailbox`: (its name, the letter): the chunk is
+        posted to a forwarder's mailbox instead, `queued`, in the same write."""
         Outbox = self.model
+        if mailbox is not None:
+            status = QUEUED
         item = Outbox(
             delivery_id,
             platform=platform,
@@ -86,6 +91,9 @@ class DynamoOutbox:
             expires_at=int(now + RETENTION_SECONDS),
             buttons=json.dumps(buttons) if buttons else None,
             media=json.dumps(media) if media else None,
+            mailbox=mailbox[0] if mailbox else None,
+            queued_at=now if mailbox else None,
+            letter=json.dumps(mailbox[1], separators=(",", ":")) if mailbox else None,
         )
         # pynamodb's put drops the item a failed condition returns, so the call is botocore's
         # (through the model's own connection: same endpoint, same client).
@@ -221,6 +229,59 @@ class DynamoOutbox:
             found = self.get(delivery_id)
             return found.status if found is not None else "missing"
         return "marked"
+
+    def collect(self, mailbox: str, limit: int) -> list[QueuedLetter]:
+        """The oldest `limit` letters waiting in the mailbox, oldest first: one query of the sparse
+        index (an empty mailbox costs half a read unit)."""
+        Outbox = self.model
+        found = Outbox.by_mailbox.query(mailbox, scan_index_forward=True, limit=limit)  # type: ignore[attr-defined]
+        return [
+            QueuedLetter(item.delivery_id, json.loads(item.letter), float(item.queued_at))
+            for item in found
+            if item.letter and item.status == QUEUED
+        ]
+
+    def settle(
+        self,
+        delivery_id: str,
+        mailbox: str,
+        status: str,
+        now: float,
+        *,
+        platform_message_id: str | None = None,
+        error: str | None = None,
+    ) -> str:
+        """The forwarder's word on a letter of its mailbox: `sent` with the platform's id, or
+        `failed`, `gone` or `unknown` with the error; the row leaves the mailbox (and the index).
+        One conditional write, only on a row still waiting in this mailbox; the row is read when
+        the condition fails. "settled"; "already" for a report repeated with the same outcome (the
+        forwarder retries a report it got no answer to); else the row's status ("missing")."""
+        Outbox = self.model
+        actions: list[Action] = [
+            Outbox.status.set(status),
+            Outbox.updated_at.set(now),
+            Outbox.attempts.add(1),
+            Outbox.mailbox.remove(),
+            Outbox.queued_at.remove(),
+            Outbox.letter.remove(),
+        ]
+        if platform_message_id is not None:
+            actions.append(Outbox.platform_message_id.set(platform_message_id))
+        if error is not None:
+            actions.append(Outbox.error.set(error[:500]))
+        try:
+            Outbox(delivery_id).update(
+                actions=actions, condition=(Outbox.mailbox == mailbox) & (Outbox.status == QUEUED)
+            )
+        except UpdateError as exc:
+            if not condition_failed(exc):
+                raise
+            found = self.get(delivery_id)
+            if found is None:
+                return "missing"
+            repeated = found.status == status and found.platform_message_id == platform_message_id
+            return "already" if repeated else found.status
+        return "settled"
 
     def get(self, delivery_id: str) -> OutboxEntry | None:
         try:

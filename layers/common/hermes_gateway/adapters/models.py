@@ -226,7 +226,8 @@ class OutboxModelBase(Model):
     turn_id = UnicodeAttribute(null=True)
     chunk = NumberAttribute(default=1)
     chunks = NumberAttribute(default=1)
-    status = UnicodeAttribute(default="pending")  # pending | sending (claimed) | sent | recorded | failed
+    # pending | sending (claimed) | sent | recorded | failed | queued (in a forwarder's mailbox) | ...
+    status = UnicodeAttribute(default="pending")
     attempts = NumberAttribute(default=0)
     platform_message_id = UnicodeAttribute(null=True)
     error = UnicodeAttribute(null=True)
@@ -235,11 +236,28 @@ class OutboxModelBase(Model):
     expires_at = NumberAttribute(null=True)  # TTL
     buttons = UnicodeAttribute(null=True)  # JSON: [{"label", "reply"}], on a message's last chunk
     media = UnicodeAttribute(null=True)  # JSON: [{"key", "name", "kind", "mime"}], on a media part
+    # Only while the chunk waits in a forwarder's mailbox (platforms/mailbox.py): which mailbox,
+    # since when, and the letter the forwarder sends (JSON); all three go when it is settled.
+    mailbox = UnicodeAttribute(null=True)
+    queued_at = NumberAttribute(null=True)
+    letter = UnicodeAttribute(null=True)
 
 
 @lru_cache(maxsize=8)
 def bind_outbox(outbox_table: str, region: str | None, host: str | None = None) -> type[OutboxModelBase]:
-    return type("Outbox", (OutboxModelBase,), {"Meta": table_meta(outbox_table, region, host), "__module__": __name__})
+    class ByMailbox(GlobalSecondaryIndex[OutboxModelBase]):  # type: ignore[no-untyped-call]
+        class Meta:
+            index_name = "by_mailbox"
+            projection = AllProjection()
+
+        mailbox = UnicodeAttribute(hash_key=True)
+        queued_at = NumberAttribute(range_key=True)
+
+    return type(
+        "Outbox",
+        (OutboxModelBase,),
+        {"Meta": table_meta(outbox_table, region, host), "by_mailbox": ByMailbox(), "__module__": __name__},
+    )
 
 
 def marker_seq(key: str) -> int:
