@@ -193,6 +193,8 @@ def test_no_allowlist_means_allow_all_with_a_notice() -> None:
         {"GATEWAY_ALLOWED_USERS": "alice"},
         {"TELEGRAM_ALLOW_ALL_USERS": "true"},
         {"GATEWAY_ALLOW_ALL_USERS": "false"},
+        {"SIGNAL_ALLOWED_USERS": "+15555550123"},  # any platform's allowlist, not Telegram's only
+        {"SLACK_ALLOW_ALL_USERS": "true"},
     ],
 )
 def test_a_configured_allowlist_means_no_allow_all(environ: dict[str, str]) -> None:
