@@ -3,10 +3,11 @@
 Local mode runs the handlers with moto, which checks no permissions, so a call a function needs and
 its role lacks would first fail in the cloud (AccessDenied after `cdk deploy`). Here local mode is
 driven through the paths a deployment meets (answered messages, a busy chat, commands, pairing, the
-Signal forwarder's calls on its mailbox, the session API, the every-minute tick); the bench meter attributes each botocore call to the function
-invocation that made it; each call becomes the IAM actions and resources AWS would authorize it as
-(a transaction: one action per item, on the item's table; a query on an index: the index's ARN);
-and each must be allowed by a statement of that function's role in the synthesized stack.
+Signal forwarder's calls on its mailbox, the session API, the every-minute tick); the bench meter
+attributes each botocore call to the function invocation that made it; each call becomes the IAM
+actions and resources AWS would authorize it as (a transaction: one action per item, on the item's
+table; a query on an index: the index's ARN); and each must be allowed by a statement of that
+function's role in the synthesized stack.
 
 E-mail is driven too: a message with an attachment received as SES would deliver it (the
 ingress reads the stored message, the agent reads the attachment's range and stores it), one
