@@ -56,7 +56,7 @@ _TABLE_ACTIONS: dict[Access, tuple[str, ...]] = {
     Access.READ_WRITE: tuple(dict.fromkeys(_READ_ACTIONS + _WRITE_ACTIONS)),
     Access.PUT: ("dynamodb:PutItem",),  # the ingress's one write to the inbox
     Access.MARK: ("dynamodb:GetItem", "dynamodb:UpdateItem"),
-    Access.MAILBOX: ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"),
+    Access.MAILBOX: ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem", "dynamodb:Query"),
     # The stream is read by the event source mapping (_consume_stream); the consumer counts a
     # message's failed attempts on its item.
     Access.CONSUME: ("dynamodb:UpdateItem",),

@@ -759,8 +759,15 @@ class Forwarder:
                 continue
             if came:
                 continue  # more may wait, and the reports go at once
+            self.pause()
+
+    def pause(self) -> None:
+        """Until the next collection: the interval; a message posted meanwhile shortens an idle
+        wait to the active one (its reply cannot be there at once, so no call right away)."""
+        self.wake.clear()
+        if self.wake.wait(self.interval()):
             self.wake.clear()
-            self.wake.wait(self.interval())
+            self.wake.wait(self.config.active_poll_seconds)
 
     def receive_forever(self, stop: threading.Event) -> None:
         backoff = 1.0

@@ -201,7 +201,7 @@ def test_the_ingress_may_only_put_items_in_the_inbox_and_mark_and_collect_outbox
             # a WhatsApp `failed` status (an e-mail's bounce) marks the row of the message it reports
             # on; the Signal forwarder collects its mailbox's letters (the outbox's index) and settles them
             (
-                ("dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"),
+                ("dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"),
                 json.dumps(
                     [
                         {"Fn::GetAtt": [outbox, "Arn"]},
@@ -288,7 +288,12 @@ def test_grants_follow_the_specs(synthesized: Synthesized) -> None:
                     Access.PUT: "dynamodb:PutItem",
                     Access.CONSUME: "dynamodb:UpdateItem",
                     Access.MARK: ["dynamodb:GetItem", "dynamodb:UpdateItem"],
-                    Access.MAILBOX: ["dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"],
+                    Access.MAILBOX: [
+                        "dynamodb:GetItem",
+                        "dynamodb:BatchGetItem",
+                        "dynamodb:UpdateItem",
+                        "dynamodb:Query",
+                    ],
                 }[access]
                 target = table_logical_id(synthesized, resource)
                 assert any(

@@ -184,12 +184,30 @@ def test_letters_are_collected_from_the_index_in_the_order_they_were_posted(aws:
     with aws_calls() as made:
         found = outbox.collect("signal#", 2)
 
-    assert made == [("dynamodb", "Query")]
+    assert made == [("dynamodb", "Query"), ("dynamodb", "BatchGetItem")]  # a keys-only index, then the letters
     assert [(f.delivery_id, f.letter["text"], f.queued_at) for f in found] == [
         ("s#1", "reply s#1", 101.0),
         ("s#2", "reply s#2", 102.0),
     ]
     assert [f.delivery_id for f in outbox.collect("signal#coder", 10)] == ["c#1"]
+    with aws_calls() as made:
+        assert outbox.collect("signal#nobody", 10) == []
+    assert made == [("dynamodb", "Query")]  # an empty mailbox: the query alone
+
+
+def test_a_long_letter_is_stored_compressed_and_read_back_whole(aws: Any) -> None:
+    outbox = DynamoOutbox(aws.bindings)
+    text = "The plan for Saturday: meet at nine, bring water, and check the weather first. " * 25
+    outbox.record_claimed(
+        "long#1", platform="signal", chat_id="+15555550123", thread_id=None, text=text[:300], turn_id="t",
+        chunk=1, chunks=1, now=100.0, mailbox=("signal#", {"recipient": "+15555550123", "text": text}),
+    )  # fmt: skip
+    raw = outbox.model.get("long#1").attribute_values
+    assert "letter_z" in raw and "letter" not in raw and len(raw["letter_z"]) < len(text) / 2
+    (found,) = outbox.collect("signal#", 10)
+    assert found.letter == {"recipient": "+15555550123", "text": text}
+    assert outbox.settle("long#1", "signal#", "sent", 101.0, platform_message_id="9") == "settled"
+    assert "letter_z" not in outbox.model.get("long#1").attribute_values
 
 
 def test_a_settled_letter_leaves_the_mailbox_and_its_report_is_idempotent(aws: Any) -> None:
@@ -203,7 +221,7 @@ def test_a_settled_letter_leaves_the_mailbox_and_its_report_is_idempotent(aws: A
     stored = outbox.get("s#1")
     assert stored is not None and (stored.status, stored.platform_message_id) == ("sent", "1752345601500")
     raw = outbox.model.get("s#1").attribute_values
-    assert not {"mailbox", "queued_at", "letter"} & raw.keys()  # out of the index; the letter gone
+    assert not {"mailbox", "queued_at", "letter", "letter_z"} & raw.keys()  # out of the index; the letter gone
     assert outbox.collect("signal#", 10) == []
     assert outbox.settle("s#1", "signal#", "sent", 106.0, platform_message_id="1752345601500") == "already"
     assert outbox.settle("s#1", "signal#", "sent", 106.0, platform_message_id="99") == "sent"

@@ -25,8 +25,8 @@ class Access(StrEnum):
     READ_WRITE = "read_write"
     PUT = "put"  # table: dynamodb:PutItem only (the ingress's one write to the inbox)
     MARK = "mark"  # table: GetItem and UpdateItem only (read an item and change it; no put, delete, query)
-    # table: GetItem, UpdateItem and Query of its indexes (a forwarder's mailbox in the outbox:
-    # collect the letters waiting, settle the ones it sent; no put, delete, scan)
+    # table: GetItem, BatchGetItem, UpdateItem and Query of its indexes (a forwarder's mailbox in
+    # the outbox: collect the letters waiting, settle the ones it sent; no put, delete, scan)
     MAILBOX = "mailbox"
     # bucket: pre-signed URLs for a forwarder: GetObject (a reply's files, to download), and
     # PutObject under `uploads/` only (a message's files, to upload); no listing
@@ -214,8 +214,10 @@ OUTBOX = TableSpec(
     partition=Key("delivery_id"),
     # Sparse: only a chunk waiting in a forwarder's mailbox (Signal's: platforms/mailbox.py)
     # carries `mailbox`, so no other platform's chunk writes to it; the forwarder collects its
-    # letters from it in the order they were posted.
-    indexes=(IndexSpec("by_mailbox", Key("mailbox"), Key("queued_at", "N")),),
+    # letters from it in the order they were posted. Keys only: a letter (a reply's text) is a
+    # kilobyte or two, and an index that held it would bill those again on each of its writes;
+    # the collection reads the few letters by key instead.
+    indexes=(IndexSpec("by_mailbox", Key("mailbox"), Key("queued_at", "N"), projection="KEYS_ONLY"),),
     ttl_attribute="expires_at",
 )
 IDEMPOTENCY = TableSpec(
