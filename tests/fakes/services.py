@@ -165,6 +165,10 @@ class FakeOutbox:
     def get(self, delivery_id: str) -> OutboxEntry | None:
         return self.entries.get(delivery_id)
 
+    def oldest(self, mailbox: str) -> float | None:
+        waiting = [letter.queued_at for name, letter in self.letters.values() if name == mailbox]
+        return min(waiting) if waiting else None
+
     def collect(self, mailbox: str, limit: int) -> list[QueuedLetter]:
         waiting = [letter for name, letter in self.letters.values() if name == mailbox]
         return sorted(waiting, key=lambda letter: letter.queued_at)[:limit]

@@ -195,6 +195,18 @@ def test_letters_are_collected_from_the_index_in_the_order_they_were_posted(aws:
     assert made == [("dynamodb", "Query")]  # an empty mailbox: the query alone
 
 
+def test_the_oldest_waiting_letter_is_one_query_of_the_index(aws: Any) -> None:
+    outbox = DynamoOutbox(aws.bindings)
+    assert outbox.oldest("signal#") is None
+    post_letter(outbox, "s#2", 102.0)
+    post_letter(outbox, "s#1", 101.0)
+    with aws_calls() as made:
+        assert outbox.oldest("signal#") == 101.0
+    assert made == [("dynamodb", "Query")]
+    outbox.settle("s#1", "signal#", "sent", 103.0, platform_message_id="1")
+    assert outbox.oldest("signal#") == 102.0
+
+
 def test_a_long_letter_is_stored_compressed_and_read_back_whole(aws: Any) -> None:
     outbox = DynamoOutbox(aws.bindings)
     text = "The plan for Saturday: meet at nine, bring water, and check the weather first. " * 25

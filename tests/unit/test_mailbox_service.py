@@ -284,3 +284,32 @@ def test_a_reply_to_a_chat_signal_cannot_have_is_dead_lettered() -> None:
 
     with pytest.raises(Undeliverable, match="number, a UUID or a group id"):
         deliver(signal_job("hello", chat_id="../../etc"), signal_deps(FakeOutbox()))
+
+
+# --- the tick: a forwarder that stopped collecting ----------------------------------------------
+
+
+def test_a_letter_waiting_past_a_quarter_hour_is_an_error_each_minute(caplog: pytest.LogCaptureFixture) -> None:
+    from hermes_gateway.services.mailbox import check_mailboxes
+
+    settings = make_settings({"SIGNAL_ENABLED": "true"})
+    outbox = FakeOutbox()
+    assert check_mailboxes(outbox, settings, NOW) == {"mailboxes_stalled": 0}  # empty
+    post(outbox, "d1#1", {"recipient": ALICE, "text": "hi"}, at=NOW)
+    assert check_mailboxes(outbox, settings, NOW + 14 * 60) == {"mailboxes_stalled": 0}  # a slow forwarder
+
+    assert check_mailboxes(outbox, settings, NOW + 16 * 60) == {"mailboxes_stalled": 1}
+
+    (line,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert "is its forwarder running?" in line.getMessage()
+    assert check_mailboxes(outbox, make_settings({}), NOW + 16 * 60) == {"mailboxes_stalled": 0}  # Signal off
+
+
+def test_each_bots_mailbox_is_checked() -> None:
+    from hermes_gateway.services.mailbox import check_mailboxes
+
+    config = {"profiles": {"coder": {"platforms": {"signal": {"enabled": True}}}}}
+    settings = make_settings({"SIGNAL_ENABLED": "true"}, config)
+    outbox = FakeOutbox()
+    post(outbox, "c1#1", {"recipient": ALICE, "text": "hi"}, mailbox="signal#coder", at=NOW)
+    assert check_mailboxes(outbox, settings, NOW + 3600) == {"mailboxes_stalled": 1}

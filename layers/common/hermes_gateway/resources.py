@@ -489,6 +489,8 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
             "jobs": Access.READ_WRITE,
             "turn": Access.START,
             "events": Access.PUT_EVENTS,
+            # a forwarder that stopped collecting its mailbox (the oldest letter in the index)
+            "outbox": Access.READ,
         },
     ),
     FunctionSpec(

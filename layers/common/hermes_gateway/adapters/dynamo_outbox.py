@@ -264,6 +264,14 @@ class DynamoOutbox:
         ]
         return sorted(letters, key=lambda letter: letter.queued_at)
 
+    def oldest(self, mailbox: str) -> float | None:
+        """When the mailbox's oldest waiting letter was posted: one query of one index key (the
+        index may still list a letter settled a moment ago: a minute's check can take that)."""
+        Outbox = self.model
+        for item in Outbox.by_mailbox.query(mailbox, scan_index_forward=True, limit=1):  # type: ignore[attr-defined]
+            return float(item.queued_at)
+        return None
+
     def settle(
         self,
         delivery_id: str,

@@ -16,6 +16,9 @@ from typing import Any, Protocol, runtime_checkable
 from hermes_gateway.platforms.base import Target
 from hermes_gateway.platforms.outbound_media import MediaFile
 
+# The platforms whose replies wait in a mailbox (their sender is a `Mailbox`).
+MAILBOX_PLATFORMS = ("signal",)
+
 
 def mailbox_name(platform: str, profile: str | None) -> str:
     """One mailbox per platform and bot (a named profile's bot has its own number and forwarder)."""

@@ -16,10 +16,12 @@ the route named the bot's profile):
   The forwarder PUTs each file to its URL with those headers (S3 refuses another length or type)
   and names the upload ids in the message; a file over `media.max_bytes` is refused here.
 
-A letter that failed for good (`failed`: signal-cli refused it) is logged at ERROR, which the
-error alarm watches: it is not on the dead letters, since no job of the delivery function holds
-it any more (`outbox list --status failed` shows it). `gone` (the number is not on Signal) is
-recorded as on any platform; `unknown` (the forwarder stopped mid-send) is never sent again.
+A letter waiting longer than STALE_SECONDS makes the every-minute tick log an ERROR line
+(`check_mailboxes`): its forwarder stopped collecting. A letter that failed for good (`failed`:
+signal-cli refused it) is logged at ERROR too; the error alarm watches both. It is not on the dead
+letters, since no job of the delivery function holds it any more (`outbox list --status failed`
+shows it). `gone` (the number is not on Signal) is recorded as on any platform; `unknown` (the
+forwarder stopped mid-send) is never sent again.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from hermes_gateway.domain.events import LifecycleEvents
 from hermes_gateway.domain.outbox import QueuedLetter
 from hermes_gateway.errors import BadRequest
 from hermes_gateway.observability import MetricUnit, logger, metrics
-from hermes_gateway.platforms.mailbox import mailbox_name, upload_key
+from hermes_gateway.platforms.mailbox import MAILBOX_PLATFORMS, mailbox_name, upload_key
 from hermes_gateway.services.ingress import HttpResponse, MailboxCall
+from hermes_gateway.settings import Settings
 
 LINK_SECONDS = 900  # a download or upload URL is used at once; the function's credentials sign it
 MAX_REPORTS = 100
@@ -45,12 +48,18 @@ _OUTCOMES = ("sent", "failed", "gone", "unknown")
 _FILE_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _MIME = re.compile(r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}")
 _TIMESTAMP_DIGITS = 15
+# A forwarder collects at least every 30 s (POLL_SECONDS): a letter waiting this long means it stopped.
+STALE_SECONDS = 15 * 60
 
 
 class Letters(Protocol):
     """The outbox's side of a mailbox (adapters.dynamo_outbox.DynamoOutbox)."""
 
     def collect(self, mailbox: str, limit: int) -> list[QueuedLetter]: ...
+
+    def oldest(self, mailbox: str) -> float | None:
+        """When the oldest letter still waiting was posted (None: the mailbox is empty)."""
+        ...
 
     def settle(
         self,
@@ -201,6 +210,31 @@ def _handed_over(found: QueuedLetter, files: FileLinks) -> dict[str, Any]:
             if isinstance(item, dict) and item.get("key")
         ]
     return letter
+
+
+# --- the tick: a forwarder that stopped collecting ----------------------------------------------
+
+
+def check_mailboxes(letters: Letters, settings: Settings, now: float) -> dict[str, int]:
+    """Every minute: a letter that has waited longer than STALE_SECONDS means its forwarder (or
+    signal-cli behind it) stopped collecting. Nothing is lost (the letters wait, in order), but no
+    one would know: an ERROR line each minute it lasts, which the error alarm watches. One query
+    of the sparse index per served bot with a mailbox platform on; none when there is none."""
+    stalled = 0
+    for served in settings.all_profiles():
+        for platform in MAILBOX_PLATFORMS:
+            if served.platform(platform) is None:
+                continue
+            posted = letters.oldest(mailbox_name(platform, served.served_profile))
+            if posted is not None and now - posted > STALE_SECONDS:
+                stalled += 1
+                logger.error(
+                    "replies wait uncollected in a mailbox: is its forwarder running?",
+                    extra={"platform": platform, "profile": served.profile, "minutes": int((now - posted) // 60)},
+                )
+    if stalled:
+        metrics.add_metric(name="MailboxStalled", unit=MetricUnit.Count, value=stalled)
+    return {"mailboxes_stalled": stalled}
 
 
 # --- uploads: where a message's files go before the message -----------------------------------
