@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import base64
 import copy
-import importlib.util
 import json
 import os
 import secrets
@@ -31,7 +30,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,22 +49,13 @@ from bench.message_cost import (  # noqa: E402
 )
 from bench.meter import Meter, counted_logs  # noqa: E402
 from bench.pricing import PRICES, price, profile  # noqa: E402
+from tests.fakes.signal_cli import load_forwarder  # noqa: E402
 
-FORWARDER = ROOT / "relays" / "signal-cli" / "forwarder.py"
 FIXTURES = ROOT / "tests" / "fixtures" / "signal"
 ACCOUNT = "+15555550100"
 SECONDS_PER_MONTH = 30 * 24 * 3600
 # Made per run, never a fixed value on disk
 SECRET = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
-
-
-def load_forwarder() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("signal_cli_forwarder_bench", FORWARDER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 class StandInSignalCli:
@@ -121,7 +110,7 @@ class Counting:
 
 
 def run(messages: int, solo: int, polls: int, state: Path) -> dict[str, Any]:
-    module = load_forwarder()
+    module = load_forwarder("signal_cli_forwarder_bench")
     meter = Meter(reply_bytes=reply_size(*REPLY_BYTES))
     meter.install()
     try:

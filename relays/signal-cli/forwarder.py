@@ -252,6 +252,23 @@ def outcome_of_error(error: Any) -> Outcome:
     return Outcome("failed", error=f"{error.get('code')}: {message}")
 
 
+# How signal-cli's JSON-RPC `send` and signal-cli-rest-api's `/v2/send` name the same things
+JSON_RPC_NAMES = ("attachments", "quoteTimestamp", "quoteAuthor")
+REST_NAMES = ("base64_attachments", "quote_timestamp", "quote_author")
+
+
+def extras(letter: dict[str, Any], files: list[tuple[bytes, str, str]], names: tuple[str, str, str]) -> dict[str, Any]:
+    """A send's files (as data URIs) and quote, under the names the API uses (`names`)."""
+    attachments, quote_timestamp, quote_author = names
+    found: dict[str, Any] = {}
+    if files:
+        found[attachments] = [data_uri(data, mime, name) for data, mime, name in files]
+    quote = letter.get("quote")
+    if isinstance(quote, dict):
+        found.update({quote_timestamp: quote["timestamp"], quote_author: quote["author"]})
+    return found
+
+
 def data_uri(data: bytes, mime: str, name: str) -> str:
     """An attachment as signal-cli takes one without a shared file system (RFC 2397, with a name)."""
     safe = re.sub(r"[^A-Za-z0-9._ -]", "_", name)[:100] or "file"
@@ -358,17 +375,11 @@ class JsonRpcSignal:
         return answer
 
     def send(self, letter: dict[str, Any], files: list[tuple[bytes, str, str]]) -> Outcome:
-        params: dict[str, Any] = {"message": letter.get("text") or ""}
+        params = {"message": letter.get("text") or "", **extras(letter, files, JSON_RPC_NAMES)}
         if letter.get("group_id"):
             params["groupId"] = letter["group_id"]
         else:
             params["recipient"] = [letter["recipient"]]
-        if files:
-            params["attachments"] = [data_uri(data, mime, name) for data, mime, name in files]
-        quote = letter.get("quote")
-        if isinstance(quote, dict):
-            params["quoteTimestamp"] = quote["timestamp"]
-            params["quoteAuthor"] = quote["author"]
         answer = self.call("send", params)
         if "error" in answer:
             return outcome_of_error(answer["error"])
@@ -440,14 +451,8 @@ class RestSignal:
             recipient = "group." + base64.b64encode(str(letter["group_id"]).encode()).decode()
         else:
             recipient = str(letter["recipient"])
-        body: dict[str, Any] = {"number": self._account, "recipients": [recipient], "message": letter.get("text") or ""}
-        if files:
-            body["base64_attachments"] = [data_uri(data, mime, name) for data, mime, name in files]
-        quote = letter.get("quote")
-        if isinstance(quote, dict):
-            body["quote_timestamp"] = quote["timestamp"]
-            body["quote_author"] = quote["author"]
-        status, answer = self._request("POST", "/v2/send", body)
+        body = {"number": self._account, "recipients": [recipient], "message": letter.get("text") or ""}
+        status, answer = self._request("POST", "/v2/send", {**body, **extras(letter, files, REST_NAMES)})
         error = str(answer.get("error") if isinstance(answer, dict) else answer or "")[:300]
         if status in (200, 201) and isinstance(answer, dict) and str(answer.get("timestamp", "")).isdigit():
             return Outcome("sent", int(answer["timestamp"]))

@@ -13,15 +13,11 @@ from __future__ import annotations
 
 import base64
 import copy
-import importlib.util
 import re
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -30,27 +26,17 @@ from hermes_cli import main as cli
 from tests.e2e.conftest import Client
 from tests.fakes.media_server import FakeMediaHost, file
 from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.signal_cli import ACCOUNT, FIRST_TIMESTAMP, FakeSignalCli, fixture
+from tests.fakes.signal_cli import ACCOUNT, FIRST_TIMESTAMP, FakeSignalCli, fixture, load_forwarder, run_loops
 
 pytestmark = pytest.mark.e2e
 pytest_plugins = ("tests.fakes.openai_server",)
 
-FORWARDER = Path(__file__).resolve().parents[2] / "relays" / "signal-cli" / "forwarder.py"
 SECRET = "whsec_" + "c2lnbmFsLWUyZS1yZWxheS1zZWNyZXQta2V5LTMyYg=="
 ALICE, BOB, CAROL = "+15555550123", "+15555550124", "+15555550125"
 GROUP = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
 JPEG = b"\xff\xd8\xff\xe0signal-e2e" + bytes(range(256)) * 8 + b"\xff\xd9"
 OGG = b"OggS\x00\x02" + b"spoken reply " * 40
 CODE = re.compile(r"pairing code is ([A-Z2-9]{8})")
-
-
-def load_forwarder() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("signal_cli_forwarder_e2e", FORWARDER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def fresh(name: str, *, sender: tuple[str, str] | None = None, text: str | None = None) -> dict[str, Any]:
@@ -104,28 +90,15 @@ def world(start_gateway: Callable[..., Client], tmp_path: Path, fake_openai: Fak
             SIGNAL_UNAUTHORIZED_DM="pair", HERMES_LOCAL_STATE=str(tmp_path / "local.json"),
             GATEWAY_PROVIDER="openai", GATEWAY_MODEL="gpt-test", OPENAI_BASE_URL=fake_openai.base_url,
         )  # fmt: skip
-        module = load_forwarder()
+        module = load_forwarder("signal_cli_forwarder_e2e")
         config = module.Config(
             relay_url=client.gateway.url + "/webhooks/signal", secret=SECRET, account=ACCOUNT,
             state_dir=tmp_path / "forwarder", signal_cli=signal.address, poll_seconds=0.3, active_poll_seconds=0.1,
         )  # fmt: skip
         forwarder = module.build(config)
-        stop = threading.Event()
-        loops = [
-            threading.Thread(target=forwarder.receive_forever, args=(stop,), daemon=True),
-            threading.Thread(target=forwarder.collect_forever, args=(stop,), daemon=True),
-        ]
-        for loop in loops:
-            loop.start()
-        signal.wait_connected()
-        try:
+        with run_loops(forwarder):
+            signal.wait_connected()
             yield World(client, signal, forwarder)
-        finally:
-            stop.set()
-            forwarder.wake.set()
-            signal.stop()
-            for loop in loops:
-                loop.join(timeout=5)
 
 
 def test_a_dm_is_answered_through_signal_cli_and_marked_sent_with_its_timestamp(

@@ -191,15 +191,7 @@ class FakeOutbox:
             repeated = entry.status == status and entry.platform_message_id == platform_message_id
             return "already" if repeated else entry.status
         del self.letters[delivery_id]
-        self.entries[delivery_id] = replace(
-            entry,
-            status=status,
-            updated_at=now,
-            attempts=entry.attempts + 1,
-            platform_message_id=platform_message_id if platform_message_id is not None else entry.platform_message_id,
-            error=error[:500] if error is not None else entry.error,
-        )
-        self.marks.append((delivery_id, status))
+        self._marked(delivery_id, status, now, platform_message_id, error)
         return "settled"
 
     def claim(self, delivery_id: str, now: float, reopen: bool = False) -> bool:
@@ -262,6 +254,17 @@ class FakeOutbox:
         # Stricter than DynamoDB's update (which would create a partial item): marking an entry that
         # was never recorded is a bug in the caller.
         self.writes.append("mark")
+        self._marked(delivery_id, status, now, platform_message_id, error, text)
+
+    def _marked(
+        self,
+        delivery_id: str,
+        status: str,
+        now: float,
+        platform_message_id: str | None,
+        error: str | None,
+        text: str | None = None,
+    ) -> None:
         entry = self.entries[delivery_id]
         self.entries[delivery_id] = replace(
             entry,

@@ -14,26 +14,63 @@ tests/fixtures/signal/ (signal-cli's own JSON, see SOURCES.md there).
 from __future__ import annotations
 
 import base64
+import importlib.util
 import itertools
 import json
 import socket
 import socketserver
+import sys
 import threading
 import time
 import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, ClassVar
 
 from tests.fakes.loopback import LoopbackFake, Received, ScriptedAnswer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "signal"
+FORWARDER = Path(__file__).resolve().parents[2] / "relays" / "signal-cli" / "forwarder.py"
 ACCOUNT = "+15555550100"  # the fixtures' bot account
 FIRST_TIMESTAMP = 1752345601500  # the fixtures' first reply timestamp (jsonrpc_send.json)
 
 
 def fixture(name: str) -> Any:
     return json.loads((FIXTURES / name).read_text())
+
+
+def load_forwarder(name: str = "signal_cli_forwarder") -> ModuleType:
+    """The reference forwarder, loaded from its path: it ships apart from the gateway (no package)."""
+    spec = importlib.util.spec_from_file_location(name, FORWARDER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextmanager
+def run_loops(forwarder: Any) -> Iterator[None]:
+    """The forwarder's two loops in threads, as it runs deployed; stopped (and its signal-cli
+    connection closed) on leaving."""
+    stop = threading.Event()
+    loops = [
+        threading.Thread(target=forwarder.receive_forever, args=(stop,), daemon=True),
+        threading.Thread(target=forwarder.collect_forever, args=(stop,), daemon=True),
+    ]
+    for loop in loops:
+        loop.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        forwarder.wake.set()
+        forwarder.signal.close()
+        for loop in loops:
+            loop.join(timeout=5)
 
 
 @dataclass

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import base64
-import importlib.util
 import json
 import sys
 import time
@@ -23,10 +22,18 @@ from typing import Any
 import pytest
 
 from hermes_gateway.platforms.standard_webhook import verify
-from tests.fakes.signal_cli import ACCOUNT, FIRST_TIMESTAMP, FakeSignalCli, FakeSignalRest, fixture
+from tests.fakes.signal_cli import (
+    ACCOUNT,
+    FIRST_TIMESTAMP,
+    FORWARDER,
+    FakeSignalCli,
+    FakeSignalRest,
+    fixture,
+    load_forwarder,
+    run_loops,
+)
 from tests.fakes.signal_gateway import SignalGateway
 
-FORWARDER = Path(__file__).resolve().parents[2] / "relays" / "signal-cli" / "forwarder.py"
 SECRET = "whsec_" + base64.b64encode(b"signal-forwarder-secret-for-test").decode()
 ALICE, ALICE_UUID = "+15555550123", "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d"
 GROUP = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
@@ -39,12 +46,7 @@ FIXTURE_NOW = 1752345660.0
 
 @pytest.fixture(scope="module")
 def forwarder() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("signal_cli_forwarder", FORWARDER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_forwarder()
 
 
 @pytest.fixture
@@ -462,18 +464,9 @@ def test_a_typing_indicator_is_shown_while_the_reply_is_made(
 def test_the_running_forwarder_forwards_what_signal_cli_receives_and_sends_the_reply(
     forwarder: ModuleType, gateway: SignalGateway, signal_cli: FakeSignalCli, tmp_path: Path
 ) -> None:
-    import threading
-
     settings = config(forwarder, gateway, tmp_path, signal_cli.address, poll_seconds=0.2)
-    running = forwarder.build(settings, lambda: FIXTURE_NOW)
-    stop = threading.Event()
-    threads = [
-        threading.Thread(target=running.receive_forever, args=(stop,), daemon=True),
-        threading.Thread(target=running.collect_forever, args=(stop,), daemon=True),
-    ]
-    for thread in threads:
-        thread.start()
-    try:
+    built = forwarder.build(settings, lambda: FIXTURE_NOW)
+    with run_loops(built):
         signal_cli.wait_connected()
         signal_cli.notify(fixture("receive_typing_started.json"))  # not posted
         signal_cli.notify(fixture("receive_dm_text.json"))
@@ -487,10 +480,6 @@ def test_the_running_forwarder_forwards_what_signal_cli_receives_and_sends_the_r
         signal_cli.wait_connected()
         signal_cli.notify(fixture("receive_group_text.json"))
         until(lambda: len(gateway.enqueue.sent) == 2)
-    finally:
-        stop.set()
-        running.wake.set()
-        running.signal.close()
 
 
 # --- signal-cli-rest-api ---------------------------------------------------------------------------
