@@ -47,7 +47,9 @@ logger = logging.getLogger("hermes.signal_forwarder")
 RETRY_STATUSES = (404, 408, 429, 500, 502, 503, 504)  # 404: the gateway's Signal route is not on (yet)
 MAX_BACKOFF_SECONDS = 300.0
 LETTERS_PER_POLL = 10
-LEDGER_KEEP = 5000  # letters remembered (a week of a busy bot's replies)
+# Letters remembered: one is needed only until its report reached the gateway (the next call after
+# a restart), and the file is written twice a letter (about 60 bytes an entry)
+LEDGER_KEEP = 1000
 REST_RECEIVE_SECONDS = 10
 
 
