@@ -7,8 +7,9 @@ far one deployment goes (capacity, fed with message_cost's service times, so it 
 the cost of a photo, a voice note, a PDF and a reply with a photo beside a text message
 (media_cost), what WhatsApp's status reports of each reply cost (receipts_cost), an e-mail's cost
 with SES's own (email_cost), an iMessage message through BlueBubbles with the echoes of its reply
-(bluebubbles_cost), the idle monthly cost (idle_cost), the ingress handler's import time as a ratio
-of `import boto3` (cold_start), the ack path and the hops (ack_path), local throughput
+(bluebubbles_cost), a Signal message with the forwarder's mailbox calls and the forwarder's idle
+calls (signal_cost), the idle monthly cost (idle_cost), the ingress handler's import time as a
+ratio of `import boto3` (cold_start), the ack path and the hops (ack_path), local throughput
 (throughput), and the delivery-under-faults
 outcome when `results/delivery-faults-latest.json` exists (`make faults` writes it; it is not run
 here). Every source file's own date is kept under `sources`, so a number merged from an older run
@@ -49,6 +50,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str], dict[str, str], str]] = {
     "email_cost": ("email_cost.py", [], ["--quick"], {}, "email-cost-latest.json"),
     "bluebubbles_cost": ("bluebubbles_cost.py", [], ["--quick"], {}, "bluebubbles-cost-latest.json"),
     "chat_extras_cost": ("chat_extras_cost.py", [], ["--messages", "20"], {}, "chat-extras-cost-latest.json"),
+    "signal_cost": ("signal_cost.py", [], ["--quick"], {}, "signal-cost-latest.json"),
     # 200 messages in both: the read growth is measured at the 200th
     "long_session": ("long_session.py", [], [], {}, "long-session-latest.json"),
     "capacity": ("capacity.py", ["--all"], ["--all", "--seconds", "20"], {}, "capacity-latest.json"),
@@ -106,7 +108,8 @@ def merge(results: dict[str, dict[str, Any] | None], faults: dict[str, Any] | No
                        ("capacity", capacity_keys), ("receipts_cost", receipts_cost_keys),
                        ("email_cost", email_cost_keys),
                        ("bluebubbles_cost", bluebubbles_cost_keys),
-                       ("chat_extras_cost", chat_extras_keys)):  # fmt: skip
+                       ("chat_extras_cost", chat_extras_keys),
+                       ("signal_cost", signal_cost_keys)):  # fmt: skip
         if results.get(name):
             latest.update(keys(results[name] or {}))
     if idle:
@@ -239,6 +242,21 @@ def email_cost_keys(email: dict[str, Any]) -> dict[str, Any]:
         "email_cost_per_million_usd": {name: kind["cost_per_million_usd"] for name, kind in kinds.items()},
         "email_functions_cost_per_million_usd": {
             name: kind["functions_cost_per_million_usd"] for name, kind in kinds.items()
+        },
+    }
+
+
+def signal_cost_keys(signal: dict[str, Any]) -> dict[str, Any]:
+    """A Signal message with its mailbox calls (both endpoints), and the forwarder's idle month."""
+    idle = signal["empty_polls"]
+    return {
+        "signal_usd_per_million_messages": {
+            "http_api": signal["usd_per_million_messages"],
+            "function_url": signal["usd_per_million_messages_function_url"],
+        },
+        "signal_mailbox_calls_per_message": signal["webhook_requests_per_message"].get("outbox", 0.0),
+        "signal_idle_usd_per_month": {
+            name: idle[name]["usd_per_month_at_30_s"] for name in ("http_api", "function_url")
         },
     }
 

@@ -1,7 +1,7 @@
 """Expiry: invoked every minute by EventBridge Scheduler: leases that outlived their turn with
-something waiting on them, due cron jobs, sessions whose reset policy expired them (flushed,
-then ended), the chats' confirmed `/forget` requests, and sessions idle past their retention.
-Idle routes go by their TTL."""
+something waiting on them, due cron jobs, mailboxes whose forwarder stopped collecting, sessions
+whose reset policy expired them (flushed, then ended), the chats' confirmed `/forget` requests,
+and sessions idle past their retention. Idle routes go by their TTL."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from hermes_gateway.observability import logger, metrics
 from hermes_gateway.services import cron
 from hermes_gateway.services.expiry import LeaseRecovery, recover_expired_leases, run_tick
 from hermes_gateway.services.forget import ScanPace, erase_confirmed
+from hermes_gateway.services.mailbox import check_mailboxes
 from hermes_gateway.services.retention import sweep_retention
 from hermes_gateway.services.session_sweep import sweep_expired_sessions
 
@@ -44,6 +45,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
                 now,
             ),
             "cron": lambda: cron.tick(wiring.cron_deps(), now).to_dict(),
+            "mailboxes": lambda: check_mailboxes(wiring.outbox(), wiring.settings(), now),
             "sessions": lambda: asdict(
                 sweep_expired_sessions(
                     stores.sweep,

@@ -78,5 +78,6 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         received_at=received_at,
         profile=webhook_route(http.raw_path)[0],
         report_delivery=wiring.report_delivery,
+        serve_mailbox=wiring.serve_mailbox,
     )
     return _respond(response)

@@ -56,11 +56,13 @@ _TABLE_ACTIONS: dict[Access, tuple[str, ...]] = {
     Access.READ_WRITE: tuple(dict.fromkeys(_READ_ACTIONS + _WRITE_ACTIONS)),
     Access.PUT: ("dynamodb:PutItem",),  # the ingress's one write to the inbox
     Access.MARK: ("dynamodb:GetItem", "dynamodb:UpdateItem"),
+    Access.MAILBOX: ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem", "dynamodb:Query"),
     # The stream is read by the event source mapping (_consume_stream); the consumer counts a
     # message's failed attempts on its item.
     Access.CONSUME: ("dynamodb:UpdateItem",),
 }
-_QUERIES = frozenset({Access.READ, Access.WRITE, Access.READ_WRITE})  # the levels granted the indexes too
+# the levels granted the indexes too
+_QUERIES = frozenset({Access.READ, Access.WRITE, Access.READ_WRITE, Access.MAILBOX})
 
 
 @dataclass(frozen=True)
@@ -285,16 +287,28 @@ class GatewayFunction(Construct):
 
     def _grant_bucket(self, spec: BucketSpec, bucket: s3.IBucket, access: Access) -> None:
         """Objects (READ is GetObject, WRITE PutObject), never the bucket's settings; ERASE lists
-        the bucket's keys and deletes objects (a person's files, on request)."""
+        the bucket's keys and deletes objects (a person's files, on request); PRESIGN is GetObject
+        and PutObject under `uploads/` (what a forwarder's signed URLs do)."""
         actions = {
             Access.READ: ["s3:GetObject"],
             Access.WRITE: ["s3:PutObject"],
             Access.READ_WRITE: ["s3:GetObject", "s3:PutObject"],
             Access.ERASE: ["s3:DeleteObject"],
+            Access.PRESIGN: ["s3:GetObject"],
         }.get(access)
         if actions is None:
             raise ValueError(f"function {self.spec.name}: bucket {spec.name} cannot be granted {access.value}")
         self.role.add_to_principal_policy(iam.PolicyStatement(actions=actions, resources=[bucket.arn_for_objects("*")]))
+        if access is Access.PRESIGN:
+            self.role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["s3:PutObject"], resources=[bucket.arn_for_objects("uploads/*")])
+            )
+            acknowledge(
+                self.role,
+                arn_finding(bucket, "/uploads/*"),
+                f"Uploads into the {spec.name} bucket under uploads/ only, through the URLs this function "
+                "signs for a platform's forwarder (a message's files, one random key each).",
+            )
         acknowledge(
             self.role,
             arn_finding(bucket, "/*"),

@@ -3,10 +3,11 @@
 Local mode runs the handlers with moto, which checks no permissions, so a call a function needs and
 its role lacks would first fail in the cloud (AccessDenied after `cdk deploy`). Here local mode is
 driven through the paths a deployment meets (answered messages, a busy chat, commands, pairing, the
-session API, the every-minute tick); the bench meter attributes each botocore call to the function
-invocation that made it; each call becomes the IAM actions and resources AWS would authorize it as
-(a transaction: one action per item, on the item's table; a query on an index: the index's ARN);
-and each must be allowed by a statement of that function's role in the synthesized stack.
+Signal forwarder's calls on its mailbox, the session API, the every-minute tick); the bench meter
+attributes each botocore call to the function invocation that made it; each call becomes the IAM
+actions and resources AWS would authorize it as (a transaction: one action per item, on the item's
+table; a query on an index: the index's ARN); and each must be allowed by a statement of that
+function's role in the synthesized stack.
 
 E-mail is driven too: a message with an attachment received as SES would deliver it (the
 ingress reads the stored message, the agent reads the attachment's range and stores it), one
@@ -20,6 +21,7 @@ reports (their tables are reached by the tick and other tests' functions, not he
 
 from __future__ import annotations
 
+import base64
 import fnmatch
 import json
 import os
@@ -31,6 +33,7 @@ from typing import Any
 import pytest
 
 from bench.meter import Meter, resource_name
+from hermes_gateway.platforms.standard_webhook import sign
 from hermes_gateway.resources import FUNCTIONS, MEDIA
 from hermes_gateway.settings import load_settings
 from tests.e2e.conftest import Client, telegram_update
@@ -118,6 +121,7 @@ def drive(client: Client, meter: PermissionMeter, tmp_path: Path) -> None:
     say("hello in a topic", chat_id=-100123, chat_type="supergroup", thread_id=7)
     say("hello?", user=43)  # a stranger in a DM: a pairing code
     assert client.gateway.wait_idle(timeout=30)
+    signal_forwarder(client)
     token = client.gateway.local_secrets["SESSION_API_TOKEN"]
 
     def api(body: dict[str, Any]) -> dict[str, Any]:
@@ -178,6 +182,30 @@ def _put_file_of(client: Client, session_key: str) -> None:
     boto3.client("s3", region_name=wiring.region()).put_object(
         Bucket=bucket, Key=f"default/{route.session_id}/9-0", Body=b"x"
     )
+
+
+SIGNAL_SECRET = "whsec_" + base64.b64encode(b"iam-coverage-signal-relay-secret").decode()
+
+
+def signal_forwarder(client: Client) -> None:
+    """What the Signal forwarder does: a message, its files' upload URLs, the reply collected from
+    the mailbox and reported sent (the ingress's queries and updates of the outbox)."""
+    from tests.fakes.webhook_signers import signal_payload
+
+    def call(path: str, body: bytes) -> dict[str, Any]:
+        ts = str(int(time.time()))
+        headers = {"content-type": "application/json", "webhook-id": f"msg_iam_{path}_{ts}", "webhook-timestamp": ts}
+        headers["webhook-signature"] = sign(SIGNAL_SECRET, headers["webhook-id"], ts, body)
+        status, answer = client.request("POST", "/webhooks/signal" + path, body, headers)
+        assert status == 200, (path, answer)
+        return dict(answer)
+
+    call("", signal_payload(1, "+15555550123"))
+    call("/uploads", json.dumps({"files": [{"id": "a.jpg", "size": 10, "content_type": "image/jpeg"}]}).encode())
+    assert client.gateway.wait_idle(timeout=30)
+    letters = call("/outbox", b"{}")["letters"]
+    assert len(letters) == 1
+    call("/outbox", json.dumps({"reports": [{"id": letters[0]["id"], "status": "sent", "timestamp": 1}]}).encode())
 
 
 def allows(statement: dict[str, Any], action: str, resource: str, identifiers: dict[str, tuple[str, ...]]) -> bool:
@@ -270,6 +298,8 @@ def test_every_call_a_function_makes_is_allowed_by_its_deployed_role(
         EMAIL_ENABLED="true",
         EMAIL_ADDRESS=ADDRESS,
         EMAIL_ALLOWED_USERS="*@example.com",
+        SIGNAL_RELAY_SECRET=SIGNAL_SECRET,
+        SIGNAL_ALLOWED_USERS="+15555550123",
     )
     drive(client, metered, tmp_path)
     called = {function for function, _, _ in metered.needed}

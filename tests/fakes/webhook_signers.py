@@ -37,6 +37,7 @@ SECRETS = {
     "FEISHU_VERIFICATION_TOKEN": "bad-input-feishu-verification",
     "MATTERMOST_OUTGOING_TOKEN": "bad-input-mattermost-token",
     "BLUEBUBBLES_WEBHOOK_SECRET": "bad-input-bluebubbles-secret",
+    "SIGNAL_RELAY_SECRET": "whsec_" + base64.b64encode(b"bad-input-signal-relay-key-32byt").decode(),
 }
 GOOGLE_PROJECT = "123456789012"
 TEAMS_SERVICE_URL = "https://smba.trafficmanager.net/emea/"
@@ -344,6 +345,16 @@ def bluebubbles_sign(s: Sign, n: int, body: bytes) -> Request:
     return Request("POST", path, body, {"content-type": "application/json"})
 
 
+def signal_payload(n: int, chat: str) -> bytes:
+    """A signal-cli `receive` notification as the forwarder posts it (tests/fixtures/signal/), sent now."""
+    sent = int(time.time() * 1000) + n
+    envelope = {"source": chat, "sourceNumber": chat, "sourceUuid": f"a1b2c3d4-e5f6-4a7b-8c9d-{n:012d}",
+                "sourceName": "Al", "sourceDevice": 1, "timestamp": sent,
+                "dataMessage": {"timestamp": sent, "message": f"hello signal {n}", "expiresInSeconds": 0,
+                                "viewOnce": False}}  # fmt: skip
+    return _json({"jsonrpc": "2.0", "method": "receive", "params": {"envelope": envelope, "account": "+15555550100"}})
+
+
 WEBCHAT_TOKEN = "hostile-webchat-page-token"
 
 
@@ -384,6 +395,7 @@ PLATFORMS = {
         Platform("google_chat", google_chat_payload, google_chat_sign, "spaces/DmBadInput", signs_time=True),
         Platform("matrix", matrix_payload, matrix_sign, "!room:example.org"),
         Platform("feishu", feishu_payload, feishu_sign, "oc_1", signs_time=True),
+        Platform("signal", signal_payload, standard_signer("signal", "SIGNAL_RELAY_SECRET"), "+15550003333", True),
         Platform(
             "mattermost",
             mattermost_payload,

@@ -16,6 +16,7 @@ from hermes_gateway.resources import (
     EVENT_BUS,
     FUNCTIONS,
     INBOX_SOURCE,
+    MAIL,
     QUEUES,
     SCHEDULES,
     SECRET_NAMES,
@@ -187,19 +188,43 @@ def test_the_inbox_has_a_new_image_stream_and_a_ttl(synthesized: Synthesized) ->
         )
 
 
-def test_the_ingress_may_only_put_items_in_the_inbox_and_mark_outbox_rows(synthesized: Synthesized) -> None:
+def test_the_ingress_may_only_put_items_in_the_inbox_and_mark_and_collect_outbox_rows(
+    synthesized: Synthesized,
+) -> None:
     deployed = functions_by_name(synthesized)
     statements = role_statements(synthesized, ref(deployed["ingress"][1]["Role"]))
     data = [s for s in statements if any(a.startswith(("dynamodb:", "sqs:")) for a in as_list(s["Action"]))]
-    assert sorted((tuple(as_list(s["Action"])), ref(s["Resource"])) for s in data) == sorted(
+    outbox = table_logical_id(synthesized, "outbox")
+    assert sorted(
+        (tuple(sorted(as_list(s["Action"]))), json.dumps(s["Resource"], sort_keys=True)) for s in data
+    ) == sorted(
         [
-            (("dynamodb:PutItem",), table_logical_id(synthesized, "inbox")),
-            # a WhatsApp `failed` status (an e-mail's bounce) marks the row of the message it reports on
-            (("dynamodb:GetItem", "dynamodb:UpdateItem"), table_logical_id(synthesized, "outbox")),
+            (("dynamodb:PutItem",), json.dumps({"Fn::GetAtt": [table_logical_id(synthesized, "inbox"), "Arn"]})),
+            # a WhatsApp `failed` status (an e-mail's bounce) marks the row of the message it reports
+            # on; the Signal forwarder collects its mailbox's letters (the outbox's index) and settles them
+            (
+                ("dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"),
+                json.dumps(
+                    [
+                        {"Fn::GetAtt": [outbox, "Arn"]},
+                        {"Fn::Join": ["", [{"Fn::GetAtt": [outbox, "Arn"]}, "/index/*"]]},
+                    ],
+                    sort_keys=True,
+                ),
+            ),
             # an asynchronous invoke (SES's receipt of an e-mail, a bounce) that failed after Lambda's retries
-            (("sqs:SendMessage",), queue_logical_id(synthesized, "dead-letters")),
+            (("sqs:SendMessage",), json.dumps({"Fn::GetAtt": [queue_logical_id(synthesized, "dead-letters"), "Arn"]})),
         ]
     )
+
+
+def test_the_ingress_signs_uploads_only_under_uploads(synthesized: Synthesized) -> None:
+    deployed = functions_by_name(synthesized)
+    statements = role_statements(synthesized, ref(deployed["ingress"][1]["Role"]))
+    puts = [json.dumps(s["Resource"]) for s in statements if "s3:PutObject" in as_list(s["Action"])]
+    gets = [json.dumps(s["Resource"]) for s in statements if as_list(s["Action"]) == ["s3:GetObject"]]
+    assert len(puts) == 1 and '"/uploads/*"' in puts[0] and "Mediamedia" in puts[0]
+    assert len(gets) == 1 and '"/*"' in gets[0] and "Mediamedia" in gets[0]
 
 
 def test_only_the_router_delivery_agent_and_ingress_send_to_the_dead_letters(synthesized: Synthesized) -> None:
@@ -261,21 +286,31 @@ def test_grants_follow_the_specs(synthesized: Synthesized) -> None:
                 assert bool(described) is (access is Access.START_DESCRIBE), spec.name
                 for statement in described:
                     assert ":execution:" in json.dumps(statement["Resource"]), statement
-            elif access in (Access.PUT, Access.CONSUME, Access.MARK):
+            elif access in (Access.PUT, Access.CONSUME, Access.MARK, Access.MAILBOX):
                 action = {
                     Access.PUT: "dynamodb:PutItem",
                     Access.CONSUME: "dynamodb:UpdateItem",
                     Access.MARK: ["dynamodb:GetItem", "dynamodb:UpdateItem"],
+                    Access.MAILBOX: [
+                        "dynamodb:GetItem",
+                        "dynamodb:BatchGetItem",
+                        "dynamodb:UpdateItem",
+                        "dynamodb:Query",
+                    ],
                 }[access]
                 target = table_logical_id(synthesized, resource)
-                assert any(s["Action"] == action and ref(s["Resource"]) == target for s in statements), spec.name
+                assert any(
+                    sorted(as_list(s["Action"])) == sorted(as_list(action)) and target in json.dumps(s["Resource"])
+                    for s in statements
+                ), spec.name
             elif resource in {b.name for b in BUCKETS}:
                 (bucket,) = [k for k in synthesized.of_type("AWS::S3::Bucket") if k.startswith(f"Media{resource}")]
                 granted = [
                     a
                     for s in statements
                     for r in as_list(s["Resource"])
-                    if isinstance(r, dict) and bucket in json.dumps(r)
+                    # (the stored mail's own grant, when e-mail is on: tests/infra/test_infra_email.py)
+                    if isinstance(r, dict) and bucket in json.dumps(r) and MAIL.prefix not in json.dumps(r)
                     for a in as_list(s["Action"])
                 ]
                 assert sorted(granted) == sorted(
@@ -311,8 +346,9 @@ def test_the_media_bucket_is_private_encrypted_tls_only_and_expires_its_objects(
     (deny,) = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
     assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
     # only the agent (inbound media), delivery (outbound) and the tick (a person's files, on
-    # request: list and delete, never read) may touch its objects; the ingress only the stored
-    # mail's (tests/infra/test_infra_email.py)
+    # request: list and delete, never read) may touch its objects; the ingress the stored mail's
+    # (tests/infra/test_infra_email.py) and what it signs URLs of for the Signal forwarder (a
+    # reply's files; uploads under uploads/)
     readers = {
         name
         for name, (_, props) in functions_by_name(synthesized).items()

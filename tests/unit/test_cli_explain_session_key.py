@@ -248,3 +248,30 @@ def test_explain_says_why_a_bluebubbles_event_is_no_message(
         "why": "the payload carries no message (a handshake or an ignored event)",
         "ignored": [reason],
     }
+
+
+def test_explain_reads_a_signal_cli_notification_and_its_allowlist(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], settings_file: Path
+) -> None:
+    import time
+
+    from tests.fakes.signal_cli import fixture
+
+    # Given signal-cli's receive notification of a DM (sent now), as the forwarder posts it
+    notification = fixture("receive_dm_text.json")
+    now = int(time.time() * 1000)
+    notification["params"]["envelope"]["timestamp"] = notification["params"]["envelope"]["dataMessage"]["timestamp"] = (
+        now
+    )
+    payload = write(tmp_path, "signal.json", notification)
+    settings_file.write_text("stage: test\nplatforms:\n  signal: {enabled: true, allowed_users: ['+15555550123']}\n")
+
+    explained = json.loads(run(["explain", "--platform", "signal", "--payload", payload], capsys)[1])
+
+    assert explained["session_key"] == "agent:main:signal:dm:+15555550123"
+    assert explained["source"]["user_id_alt"] == "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d"
+    assert (explained["authorized"], explained["reason"]) == (True, "platform_allowlist")
+    assert explained["event_id"] == f"signal:a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d:{now}"
+    # a typing notification carries no message
+    typing = write(tmp_path, "typing.json", fixture("receive_typing_started.json"))
+    assert json.loads(run(["explain", "--platform", "signal", "--payload", typing], capsys)[1])["messages"] == []

@@ -25,6 +25,12 @@ class Access(StrEnum):
     READ_WRITE = "read_write"
     PUT = "put"  # table: dynamodb:PutItem only (the ingress's one write to the inbox)
     MARK = "mark"  # table: GetItem and UpdateItem only (read an item and change it; no put, delete, query)
+    # table: GetItem, BatchGetItem, UpdateItem and Query of its indexes (a forwarder's mailbox in
+    # the outbox: collect the letters waiting, settle the ones it sent; no put, delete, scan)
+    MAILBOX = "mailbox"
+    # bucket: pre-signed URLs for a forwarder: GetObject (a reply's files, to download), and
+    # PutObject under `uploads/` only (a message's files, to upload); no listing
+    PRESIGN = "presign"
     SEND = "send"  # queues: SendMessage
     # A table's stream: the function is its event source mapping's consumer, and may UpdateItem the
     # table's items (it counts a message's failed attempts on its item)
@@ -209,6 +215,12 @@ OUTBOX = TableSpec(
     name="outbox",
     env_var="HERMES_OUTBOX_TABLE",
     partition=Key("delivery_id"),
+    # Sparse: only a chunk waiting in a forwarder's mailbox (Signal's: platforms/mailbox.py)
+    # carries `mailbox`, so no other platform's chunk writes to it; the forwarder collects its
+    # letters from it in the order they were posted. Keys only: a letter (a reply's text) is a
+    # kilobyte or two, and an index that held it would bill those again on each of its writes;
+    # the collection reads the few letters by key instead.
+    indexes=(IndexSpec("by_mailbox", Key("mailbox"), Key("queued_at", "N"), projection="KEYS_ONLY"),),
     ttl_attribute="expires_at",
 )
 IDEMPOTENCY = TableSpec(
@@ -295,7 +307,6 @@ MEDIA = BucketSpec(name="media", env_var="HERMES_MEDIA_BUCKET")
 BUCKETS: tuple[BucketSpec, ...] = (MEDIA,)
 
 
-
 @dataclass(frozen=True)
 class MailSpec:
     """E-mail through Amazon SES (docs/platforms/email.md): where SES stores each received message
@@ -361,8 +372,11 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         grants={
             "inbox": Access.PUT,
             # a platform's report that a sent message failed later (WhatsApp `failed` statuses)
-            # marks its outbox row and publishes delivery:failed
-            "outbox": Access.MARK,
+            # marks its outbox row and publishes delivery:failed; the Signal forwarder collects
+            # the letters in its mailbox and settles those it sent (services/mailbox.py)
+            "outbox": Access.MAILBOX,
+            # the forwarder's URLs: to download a reply's files, to upload a message's
+            "media": Access.PRESIGN,
             "events": Access.PUT_EVENTS,
         },
         # SES invokes it asynchronously with each received e-mail, and EventBridge with the sent
@@ -486,6 +500,8 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
             "memory": Access.READ_WRITE,
             "media": Access.ERASE,
             "delivery": Access.INVOKE,
+            # a forwarder that stopped collecting its mailbox (the oldest letter in the index)
+            "outbox": Access.READ,
         },
         # forget: the person's rows in group sessions, a bounded-rate Scan of the messages table
         # (a rare request), and the jobs made in their DM (a handful)

@@ -50,8 +50,9 @@ if TYPE_CHECKING:
     from hermes_gateway.services.cron import CronDeps
     from hermes_gateway.services.delivery import DeliveryDeps, Mirror, Pacing
     from hermes_gateway.services.forget import PersonalStores
-    from hermes_gateway.services.ingress import DeliveryReport, InboundAdapter
+    from hermes_gateway.services.ingress import DeliveryReport, HttpResponse, InboundAdapter, MailboxCall
     from hermes_gateway.services.mail_ingress import MailAdapter
+    from hermes_gateway.services.mailbox import MailboxDeps
     from hermes_gateway.services.outbound_media import Fetching
     from hermes_gateway.services.router import Access
     from hermes_gateway.services.speech import Speaking
@@ -694,6 +695,30 @@ def report_delivery(platform: str, report: DeliveryReport) -> None:
     flush_events()
 
 
+def serve_mailbox(platform: str, profile: str | None, call: MailboxCall, now: float) -> HttpResponse:
+    """The ingress answers a forwarder's call on its mailbox (Signal's: services/mailbox.py)."""
+    from hermes_gateway.services.mailbox import serve
+
+    try:
+        return serve(platform, profile, call, _mailbox_deps(profile), now)
+    finally:
+        flush_events()
+
+
+@cache
+def _mailbox_deps(profile: str | None) -> MailboxDeps:
+    from hermes_gateway.adapters.s3_media import S3MediaStore
+    from hermes_gateway.resources import MEDIA
+    from hermes_gateway.services.mailbox import MailboxDeps
+
+    return MailboxDeps(
+        letters=outbox(),
+        files=S3MediaStore(bindings().bucket(MEDIA.name), region()),
+        max_bytes=profile_settings(profile).media.max_bytes,
+        events=events(),
+    )
+
+
 @cache
 def delivery_deps(profile: str | None = None) -> DeliveryDeps:
     """Delivery as a profile's bots send: their senders, their gone targets, their session keys."""
@@ -818,6 +843,7 @@ def reset() -> None:
         turn_deps,
         delivery_deps,
         _quiet_delivery_deps,
+        _mailbox_deps,
         events,
         directory,
         job_store,

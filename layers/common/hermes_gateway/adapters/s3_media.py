@@ -108,6 +108,18 @@ class S3MediaStore:
             )
         )
 
+    def upload_url(self, key: str, mime: str, size: int, expires_seconds: int) -> str:
+        """A pre-signed PUT URL for exactly `size` bytes of type `mime` (both signed: S3 refuses
+        an upload of another length or type), for a client that uploads a file itself (the
+        Signal forwarder)."""
+        return str(
+            self._client.generate_presigned_url(
+                "put_object",
+                Params={"Bucket": self.bucket, "Key": key, "ContentType": mime, "ContentLength": size},
+                ExpiresIn=expires_seconds,
+            )
+        )
+
 
 def _error(exc: Any, what: str) -> Exception:
     code = str(exc.response.get("Error", {}).get("Code", ""))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+QUEUED = "queued"  # a row waiting in a forwarder's mailbox for the platform's word (platforms/mailbox.py)
+
 
 @dataclass(frozen=True)
 class OutboxEntry:
@@ -28,3 +30,13 @@ class OutboxEntry:
 
     def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class QueuedLetter:
+    """A chunk waiting in a forwarder's mailbox (platforms/mailbox.py): its row, the letter the
+    forwarder sends, and when it was posted (letters are collected in that order)."""
+
+    delivery_id: str
+    letter: dict[str, object]
+    queued_at: float

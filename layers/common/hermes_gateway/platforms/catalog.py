@@ -245,6 +245,17 @@ CATALOG: tuple[PlatformSpec, ...] = (
         media=_M + "bluebubbles:fetch_media",
     ),
     PlatformSpec(
+        # Through the signal-cli forwarder (relays/signal-cli/): its messages arrive here signed,
+        # and it collects the replies from its mailbox (platforms/mailbox.py): no send secret.
+        "signal", "Signal (signal-cli forwarder)", _M + "signal:SignalInbound", _M + "signal:build_sender", 2000,
+        inbound_secrets=("SIGNAL_RELAY_SECRET",), api_base_url=None,
+        subpaths=True,  # /webhooks/signal/uploads and /webhooks/signal/outbox: the mailbox calls
+        options=(Option("account", "SIGNAL_ACCOUNT", "str", "",
+                        "the bot's Signal number (E.164): its own messages are ignored, another account's refused"),),
+        retry_window_seconds=DAY,  # the forwarder keeps what it could not post and posts it again
+        media=_M + "signal:fetch_media",
+    ),
+    PlatformSpec(
         "webchat", "Local web chat", _M + "webchat:WebchatInbound", _M + "webchat:build_sender", 8000,
         inbound_secrets=("WEBCHAT_TOKEN",), local_only=True, api_base_url=None,
         retry_window_seconds=0,  # the page does not retry

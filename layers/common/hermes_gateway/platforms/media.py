@@ -6,7 +6,9 @@ named in its catalogue entry (`PlatformSpec.media`): it finds the bytes from the
 `Fetched`. Most platforms differ only in data, a `MediaSource` (which ref names the file, the
 credentials, the download's path or the hosts a URL may point to, a lookup first), fetched by
 `fetch_from`; the others (Telegram's token in the path, Google Chat's and Feishu's own tokens, a
-Teams image) build their request themselves and share `download`.
+Teams image) build their request themselves and share `download`. A file a platform's client
+uploaded into the media bucket first (the web chat page, the Signal forwarder) is read from there
+(`stored_upload`).
 
 Every download goes through `safe_fetch`: the platform's configured hosts (its API base URL, a
 host list in its settings) as they are, any other hop (a URL from a payload on the platform's
@@ -26,6 +28,7 @@ from typing import Any, TypeVar
 
 from hermes_gateway import http_pool, safe_fetch
 from hermes_gateway.domain.media import Attachment
+from hermes_gateway.domain.ports import MediaStore
 from hermes_gateway.errors import PermanentError, TransientError
 from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, header
 
@@ -147,6 +150,24 @@ def fetch_from(source: MediaSource, context: AdapterContext, media: Attachment, 
             f"{source.platform}: the file's URL is not on one of the platform's hosts; nothing is sent there"
         )
     return download(http, url, limit=limit, headers=headers, mime=mime, trusted=trusted)
+
+
+def stored_upload(store: MediaStore | None, key: str, limit: int) -> Fetched:
+    """A file its platform's client uploaded into the media bucket before posting the message
+    (the web chat page, the Signal forwarder): read from there, within `limit`. The bucket is the
+    gateway's own, so none of the rules for a platform's hosts apply; the size is checked before
+    the bytes are read."""
+    found = store.head(key) if store is not None else None
+    if store is None or found is None:
+        raise MediaUnavailable("the uploaded file is gone (it expired, or was never uploaded)")
+    if found[0] > limit:
+        raise MediaTooLarge(found[0], limit)
+    stored = store.get(key)
+    if stored is None:
+        raise MediaUnavailable("the uploaded file is gone (it expired, or was never uploaded)")
+    if len(stored[0]) > limit:
+        raise MediaTooLarge(len(stored[0]), limit)
+    return Fetched(stored[0], stored[1])
 
 
 def _listed(url: str, hosts: Collection[str]) -> bool:

@@ -62,7 +62,7 @@ def media_sender_of(sender: object) -> MediaSender | None:
     return sender if isinstance(sender, MediaSender) else None
 
 
-def captions(sender: MediaSender, kind: str) -> bool:
+def captions(sender: object, kind: str) -> bool:
     """The sender's platform shows a caption on a file of this kind."""
     return kind not in getattr(sender, "uncaptioned_kinds", ())
 

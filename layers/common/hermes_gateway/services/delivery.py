@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from hermes_gateway.domain.events import LifecycleEvents
 from hermes_gateway.domain.media import OutboundMedia
-from hermes_gateway.domain.outbox import OutboxEntry
+from hermes_gateway.domain.outbox import QUEUED, OutboxEntry
 from hermes_gateway.domain.pacing import PaceRule
 from hermes_gateway.domain.ports import DeadLetters, Leases, Routes, Transcript
 from hermes_gateway.domain.service_window import (
@@ -64,6 +64,7 @@ from hermes_gateway.errors import (
 from hermes_gateway.observability import MetricUnit, correlate, hash_id, logger, metrics
 from hermes_gateway.platforms.base import Button, Sender, Target, editor_of, reengager_of
 from hermes_gateway.platforms.catalog import VOICE_PLATFORMS, text_limit
+from hermes_gateway.platforms.mailbox import Mailbox, mailbox_of
 from hermes_gateway.platforms.outbound_media import MediaFile, MediaSender, captions, link_line, media_sender_of
 from hermes_gateway.services.outbound_media import Fetching, MediaRefused, outbound_key, stage
 from hermes_gateway.services.speech import Speaking, spoken_key, stage_speech
@@ -122,10 +123,12 @@ class Outbox(Protocol):
         media: list[dict[str, str]] | None = None,
         status: str = "sending",
         platform_message_id: str | None = None,
+        mailbox: tuple[str, dict[str, Any]] | None = None,
     ) -> tuple[OutboxEntry, bool]:
         """Write the chunk as claimed for sending (`sending` at `now`) unless it exists, in one
         write; what is stored, and True when this call wrote (and so claimed) it. A streamed
-        answer's message is written `streaming`, with its platform message id."""
+        answer's message is written `streaming`, with its platform message id; a chunk for a
+        forwarder's mailbox (its name, the letter) `queued`, with the letter."""
         ...
 
     def claim(self, delivery_id: str, now: float, reopen: bool = False) -> bool:
@@ -344,7 +347,9 @@ def _optional_id(value: Any) -> str | None:
 
 @dataclass(frozen=True)
 class DeliveryResult:
-    status: str  # sent | recorded | gone | skipped | unknown | dead_lettered (a repeat of a refused job)
+    # sent | recorded | queued (in a forwarder's mailbox) | gone | skipped | unknown | dead_lettered
+    # (a repeat of a refused job)
+    status: str
     entries: list[OutboxEntry]
     sent_chunks: int = 0
 
@@ -449,7 +454,8 @@ def deliver(job: DeliveryJob, deps: DeliveryDeps) -> DeliveryResult:
         failed = OUTSIDE_WINDOW_REASON if isinstance(exc, WindowClosed) else "failed"
         deps.jobs.record_delivery(*job.cron, failed, deps.now())
         raise
-    status = result.status if result.status in ("sent", "recorded", "unknown") else "failed"
+    # queued: in a forwarder's mailbox, which marks its outbox row sent when signal-cli has it
+    status = result.status if result.status in ("sent", "recorded", "unknown", QUEUED) else "failed"
     deps.jobs.record_delivery(*job.cron, status, deps.now())
     return result
 
@@ -525,7 +531,8 @@ def _parts(job: DeliveryJob, deps: DeliveryDeps, sender: Sender, limit: int) -> 
     else as links in the text; the text is the first file's caption when it fits, carries no
     buttons and the platform shows a caption on a file of that kind."""
     text, files = job.text, list[tuple[str, MediaFile]]()
-    native = media_sender_of(sender)
+    # (a forwarder's mailbox attaches files as the platform does: its letters carry them)
+    native = media_sender_of(sender) or mailbox_of(sender)
     spoken, spoken_note = _spoken(job, deps, native)
     if spoken is not None:
         files.append((f"{job.delivery_id}#v", spoken))  # its own part id: the files keep theirs
@@ -551,7 +558,7 @@ def _parts(job: DeliveryJob, deps: DeliveryDeps, sender: Sender, limit: int) -> 
     return parts
 
 
-def _spoken(job: DeliveryJob, deps: DeliveryDeps, native: MediaSender | None) -> tuple[MediaFile | None, str]:
+def _spoken(job: DeliveryJob, deps: DeliveryDeps, native: MediaSender | Mailbox | None) -> tuple[MediaFile | None, str]:
     """The answer spoken (services/speech.py) when its job asks and it can be: speech is set up,
     the chat's platform shows a voice note (not through a relay) and there is a bucket to keep it
     in; with a note for the chat when the speaking failed."""
@@ -613,7 +620,13 @@ def _send_parts(
     refused; or "unknown" / "gone" / "dead_lettered" when the rest of the message is not sent."""
     sent, refused = 0, []
     count = first - 1 + len(parts)
+    mailbox = mailbox_of(sender)
     for index, part in enumerate(parts, start=first):
+        if mailbox is not None:
+            entry, posted = _post_letter(job, deps, mailbox, target, part, index, count)
+            entries.append(entry)
+            sent += posted
+            continue
         entry, claimed_at = _record_chunk(job, deps, part, index, count, detail)
         entries.append(entry)
         if claimed_at == _ALREADY_SENT:
@@ -760,20 +773,8 @@ def _record_chunk(
     good), None when its fate is unknown or its target gone, `_DEAD_LETTERED` when it was refused
     and the job is not a redrive's (in both the rest of the message is not sent)."""
     now = deps.now()
-    delivery_id, chunk, media = part.delivery_id, part.text, part.media
-    entry, claimed = deps.outbox.record_claimed(
-        delivery_id,
-        platform=job.platform,
-        chat_id=job.chat_id,
-        thread_id=job.thread_id,
-        text=_row_text(job, deps, chunk),
-        turn_id=job.turn_id,
-        chunk=index,
-        chunks=count,
-        now=now,
-        buttons=[{"label": b.label, "reply": b.reply} for b in part.buttons] or None,
-        media=[{"key": media.key, "name": media.name, "kind": media.kind, "mime": media.mime}] if media else None,
-    )
+    delivery_id, media = part.delivery_id, part.media
+    entry, claimed = _record(job, deps, part, index, count, now)
     if claimed:
         return entry, now
     if entry.status in ("sent", "recorded", "refused"):
@@ -787,6 +788,52 @@ def _record_chunk(
             return entry, _DEAD_LETTERED
         logger.info("a redrive sends a dead-lettered chunk again", extra=detail)
     return entry, _claim(deps, delivery_id, detail, reopen=job.redriven)
+
+
+def _record(
+    job: DeliveryJob,
+    deps: DeliveryDeps,
+    part: _Part,
+    index: int,
+    count: int,
+    now: float,
+    mailbox: tuple[str, dict[str, Any]] | None = None,
+) -> tuple[OutboxEntry, bool]:
+    """The part's outbox row, written unless it exists (one conditional write)."""
+    chunk, media = part.text, part.media
+    return deps.outbox.record_claimed(
+        part.delivery_id,
+        platform=job.platform,
+        chat_id=job.chat_id,
+        thread_id=job.thread_id,
+        text=_row_text(job, deps, chunk),
+        turn_id=job.turn_id,
+        chunk=index,
+        chunks=count,
+        now=now,
+        buttons=[{"label": b.label, "reply": b.reply} for b in part.buttons] or None,
+        media=[{"key": media.key, "name": media.name, "kind": media.kind, "mime": media.mime}] if media else None,
+        mailbox=mailbox,
+    )
+
+
+def _post_letter(
+    job: DeliveryJob, deps: DeliveryDeps, mailbox: Mailbox, target: Target, part: _Part, index: int, count: int
+) -> tuple[OutboxEntry, int]:
+    """A part for a forwarder to collect (platforms/mailbox.py): its row is written `queued` with
+    the letter in the one write that records it, and the forwarder's report marks it sent. A
+    repeated job finds the row and posts nothing again, whatever the forwarder made of it since.
+    The letter holds the whole text, a redacted value too (a pairing code): the forwarder must be
+    given it, and it goes from the row when the letter is settled. (row, 1 when posted now)"""
+    letter_target = replace(target, delivery_id=part.delivery_id, reply_to=_replying_to(job, index, deps))
+    try:
+        letter = mailbox.letter(letter_target, part.text, part.media)
+    except PermanentError as exc:
+        raise Undeliverable(f"{type(exc).__name__}: {exc}") from exc
+    entry, posted = _record(job, deps, part, index, count, deps.now(), mailbox=(mailbox.mailbox, letter))
+    if posted:
+        metrics.add_metric(name="DeliveryQueued", unit=MetricUnit.Count, value=1)
+    return entry, int(posted)
 
 
 def _delivered(

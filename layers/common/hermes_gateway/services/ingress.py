@@ -122,7 +122,20 @@ class Accepted:
     ack: HttpResponse | None = None
 
 
-Parsed = InboundMessage | Ignored | Handshake | Accepted
+@dataclass(frozen=True)
+class MailboxCall:
+    """A verified call of a platform's forwarder on its mailbox (Signal's, `platforms/mailbox.py`):
+    `outbox`, its reports on the letters it sent and a request for the next ones; `uploads`, where
+    to upload a message's files. Answered by the mailbox service; nothing is enqueued."""
+
+    kind: str
+    body: dict[str, Any]
+
+
+# Answers a mailbox call: (platform, profile, the call, now) -> the response.
+ServeMailbox = Callable[[str, str | None, MailboxCall, float], HttpResponse]
+
+Parsed = InboundMessage | Ignored | Handshake | Accepted | MailboxCall
 
 
 class InboundAdapter(Protocol):
@@ -355,10 +368,12 @@ def handle_webhook(
     received_at: float,
     profile: str | None = None,
     report_delivery: ReportDelivery | None = None,
+    serve_mailbox: ServeMailbox | None = None,
 ) -> HttpResponse:
     """`settings` are the deployment's; `profile` names the bot the request is for (None: the
     deployment's own); `adapters(platform, profile)` builds that bot's inbound adapter;
-    `report_delivery` records the platform's reports on sent messages (None: they are ignored)."""
+    `report_delivery` records the platform's reports on sent messages (None: they are ignored);
+    `serve_mailbox` answers a forwarder's calls on its mailbox (None: 404)."""
     try:
         settings = settings.for_profile(profile)
     except UnknownProfile:
@@ -377,9 +392,8 @@ def handle_webhook(
     result = _verified_and_parsed(platform, adapter, request, received_at)
     if isinstance(result, HttpResponse):
         return result
-    if isinstance(result, Handshake):
-        logger.info("webhook handshake answered", extra={"platform": platform})
-        return result.response
+    if isinstance(result, Handshake | MailboxCall):
+        return _answered(platform, result, settings.served_profile, serve_mailbox, received_at)
     items = _record_reports(platform, result.items, report_delivery) if isinstance(result, Accepted) else (result,)
     if isinstance(items, HttpResponse):
         return items
@@ -394,6 +408,18 @@ def handle_webhook(
             200, {"ok": True, outcome: True} if outcome == "duplicate" else {"ok": True, "ignored": outcome}
         )
     return HttpResponse(200, {"ok": True})
+
+
+def _answered(
+    platform: str, result: Handshake | MailboxCall, profile: str | None, serve: ServeMailbox | None, now: float
+) -> HttpResponse:
+    """A request answered at once, with nothing enqueued: a handshake, a forwarder's mailbox call."""
+    if isinstance(result, Handshake):
+        logger.info("webhook handshake answered", extra={"platform": platform})
+        return result.response
+    if serve is None:
+        return _reject(404, "no mailbox is served here", platform)
+    return serve(platform, profile, result, now)
 
 
 def _verified_and_parsed(
