@@ -68,7 +68,7 @@ def test_real_messages_are_answered_in_their_thread(start_gateway: Callable[...,
     receive(client, fixture("03_reply_in_reply_to_references.eml"))
     (answer,) = answers(client, 1)
     # Then the echo agent saw the new line with its short reply context, not the quote as new text
-    assert answer["text"] == "Echo: [replying to: Hi there!]\n\nHello"
+    assert answer["text"] == 'Echo: [replying to: "Hi there!"]\nHello'
     assert answer["status"] == "sent" and answer["platform_message_id"]
     assert answer["chat_id"] == "alex@example.com"
     # And the answer, as the embedded SES sent it, threads under the user's message

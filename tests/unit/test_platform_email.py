@@ -209,10 +209,11 @@ def test_a_multipart_alternative_message_is_read_from_its_plain_part() -> None:
 
 def test_an_apple_mail_reply_keeps_only_its_new_line_and_a_short_reply_context() -> None:
     found = accepted(raw("03_reply_in_reply_to_references.eml"), authenticated_for("alex@example.com"))
-    # the quoted "Hi there!" (someone else's words) is context, not new text
-    assert found.text == "[replying to: Hi there!]\n\nHello"
+    # the quoted "Hi there!" (someone else's words) is the reply context, not new text
+    assert (found.text, found.reply_to_text) == ("Hello", "Hi there!")
     assert found.source.user_name == "Alex Example"
-    assert found.reply_to_message_id == "<CABzQGhkMXDxUt_tSVQcg=43aniUhtsVfCZVzu-PG0kwS_uzqMw@mail.gmail.com>"
+    # the message it answers is its thread (its session), no quote to look up by id
+    assert found.reply_to_message_id is None
     assert found.reply_context["subject"] == "Re: Hello there"  # not "Re: Re:"
     assert found.reply_context["in_reply_to"] == "<68001B29-8EA4-444C-A894-0537D2CA5208@example.com>"
     assert found.reply_context["references"].split() == [
@@ -330,7 +331,8 @@ def test_an_html_only_message_is_read_as_text_with_its_blockquote_quoted() -> No
     message["From"], message["To"], message["Subject"] = "alice@example.net", OURS, "Hi"
     message.set_content(html, subtype="html")
     found = accepted(message.as_bytes(), authenticated_for("alice@example.net"))
-    assert found.text == "[subject: Hi]\n\n[replying to: old words]\n\nHello there,\nsee this\nline two"
+    assert found.text == "[subject: Hi]\n\nHello there,\nsee this\nline two"
+    assert found.reply_to_text == "old words"
 
 
 def test_a_long_message_is_cut_with_a_note() -> None:

@@ -14,7 +14,7 @@ Standard library only. What it decides:
   sender's address and whose thread is a hash of the root), so a stranger who copies someone's
   `References` gets a session of their own, never theirs.
 - Text: `text/plain` (else the text of the HTML part) without the quoted earlier mail and the
-  signature; a short "[replying to: ...]" stands for a quote of someone else's words.
+  signature; a quote of someone else's words is the message's reply context (domain/quotes.py).
 - Attachments: references to their bytes in the stored message (the object and the byte range
   of each part's encoded body), fetched by `platforms.email.fetch_media` when a turn needs them.
 """
@@ -35,12 +35,12 @@ from html.parser import HTMLParser
 from typing import Any
 
 from hermes_gateway.domain.media import Attachment, attachment, kind_of_mime
+from hermes_gateway.domain.quotes import quote_of
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 
 PLATFORM = "email"
 VERDICTS = ("spam", "virus", "spf", "dkim", "dmarc")
 TEXT_CHARS = 16_000  # a message's text beyond this is cut, with a note (an inbox item stays small)
-QUOTE_CHARS = 200  # a quoted earlier message is shown to the model this short
 MAX_ATTACHMENTS = 10
 _ID_CHARS = 250  # a Message-ID longer than this is not an id we keep
 _REFERENCES_KEPT = 10  # the root and the newest: RFC 5322 allows trimming the middle
@@ -167,7 +167,7 @@ def _normalized(
     in_reply_to = _ids(message.get_all("In-Reply-To") or ())
     root = (references or in_reply_to or [own_id or f"<{receipt.ses_id if receipt else object_key}@ses>"])[0]
     subject = _subject(message)
-    text = _text_of(message, address.lower())
+    text, quote = _text_of(message, address.lower())
     if not (references or in_reply_to) and subject:
         text = _joined(f"[subject: {subject}]", text)
     found = _attachments(message, raw, object_key)
@@ -189,7 +189,8 @@ def _normalized(
         event_id=event_id_of(sender_address, own_id, receipt.ses_id if receipt else object_key),
         received_at=received_at,
         attachments=tuple(a.to_dict() for a in found),
-        reply_to_message_id=in_reply_to[0] if in_reply_to else None,
+        # (the thread it answers is its session: In-Reply-To is no quote of its own)
+        reply_to_text=quote,
         reply_context=reply_context(subject, own_id, references or in_reply_to),
     )
 
@@ -299,21 +300,20 @@ def _cut(text: str) -> str:
 # --- text -----------------------------------------------------------------------------------------
 
 
-def _text_of(message: EmailMessage, ours: str) -> str:
+def _text_of(message: EmailMessage, ours: str) -> tuple[str, str | None]:
     """The new text of the message: plain text (else the HTML's text), without the quoted earlier
-    mail and the signature; a short "[replying to: ...]" for a quote of someone else's words."""
+    mail and the signature; and the quote of someone else's words it answers (the reply context,
+    domain/quotes.py), None for a quote of the agent's own answer (the model has it)."""
     body = message.get_body(preferencelist=("plain", "html"))
     if body is None:
-        return ""
+        return "", None
     content = _content(body)
     if body.get_content_type() == "text/html":
         content = html_text(content)
     new, quoted, attribution = split_quote(content)
     if quoted and ours not in (attribution + quoted[:300]).lower():
-        shown = " ".join(quoted.split())
-        shown = shown if len(shown) <= QUOTE_CHARS else shown[: QUOTE_CHARS - 1] + "\u2026"
-        return _joined(f"[replying to: {shown}]", new)
-    return new
+        return new, quote_of(quoted)
+    return new, None
 
 
 def _content(part: Message) -> str:
