@@ -5,7 +5,9 @@ Each bench runs in its own interpreter (`python bench/<name>.py`) and writes its
 service (message_cost), the read growth and cost of a 200-message session (long_session), how
 far one deployment goes (capacity, fed with message_cost's service times, so it runs after it),
 the cost of a photo, a voice note, a PDF and a reply with a photo beside a text message
-(media_cost), what WhatsApp's status reports of each reply cost (receipts_cost), the idle monthly
+(media_cost), a real conversation's cost with a model that takes seconds and the answer streamed,
+split into work and waiting, and what the streaming adds (real_profile), what WhatsApp's status
+reports of each reply cost (receipts_cost), the idle monthly
 cost (idle_cost), the ingress handler's import time as a ratio of `import boto3` (cold_start), the
 ack path and the hops (ack_path), local throughput (throughput), and the delivery-under-faults
 outcome when `results/delivery-faults-latest.json` exists (`make faults` writes it; it is not run
@@ -43,6 +45,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str], dict[str, str], str]] = {
     "ack_path": ("ack_path.py", [], ["--requests", "100"], {}, "ack-path-latest.json"),
     "message_cost": ("message_cost.py", [], ["--quick"], {}, "message-cost-latest.json"),
     "media_cost": ("media_cost.py", [], ["--quick"], {}, "media-cost-latest.json"),
+    "real_profile": ("real_profile.py", [], ["--quick"], {}, "real-profile-latest.json"),
     "receipts_cost": ("receipts_cost.py", [], ["--quick"], {}, "receipts-cost-latest.json"),
     # 200 messages in both: the read growth is measured at the 200th
     "long_session": ("long_session.py", [], [], {}, "long-session-latest.json"),
@@ -98,7 +101,8 @@ def merge(results: dict[str, dict[str, Any] | None], faults: dict[str, Any] | No
     if cost:
         latest.update(cost_keys(cost))
     for name, keys in (("media_cost", media_cost_keys), ("long_session", long_session_keys),
-                       ("capacity", capacity_keys), ("receipts_cost", receipts_cost_keys)):  # fmt: skip
+                       ("capacity", capacity_keys), ("receipts_cost", receipts_cost_keys),
+                       ("real_profile", real_profile_keys)):  # fmt: skip
         if results.get(name):
             latest.update(keys(results[name] or {}))
     if idle:
@@ -191,6 +195,23 @@ def media_cost_keys(media: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def real_profile_keys(real: dict[str, Any]) -> dict[str, Any]:
+    """A real conversation (a model that takes seconds, the answer streamed): its cost, split into
+    work and waiting, what the streaming adds, and the seconds before the typing indicator."""
+    return {
+        "cost_per_million_usd_real_profile": real["cost_per_million_usd_real_profile"],
+        "cost_per_million_usd_real_profile_split": real["cost_per_million_usd_real_profile_split"],
+        "model_seconds_per_message_real_profile": real["model_seconds_per_message"],
+        "model_wait_usd_per_million_per_model_second_measured": real[
+            "model_wait_usd_per_million_per_model_second_measured"
+        ],
+        "streaming_extra_usd_per_million": real["streaming_extra_usd_per_million"],
+        "seconds_from_webhook_local_mode": {
+            name: real["seconds_from_webhook_local_mode"][name] for name in ("to_typing_indicator", "to_model_request")
+        },
+    }
+
+
 def receipts_cost_keys(receipts: dict[str, Any]) -> dict[str, Any]:
     """What WhatsApp's status reports (sent, delivered, read) cost beside each reply."""
     return {
@@ -254,6 +275,8 @@ REQUIRED = (
     "read_units_growth_200",
     "capacity_messages_per_second",
     "idle_cost_per_month_usd",
+    "cost_per_million_usd_real_profile",
+    "streaming_extra_usd_per_million",
     "ingress_import_ratio",
     "ack_aws_calls",
     "hops",
