@@ -21,4 +21,6 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     state = dict(event.get("state") or {})
     # The turn runs as its profile: that profile's model, tools, memory and bots.
     profile = wiring.profile_settings(turn_profile(state)).served_profile
-    return run_step(str(event.get("step")), state, wiring.turn_deps(profile))
+    retry = event.get("retry")  # the task's tries before this one (the workflow passes $$.State.RetryCount)
+    tried = retry if isinstance(retry, int) else 0
+    return run_step(str(event.get("step")), state, wiring.turn_deps(profile), retry=tried)

@@ -122,16 +122,17 @@ class Engine:
 
     # -- running turns ------------------------------------------------------------------------
 
-    def step(self, name: str, state: dict[str, Any]) -> dict[str, Any]:
+    def step(self, name: str, state: dict[str, Any], retry: int = 0) -> dict[str, Any]:
         """One agent task, as the workflow invokes it (state as JSON in and out)."""
         if self.crash_before.get(name, 0) > 0:
             self.crash_before[name] -= 1
             raise RuntimeError(f"crash in {name}")
-        result: dict[str, Any] = json.loads(json.dumps(run_step(name, json.loads(json.dumps(state)), self.deps)))
+        ran = run_step(name, json.loads(json.dumps(state)), self.deps, retry=retry)
+        result: dict[str, Any] = json.loads(json.dumps(ran))
         return result
 
     def _agent(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return self.step(str(payload["step"]), payload["state"])
+        return self.step(str(payload["step"]), payload["state"], int(payload.get("retry") or 0))
 
     def _deliver(self, payload: dict[str, Any]) -> dict[str, Any]:
         if self.deliver_fails > 0:

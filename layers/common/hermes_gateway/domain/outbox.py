@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# A delivery job's `streamed`: its first chunk was posted while the model wrote it
+# (services/turn/stream.py), and the message shows that chunk exactly, or something else.
+STREAM_SHOWN = "shown"
+STREAM_PARTIAL = "partial"
+
 
 @dataclass(frozen=True)
 class OutboxEntry:

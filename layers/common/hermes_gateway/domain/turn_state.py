@@ -299,6 +299,9 @@ class TurnState:
     delivery_error: Mapping[str, Any] | None = None  # Deliver failed after its retries
     error: Mapping[str, Any] | None = None  # a task failed after its retries: the Fail task's input
     approval: str | None = None  # a resumed turn: the answer to its question
+    # How many times the workflow tried this task before (its `$$.State.RetryCount`): given with
+    # each task's input, never carried on to the next task's.
+    attempt: int = 0
 
     def go(self, step: Step, **changes: Any) -> TurnState:
         return replace(self, next=step, **changes)

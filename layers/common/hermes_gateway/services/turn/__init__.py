@@ -13,6 +13,7 @@ may run a task more than once.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from hermes_gateway.domain.turn_state import TurnState
@@ -43,13 +44,14 @@ def turn_profile(state: Mapping[str, Any]) -> str | None:
     return str(found) if found else None
 
 
-def run_step(step: str, payload: Mapping[str, Any], deps: TurnDeps) -> dict[str, Any]:
-    """One task: the state from JSON, the task, the state back to JSON (the workflow's boundary)."""
+def run_step(step: str, payload: Mapping[str, Any], deps: TurnDeps, *, retry: int = 0) -> dict[str, Any]:
+    """One task: the state from JSON, the task, the state back to JSON (the workflow's boundary).
+    `retry`: how many times Step Functions tried this task before (its `$$.State.RetryCount`)."""
     try:
         task = STEPS[step]
     except KeyError:
         raise PermanentError(f"unknown turn step {step!r}") from None
-    state = TurnState.from_json(payload)
+    state = replace(TurnState.from_json(payload), attempt=retry)
     correlate(state.turn.event_id, hash_id(state.turn.session_key))
     return task(state, deps).to_json()
 

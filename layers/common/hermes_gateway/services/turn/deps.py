@@ -47,7 +47,7 @@ class JobRecorder(Protocol):
 class StreamRows(Protocol):
     """What a stream needs of the outbox (services.delivery.Outbox, and a read)."""
 
-    def get(self, delivery_id: str) -> OutboxEntry | None: ...
+    def get(self, delivery_id: str, *, consistent: bool = True) -> OutboxEntry | None: ...
 
     def record_claimed(
         self,
