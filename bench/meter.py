@@ -574,7 +574,7 @@ def resource_name(service: str, params: dict[str, Any]) -> str:
     """The logical name of the table, queue, state machine or function a request is about ("" when none)."""
     name = (
         params.get("TableName") or params.get("QueueUrl") or params.get("stateMachineArn")
-        or params.get("FunctionName") or params.get("StreamArn") or ""
+        or params.get("FunctionName") or params.get("StreamArn") or params.get("Bucket") or ""
     )  # fmt: skip
     if not name and params.get("Entries"):
         name = params["Entries"][0].get("EventBusName", "")
@@ -595,11 +595,11 @@ def resource_name(service: str, params: dict[str, Any]) -> str:
 
 @cache
 def logical_names() -> tuple[str, ...]:
-    """Every table, queue (and dead-letter queue), state machine, bus and function name, longest first."""
+    """Every table, queue (and dead-letter queue), bucket, state machine, bus and function name, longest first."""
     from hermes_gateway import resources
 
     names = {t.name for t in resources.TABLES} | {resources.TURN_STATE_MACHINE.name}
-    names |= {q.name for q in resources.QUEUES}
+    names |= {q.name for q in resources.QUEUES} | {b.name for b in resources.BUCKETS}
     names |= {f.name for f in resources.FUNCTIONS}
     bus = getattr(resources, "EVENT_BUS", None)
     if bus is not None:

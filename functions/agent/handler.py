@@ -1,4 +1,6 @@
-"""Agent: one task of a turn, as the turn state machine invokes it: `{"step", "state"}`.
+"""Agent: one task of a turn, as the turn state machine invokes it: `{"step", "state"}`. The
+attachments function runs this handler too, sized for files: the workflow gives it the PrepareMedia
+task (`step: media`) alone.
 
 Errors propagate on purpose: Step Functions matches their class names (TransientError is
 retried, anything else goes to the Fail state, which apologizes and releases the lease)."""

@@ -143,7 +143,14 @@ class Engine:
 
     @property
     def workflow(self) -> Workflow:
-        return Workflow({"${AgentFunctionArn}": self._agent, "${DeliveryFunctionArn}": self._deliver})
+        # the attachments function runs the same turn tasks' code (its one task, PrepareMedia)
+        return Workflow(
+            {
+                "${AgentFunctionArn}": self._agent,
+                "${AttachmentsFunctionArn}": self._agent,
+                "${DeliveryFunctionArn}": self._deliver,
+            }
+        )
 
     def deliver_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """The Deliver state alone (its result applied as the workflow applies it)."""

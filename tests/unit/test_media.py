@@ -292,3 +292,19 @@ def test_a_file_the_platform_could_not_type_whose_bytes_are_audio_is_transcribed
     assert heard == [(MEMO, "audio/mp4")]
     text, images = model_input(message, understood, deps, current=True)
     assert text == '[Audio memo.m4a, transcribed: "water the plants"]' and images == ()
+
+
+def test_an_image_too_large_for_the_function_that_asks_the_model_is_named_not_sent() -> None:
+    from hermes_gateway.services.turn.media import MODEL_IMAGE_MAX_BYTES
+
+    stored = {"p/s/1-0": Understood(mime="image/png", stored=True)}
+    deps: Any = _Deps()
+    # declared too large by its platform: not read at all
+    big = Attachment("image", "image/png", key="p/s/1-0", name="scan.png", size=MODEL_IMAGE_MAX_BYTES + 1)
+    text, images = model_input(TranscriptRow(1, "user", "look", 1.0, attachments=(big,)), stored, deps, current=True)
+    assert images == () and "too large to be shown to you" in text and "5.0 MB" in text
+    # of no declared size, and larger once read
+    deps.media = _Store({"p/s/1-0": (PNG + b"\x00" * MODEL_IMAGE_MAX_BYTES, "image/png")})
+    quiet = Attachment("image", "image/png", key="p/s/1-0", name="scan.png")
+    _, images = model_input(TranscriptRow(1, "user", "look", 1.0, attachments=(quiet,)), stored, deps, current=True)
+    assert images == ()

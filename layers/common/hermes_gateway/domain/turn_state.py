@@ -35,6 +35,7 @@ _TRUNCATED = "[shortened: the turn's state grew too large to carry this result]"
 class Step(StrEnum):
     """Where the workflow goes after a task: the values of `$.next`."""
 
+    MEDIA = "media"  # fetch and understand the message's files first (the PrepareMedia task), then ask
     MODEL = "model"  # ask the model (the Respond task)
     TOOLS = "tools"  # run the tool calls the model asked for
     DELIVER = "deliver"  # send the answer (the delivery function), then finish

@@ -386,8 +386,9 @@ class MediaSettings(Section):
 
     max_bytes: int = setting(
         "GATEWAY_MEDIA_MAX_BYTES", whole, 20_000_000, "larger attachments are not fetched (the model is told)",
-        # the agent's 256 MB (resources.py) holds the file, its base64 in the model request and the
-        # request's copy besides the ~65 MB the interpreter holds (bench/cold_start.py)
+        # the attachments function's 256 MB (resources.py) holds the file and its copies besides the
+        # ~65 MB the interpreter holds (bench/cold_start.py); the model is given images up to
+        # services/turn/media.MODEL_IMAGE_MAX_BYTES (the agent's 128 MB holds their base64)
         check=between(1024, 40_000_000, why="a function's memory holds the file"),
     )
     kinds: tuple[str, ...] = setting(
