@@ -308,3 +308,30 @@ def test_an_image_too_large_for_the_function_that_asks_the_model_is_named_not_se
     quiet = Attachment("image", "image/png", key="p/s/1-0", name="scan.png")
     _, images = model_input(TranscriptRow(1, "user", "look", 1.0, attachments=(quiet,)), stored, deps, current=True)
     assert images == ()
+
+
+def test_a_request_with_the_largest_image_fits_beside_the_interpreter_in_the_agents_memory() -> None:
+    """The agent function (resources.py) holds the interpreter, about 65 MB with its clients built
+    (bench/cold_start.py), and a model request: the image's bytes, their base64 in the request's
+    JSON and the encoded body. At MODEL_IMAGE_MAX_BYTES that stays well inside its memory."""
+    import json
+    import os
+    import tracemalloc
+
+    from hermes_gateway.providers.base import ChatMessage
+    from hermes_gateway.providers.openai_compat import OpenAICompatProvider
+    from hermes_gateway.resources import function
+    from hermes_gateway.services.turn.media import MODEL_IMAGE_MAX_BYTES
+
+    provider = OpenAICompatProvider("http://127.0.0.1:9/v1", "sk-test", "gpt-test", 5.0)
+    tracemalloc.start()
+    try:
+        image = ImagePart("image/jpeg", os.urandom(MODEL_IMAGE_MAX_BYTES))  # as read from the bucket
+        body = provider._body("be brief", [ChatMessage("user", "what is this?", images=(image,))], None)
+        payload = json.dumps(body).encode("utf-8")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(payload) > MODEL_IMAGE_MAX_BYTES * 4 // 3
+    interpreter_mb = 65
+    assert interpreter_mb + peak / 2**20 < 0.8 * function("agent").memory_mb
