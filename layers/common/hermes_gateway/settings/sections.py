@@ -421,8 +421,8 @@ class MediaSettings(Section):
     pdf_seconds: int = setting(
         "GATEWAY_MEDIA_PDF_SECONDS", whole, 10,
         "CPU seconds a PDF's text may take (a child process, stopped then; what was read is kept)",
-        # the Respond task has 85 s for the files and the model call together
-        check=between(1, 30, why="the Respond task's limit holds the files and the model call"),
+        # the PrepareMedia task has 60 s for a message's files (infra/statemachines/turn.asl.json)
+        check=between(1, 30, why="the PrepareMedia task's limit holds a message's files"),
     )
     outbound_hosts: tuple[str, ...] = setting(
         "GATEWAY_MEDIA_OUTBOUND_HOSTS", names, (),

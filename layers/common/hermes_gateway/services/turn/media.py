@@ -48,7 +48,8 @@ TEXT_EXTENSIONS = frozenset((
 # (the log and the file's record keep the reason; the chat is not shown it)
 _FAILED = {"voice": "it could not be transcribed", "audio": "it could not be transcribed"}
 _FAILED_OTHER = "it could not be processed"
-# Tries of one file within a turn: the Respond task is tried again once after a TransientError
+# Tries of one file within a turn: the PrepareMedia task that fetches it (and the Respond task, for
+# a file that joined the turn without it) is tried again once after a TransientError
 # (infra/statemachines/turn.asl.json; tests/unit/test_media_once.py reads it from there)
 TRIES = 2
 
