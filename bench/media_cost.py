@@ -13,7 +13,14 @@ sessions, one after the other, with the meter reset between them:
 - photo: a Telegram photo (a ~200 KB JPEG's bytes, the largest of two sizes) with a caption;
 - voice: a voice note (~30 KB of Ogg Opus, 15 s by its container), transcribed by the fake (the
   transcription's price is not counted; its wait is one external round trip of the CPU model, as
-  every platform request is);
+  every platform request is), answered in text (its chats said `/voice off` first, unmetered: that
+  opens their sessions, so no session starts in the metered messages);
+- voice_reply: the same voice note answered with a voice note too (its chats said `/voice auto`,
+  the default, first, the same way; `tts.provider: openai`): the answer's first `tts.max_chars`
+  spoken by the fake speech server (~300 KB of Ogg Opus, 90 s), stored in the bucket once and sent
+  with sendVoice after the text (1-2 KB: over the caption's 1,024 characters); the speech API's
+  price per character is reported apart (`speech`), a model cost outside the AWS total like the
+  model's tokens;
 - document: a one-page PDF with a caption (its text read with pypdf);
 - outbound_photo: a text message whose answer carries `MEDIA:<url>` (a ~200 KB PNG's bytes
   fetched into the bucket and sent with sendPhoto).
@@ -69,11 +76,21 @@ from tests.fakes.telegram_server import MEDIA_METHODS, RecordedRequest  # noqa: 
 from tests.fakes.upload_server import form_fields  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
-KINDS = ("text", "photo", "voice", "document", "outbound_photo")
+KINDS = ("text", "photo", "voice", "voice_reply", "document", "outbound_photo")
 MEDIA_KINDS = KINDS[1:]
 ITEM_LIMIT_BYTES = 4 * 1024  # the issue's: media adds no DynamoDB item over 4 KB
 STATE_LIMIT_BYTES = 32 * 1024  # and no workflow state over 32 KB (Step Functions' own limit is 256 KB)
 OUTBOUND_ASK = "send me the chart"  # the echo model's answer then carries a MEDIA: line
+# What a kind's chats say first, unmetered: speech is on in the run, and the voice kind stays the
+# transcription's cost alone (voice_reply is the same note answered with a voice note too, its
+# chats set up the same way: the command opens their sessions before the metering, as for voice).
+SET_UP = {"voice": "/voice off", "voice_reply": "/voice auto"}
+# The speech API's price, a model cost kept outside the AWS total (USD per million characters
+# spoken). OpenAI's tts-1: 15; gpt-4o-mini-tts (the default) is billed by tokens, 0.60 USD per
+# million text tokens in and 12 per million audio tokens out, about 15 per million characters as
+# billed (a 4,096-character text about 0.06 USD); Amazon Polly: 4 (standard), 16 (neural). Recorded
+# 2026-12-06 from the providers' pricing pages as the project's notes quote them: check before quoting.
+SPEECH_USD_PER_MILLION_CHARACTERS = 15.0
 
 
 def _bytes(head: bytes, size: int, tail: bytes = b"") -> bytes:
@@ -86,6 +103,7 @@ def _bytes(head: bytes, size: int, tail: bytes = b"") -> bytes:
 
 PHOTO = _bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00", 200_000, b"\xff\xd9")  # a ~200 KB JPEG's bytes
 VOICE = ogg_opus(15.0, 30_000)  # a ~30 KB Ogg Opus voice note of 15 s (its length is read before it is heard)
+SPOKEN = ogg_opus(90.0, 300_000)  # an answer spoken: ~300 KB of Ogg Opus, about 1,500 characters' worth
 CHART = _bytes(b"\x89PNG\r\n\x1a\n", 200_000)  # the file a reply attaches
 PDF = minimal_pdf("Quarterly report: revenue grew 12 percent, costs fell 3 percent, the queue is green")
 TRANSCRIPT = "remind me to check the deploy queue tomorrow morning and tell the team"
@@ -172,9 +190,9 @@ class MediaMeter(Meter):
         if getattr(_context, "function", None) is not None:
             service = client.meta.service_model.service_name
             if service == "s3" and operation == "PutObject":
-                body = params.get("Body", b"")
+                size = _body_size(params.get("Body", b""))
                 with self._lock:
-                    self.stored_bytes += len(body) if isinstance(body, bytes | bytearray | str) else 0
+                    self.stored_bytes += size
             elif service == "stepfunctions" and operation == "StartExecution":
                 self.note_state("execution input", len(str(params.get("input", "")).encode()))
         return super()._metered(original, client, operation, params)
@@ -216,6 +234,18 @@ class MediaMeter(Meter):
         self._patch(providers, "make_provider", lambda *a, **k: WithMedia(made(*a, **k)))
 
 
+def _body_size(body: Any) -> int:
+    """A PutObject body's bytes: given whole, or a file streamed from where it stands (a spooled file)."""
+    if isinstance(body, bytes | bytearray | str):
+        return len(body)
+    if hasattr(body, "seek") and hasattr(body, "tell"):
+        at = body.tell()
+        end = body.seek(0, os.SEEK_END)
+        body.seek(at)
+        return int(end - at)
+    return 0
+
+
 def _json_bytes(value: Any) -> int:
     return len(json.dumps(value, default=str, separators=(",", ":")).encode()) if value is not None else 0
 
@@ -239,7 +269,7 @@ def kind_update(kind: str, update_id: int, session: Session) -> dict[str, Any]:
             {"file_id": "photo-small", "file_unique_id": "ps", "width": 90, "height": 67, "file_size": 1_500},
             {"file_id": "photo", "file_unique_id": "p", "width": 1280, "height": 960, "file_size": len(PHOTO)},
         ]
-    elif kind == "voice":
+    elif kind in ("voice", "voice_reply"):
         message["voice"] = {"file_id": "voice", "file_unique_id": "v", "duration": 15, "mime_type": "audio/ogg",
                             "file_size": len(VOICE)}  # fmt: skip
     elif kind == "document":
@@ -264,24 +294,38 @@ def _send(url: str, update: dict[str, Any]) -> None:
         raise RuntimeError("the webhook was refused")
 
 
+def _set_up(url: str, telegram: BenchTelegram, kind: str, session: Session, update_id: int) -> int:
+    """The kind's chat set up before it is metered (SET_UP's command sent and answered); the
+    sends the chat has had so far."""
+    command = SET_UP.get(kind)
+    if command is not None:
+        before = telegram.delivered[session.key]
+        _send(url, telegram_update(update_id, command, session))
+        _wait(telegram, session.key, before + 1)
+    return telegram.delivered[session.key]
+
+
 def run_kind(
     kind: str, number: int, url: str, telegram: BenchTelegram, meter: MediaMeter,
     messages: int, sessions: int, solo: int, concurrency: int, think: float,
 ) -> dict[str, Any]:  # fmt: skip
     """One kind: a warm-up message (how many sends it gets), `solo` alone, then the sessions at once."""
     first = 600_000 + number * 10_000
+    set_up_ids = iter(range(first + 5_000, first + 10_000))
     warm = make_sessions(1, first=9_000 + 4 * number)[0]
+    before = _set_up(url, telegram, kind, warm, next(set_up_ids))
     _send(url, kind_update(kind, first, warm))
-    _wait(telegram, warm.key, 1)
+    _wait(telegram, warm.key, before + 1)
     meter.wait_idle(quiet=1.5)
-    sends = telegram.delivered[warm.key]
+    sends = telegram.delivered[warm.key] - before
 
     alone: list[Invocation] = []
     for n, session in enumerate(make_sessions(solo, first=7_000 + 100 * number), start=1):
+        before = _set_up(url, telegram, kind, session, next(set_up_ids))
         meter.wait_idle()
         meter.reset()
         _send(url, kind_update(kind, first + n, session))
-        _wait(telegram, session.key, sends)
+        _wait(telegram, session.key, before + sends)
         meter.wait_idle()
         alone.extend(meter.invocations)
 
@@ -291,10 +335,12 @@ def run_kind(
         session = people[n % len(people)]
         plan[session].append(kind_update(kind, first + 1_000 + n, session))
 
+    offsets = {session: _set_up(url, telegram, kind, session, next(set_up_ids)) for session in people}
+
     def talk(session: Session, updates: list[dict[str, Any]]) -> None:
         for n, update in enumerate(updates, start=1):
             _send(url, update)
-            _wait(telegram, session.key, n * sends)
+            _wait(telegram, session.key, offsets[session] + n * sends)
             if think:
                 time.sleep(think)
 
@@ -403,7 +449,7 @@ def run(
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
     started = time.perf_counter()
     meter = MediaMeter(reply_bytes=reply_size(*REPLY_BYTES))
-    with BenchTelegram() as telegram, FakeSpeech(text=TRANSCRIPT) as speech, FakeMediaHost() as host:
+    with BenchTelegram() as telegram, FakeSpeech(text=TRANSCRIPT, voice=SPOKEN) as speech, FakeMediaHost() as host:
         for file_id, data in (("photo", PHOTO), ("voice", VOICE), ("pdf", PDF)):
             telegram.add_file(file_id, data)
         host.files["/chart.png"] = file(CHART, "image/png")
@@ -411,15 +457,20 @@ def run(
         meter.watch_states()
         meter.ask_for_media(host.url("/chart.png"))
         environ = {"TELEGRAM_BOT_TOKEN": telegram.token, "TELEGRAM_API_BASE_URL": telegram.base_url,
-                   "STT_BASE_URL": speech.base_url}  # fmt: skip
+                   "STT_BASE_URL": speech.base_url, "GATEWAY_TTS_PROVIDER": "openai",
+                   "TTS_BASE_URL": speech.base_url,
+                   # a forum topic's shared session lets only admins run /voice: SET_UP's chats may
+                   "GATEWAY_USER_COMMANDS": "voice"}  # fmt: skip
         try:
             with local_gateway(environ) as (gateway, _):
                 meter.table_specs = table_specs()
-                results = {}
+                results, spoken = {}, {}
                 for number, kind in enumerate(kinds):
+                    said = len(speech.spoken)
                     results[kind] = run_kind(
                         kind, number, gateway.url, telegram, meter, messages, sessions, solo, concurrency, think
                     )
+                    spoken[kind] = [len(s["input"]) for s in speech.spoken[said:]]
         finally:
             meter.uninstall()
         if telegram.notices:
@@ -440,6 +491,7 @@ def run(
             "outbound_photo_bytes": len(CHART),
         },
         "transcriptions": transcribed,
+        "speech": speech_cost(spoken),
         "media_cost_per_million_usd": {k: v["usd_per_million"] for k, v in summary.items() if k != "text"},
         "text_cost_per_million_usd": summary.get("text", {}).get("usd_per_million"),
         "limits": {"dynamodb_item_bytes": ITEM_LIMIT_BYTES, "workflow_state_bytes": STATE_LIMIT_BYTES},
@@ -452,8 +504,24 @@ def run(
     }
 
 
+def speech_cost(spoken: dict[str, list[int]]) -> dict[str, Any]:
+    """Per kind whose answers were spoken: the characters an answer sent to the speech API and
+    what a million such answers cost there (SPEECH_USD_PER_MILLION_CHARACTERS), outside the AWS total."""
+    out: dict[str, Any] = {"usd_per_million_characters": SPEECH_USD_PER_MILLION_CHARACTERS}
+    for kind, lengths in spoken.items():
+        if lengths:
+            characters = sum(lengths) / len(lengths)
+            out[kind] = {
+                "answers_spoken": len(lengths),
+                "characters_per_answer": round(characters),
+                "speech_usd_per_million_messages": round(characters * SPEECH_USD_PER_MILLION_CHARACTERS, 2),
+            }
+    return out
+
+
 EXCLUDED = [
     "the model's tokens (an image part, a document's text and a transcript are input tokens)",
+    "the speech API's price per character of a spoken answer: reported apart (speech), a model cost",
     "the transcription's own price (per audio minute at the speech to text provider); its wait is one "
     "external round trip (150 ms) in the Lambda CPU model, while a real transcription takes about a "
     "second or more: each second the agent waits adds not_in_total.model_wait_usd_per_million_per_model_second "

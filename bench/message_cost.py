@@ -19,6 +19,7 @@ requests, Step Functions Express duration modelled from its tasks, X-Ray at the 
 rule, log bytes and the custom metrics the EMF lines publish.
 
 Usage: .venv/bin/python bench/message_cost.py [--messages N] [--sessions N] [--quick] [--reply-bytes 1024-2048]
+       [--set GATEWAY_SESSIONS_RETENTION_DAYS=30 --out /tmp/retention.json]   (a non-default setting, priced apart)
 Writes bench/results/message-cost-latest.json.
 """
 
@@ -416,15 +417,17 @@ def run(
     command_share: float = 0.05,
     reply_bytes: tuple[int, int] | None = REPLY_BYTES,
     solo: int = 20,
+    settings: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Drive the load and return the report (not written anywhere)."""
+    """Drive the load and return the report (not written anywhere); `settings` are environment
+    settings of the deployment priced (its defaults when none)."""
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")  # before the handlers' logger is first imported
     plan = make_load(make_sessions(sessions), messages, seed, retry_share, command_share)
     webhook_requests = sum(2 if step.retried else 1 for steps in plan.values() for step in steps)
     meter = Meter(reply_bytes=reply_size(*reply_bytes) if reply_bytes else None)
     meter.install()
     try:
-        with local_gateway() as (gateway, platform):
+        with local_gateway(settings) as (gateway, platform):
             meter.table_specs = table_specs()
             # One message first, outside the count: clients, imports and the first session are created.
             warm = Session("dm", 9_999, 9_999)
@@ -546,21 +549,29 @@ def main() -> None:
     parser.add_argument("--reply-bytes", default="1024-2048", help="the fake model's answer size, or 'echo'")
     parser.add_argument("--solo", type=int, default=20, help="messages measured alone first (Lambda time)")
     parser.add_argument("--quick", action="store_true", help="200 messages over 20 sessions, 8 alone")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="NAME=VALUE",
+        help="price a deployment with this environment setting (e.g. GATEWAY_SESSIONS_RETENTION_DAYS=30)",
+    )  # fmt: skip
+    parser.add_argument("--out", default=None, help="write the report here (default results/message-cost-latest.json)")
     args = parser.parse_args()
     if args.quick:
         args.messages, args.sessions, args.solo = 200, 20, 8
     report = run(
         args.messages, args.sessions, args.concurrency, args.think, args.seed,
         reply_bytes=parse_bytes(args.reply_bytes), solo=args.solo,
+        settings=dict(item.split("=", 1) for item in args.set) or None,
     )  # fmt: skip
+    if args.set:
+        report["settings"] = args.set
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / "message-cost-latest.json"
+    out = Path(args.out) if args.out else RESULTS / "message-cost-latest.json"
     out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"{report['messages_tested']} messages in {report['seconds']} s")
     print(f"cost per million messages: {report['cost_per_million_usd']} USD (model tokens excluded)")
     for service, usd in report["cost_by_service"].items():
         print(f"  {service:<16} {usd:8.4f}")
-    print(f"written to {out.relative_to(ROOT)}")
+    print(f"written to {out}")
 
 
 if __name__ == "__main__":

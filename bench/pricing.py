@@ -70,6 +70,8 @@ ROUND_TRIP_MS: dict[str, float] = {
     "ssm": 10.0,
     # An object of a few hundred KB to or from S3 in-region: tens of milliseconds to the last byte.
     "s3": 20.0,
+    # SES v2 SendEmail of a raw message of a few KB (assumed, as the others: SES accepts it for sending)
+    "sesv2": 60.0,
     # A platform's API (Telegram's Bot API is hosted in Europe) or any other non-AWS request a function
     # makes; the model's wait is apart (per model-second).
     "external": 150.0,

@@ -7,9 +7,12 @@ far one deployment goes (capacity, fed with message_cost's service times, so it 
 the cost of a photo, a voice note, a PDF and a reply with a photo beside a text message
 (media_cost), a real conversation's cost with a model that takes seconds and the answer streamed,
 split into work and waiting, and what the streaming adds (real_profile), what WhatsApp's status
-reports of each reply cost (receipts_cost), the idle monthly
-cost (idle_cost), the ingress handler's import time as a ratio of `import boto3` (cold_start), the
-ack path and the hops (ack_path), local throughput (throughput), and the delivery-under-faults
+reports of each reply cost (receipts_cost), an e-mail's cost with SES's own (email_cost), an
+iMessage message through BlueBubbles with the echoes of its reply (bluebubbles_cost), a Signal
+message with the forwarder's mailbox calls and the forwarder's idle calls (signal_cost), the idle
+monthly cost (idle_cost), the ingress handler's import time as a ratio of `import boto3`
+(cold_start), the ack path and the hops (ack_path), local throughput (throughput), and the
+delivery-under-faults
 outcome when `results/delivery-faults-latest.json` exists (`make faults` writes it; it is not run
 here). Every source file's own date is kept under `sources`, so a number merged from an older run
 shows as such.
@@ -47,6 +50,10 @@ BENCHES: dict[str, tuple[str, list[str], list[str], dict[str, str], str]] = {
     "media_cost": ("media_cost.py", [], ["--quick"], {}, "media-cost-latest.json"),
     "real_profile": ("real_profile.py", [], ["--quick"], {}, "real-profile-latest.json"),
     "receipts_cost": ("receipts_cost.py", [], ["--quick"], {}, "receipts-cost-latest.json"),
+    "email_cost": ("email_cost.py", [], ["--quick"], {}, "email-cost-latest.json"),
+    "bluebubbles_cost": ("bluebubbles_cost.py", [], ["--quick"], {}, "bluebubbles-cost-latest.json"),
+    "chat_extras_cost": ("chat_extras_cost.py", [], ["--messages", "20"], {}, "chat-extras-cost-latest.json"),
+    "signal_cost": ("signal_cost.py", [], ["--quick"], {}, "signal-cost-latest.json"),
     # 200 messages in both: the read growth is measured at the 200th
     "long_session": ("long_session.py", [], [], {}, "long-session-latest.json"),
     "capacity": ("capacity.py", ["--all"], ["--all", "--seconds", "20"], {}, "capacity-latest.json"),
@@ -102,7 +109,11 @@ def merge(results: dict[str, dict[str, Any] | None], faults: dict[str, Any] | No
         latest.update(cost_keys(cost))
     for name, keys in (("media_cost", media_cost_keys), ("long_session", long_session_keys),
                        ("capacity", capacity_keys), ("receipts_cost", receipts_cost_keys),
-                       ("real_profile", real_profile_keys)):  # fmt: skip
+                       ("real_profile", real_profile_keys),
+                       ("email_cost", email_cost_keys),
+                       ("bluebubbles_cost", bluebubbles_cost_keys),
+                       ("chat_extras_cost", chat_extras_keys),
+                       ("signal_cost", signal_cost_keys)):  # fmt: skip
         if results.get(name):
             latest.update(keys(results[name] or {}))
     if idle:
@@ -192,6 +203,32 @@ def media_cost_keys(media: dict[str, Any]) -> dict[str, Any]:
         },
         "media_s3_storage_usd_per_million": {name: summary[name]["s3_storage_usd_per_million"] for name in kinds},
         "media_limits_ok": media.get("limits_ok"),
+        # a spoken answer's price at the speech API, apart from the AWS cost (a model cost)
+        "media_speech_usd_per_million": {
+            name: found["speech_usd_per_million_messages"]
+            for name, found in media.get("speech", {}).items()
+            if isinstance(found, dict)
+        },
+    }
+
+
+def chat_extras_keys(extras: dict[str, Any]) -> dict[str, Any]:
+    """What issue 39's chat extras add, each per million of what it happens on (chat_extras_cost.py)."""
+    return {
+        "chat_extras_usd_per_million": {
+            "heard_at_per_whatsapp_message": extras["heard_at"]["usd_per_million_whatsapp_messages"],
+            "window_check_per_whatsapp_push": extras["window_check"]["usd_per_million_pushes"],
+            "voice_command_write": extras["voice_command"]["write_usd_per_million_commands"],
+            "quote_lookup_per_id_only_reply": extras["quote_lookup"]["usd_per_million_quoted_replies"],
+        }
+    }
+
+
+def bluebubbles_cost_keys(bluebubbles: dict[str, Any]) -> dict[str, Any]:
+    """An iMessage message through BlueBubbles, with and without the two echoes of its reply."""
+    return {
+        "bluebubbles_usd_per_million_messages": bluebubbles["usd_per_million_messages"],
+        "bluebubbles_usd_per_million_messages_without_echoes": bluebubbles["usd_per_million_messages_without_echoes"],
     }
 
 
@@ -216,6 +253,32 @@ def receipts_cost_keys(receipts: dict[str, Any]) -> dict[str, Any]:
     """What WhatsApp's status reports (sent, delivered, read) cost beside each reply."""
     return {
         "whatsapp_receipts_usd_per_million_replies": receipts["usd_per_million_whatsapp_replies"],
+    }
+
+
+def email_cost_keys(email: dict[str, Any]) -> dict[str, Any]:
+    """USD per million e-mails by kind (SES's own receiving and sending in it), and the functions' part."""
+    kinds = email.get("kinds", {})
+    return {
+        "email_cost_per_million_usd": {name: kind["cost_per_million_usd"] for name, kind in kinds.items()},
+        "email_functions_cost_per_million_usd": {
+            name: kind["functions_cost_per_million_usd"] for name, kind in kinds.items()
+        },
+    }
+
+
+def signal_cost_keys(signal: dict[str, Any]) -> dict[str, Any]:
+    """A Signal message with its mailbox calls (both endpoints), and the forwarder's idle month."""
+    idle = signal["empty_polls"]
+    return {
+        "signal_usd_per_million_messages": {
+            "http_api": signal["usd_per_million_messages"],
+            "function_url": signal["usd_per_million_messages_function_url"],
+        },
+        "signal_mailbox_calls_per_message": signal["webhook_requests_per_message"].get("outbox", 0.0),
+        "signal_idle_usd_per_month": {
+            name: idle[name]["usd_per_month_at_30_s"] for name in ("http_api", "function_url")
+        },
     }
 
 

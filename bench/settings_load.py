@@ -47,9 +47,12 @@ print(t1 - t0, t2 - t1)
 
 
 def largest_config() -> dict[str, Any]:
+    # every platform on (e-mail needs its address), e-mail for the deployment's own profile alone
     every = {spec.name: {"enabled": True} for spec in CATALOG if not spec.local_only}
+    every["email"]["address"] = "hermes@example.com"
+    named = {name: value for name, value in every.items() if name != "email"}
     profiles = {
-        f"bot{i}": {"provider": {"name": "bedrock", "model": f"us.anthropic.model-{i}-v1:0"}, "platforms": every}
+        f"bot{i}": {"provider": {"name": "bedrock", "model": f"us.anthropic.model-{i}-v1:0"}, "platforms": named}
         for i in range(MAX_PROFILES)
     }
     return {"provider": {"name": "bedrock", "model": "anthropic.model-v1:0"}, "platforms": every, "profiles": profiles}

@@ -49,9 +49,14 @@ def cdk_json_context() -> dict[str, Any]:
 
 
 def build_app(
-    settings: Settings, *, context: Mapping[str, Any] | None = None, outdir: str | None = None
+    settings: Settings,
+    *,
+    context: Mapping[str, Any] | None = None,
+    outdir: str | None = None,
+    deploy_region: str | None = None,
 ) -> tuple[cdk.App, HermesGatewayStack]:
-    """The app with its one stack and the cdk-nag checks; `context` overrides cdk.json's."""
+    """The app with its one stack and the cdk-nag checks; `context` overrides cdk.json's;
+    `deploy_region` the region `cdk deploy` targets, when known."""
     import aws_cdk as cdk
     from cdk_nag import AwsSolutionsChecks
 
@@ -59,9 +64,15 @@ def build_app(
     from infra.stack import HermesGatewayStack
 
     app = cdk.App(context={**cdk_json_context(), **(context or {})}, outdir=outdir)
-    stack = HermesGatewayStack(app, stack_name(settings.stage), settings=settings)
+    stack = HermesGatewayStack(app, stack_name(settings.stage), settings=settings, deploy_region=deploy_region)
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks())
     return app, stack
+
+
+def target_region(env: Mapping[str, str]) -> str | None:
+    """The region a deploy targets: the CDK CLI says it in CDK_DEFAULT_REGION, else the AWS
+    environment's; None for an offline synth with no region."""
+    return env.get("CDK_DEFAULT_REGION") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
 
 
 def config_path(env: Mapping[str, str]) -> Path:
@@ -76,7 +87,12 @@ def main() -> int:
         return 2
     context = SKIP_BUNDLING if os.environ.get("HERMES_SKIP_BUNDLING") == "1" else {}
     try:
-        app, _ = build_app(settings, context=context, outdir=os.environ.get("CDK_OUTDIR") or str(REPO_ROOT / "cdk.out"))
+        app, _ = build_app(
+            settings,
+            context=context,
+            outdir=os.environ.get("CDK_OUTDIR") or str(REPO_ROOT / "cdk.out"),
+            deploy_region=target_region(os.environ),
+        )
     except ConfigError as exc:  # found while building the stack: a function's environment too large
         print(f"error: invalid gateway configuration: {exc}", file=sys.stderr)
         return 2

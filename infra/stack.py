@@ -9,9 +9,11 @@ from aws_cdk import Aws, CfnOutput, Stack, Tags
 from aws_cdk import aws_events as events
 from constructs import Construct
 
+from hermes_gateway.domain.retention import capped_days
 from hermes_gateway.errors import ConfigError
 from hermes_gateway.outputs import (
     SESSION_API_OUTPUT,
+    bucket_output_key,
     function_output_key,
     log_group_output_key,
     queue_output_key,
@@ -24,6 +26,7 @@ from hermes_gateway.resources import (
     BUCKETS,
     EVENT_BUS,
     FUNCTIONS,
+    MEDIA,
     QUEUES,
     SCHEDULES,
     TABLES,
@@ -37,6 +40,7 @@ from infra.capabilities.alarms import OperationsAlarms
 from infra.capabilities.api import WebhookApi
 from infra.capabilities.dashboard import OperationsDashboard
 from infra.capabilities.data import DataTables
+from infra.capabilities.email import MailReceiving
 from infra.capabilities.functions import GatewayFunctions, GrantTargets, environment_size
 from infra.capabilities.layer import CommonLayer
 from infra.capabilities.media import MediaBuckets
@@ -74,9 +78,13 @@ def enabled_platforms(settings: Settings) -> tuple[PlatformSpec, ...]:
 
 
 def served_platforms(settings: Settings) -> tuple[tuple[str | None, PlatformSpec], ...]:
-    """Every profile's deployed platforms: (None, spec) for the deployment's own, (name, spec) for a named one."""
+    """Every profile's webhook platforms: (None, spec) for the deployment's own, (name, spec) for a
+    named one (e-mail, which comes through SES, has no webhook)."""
     return tuple(
-        (profile.served_profile, spec) for profile in settings.all_profiles() for spec in enabled_platforms(profile)
+        (profile.served_profile, spec)
+        for profile in settings.all_profiles()
+        for spec in enabled_platforms(profile)
+        if spec.webhook
     )
 
 
@@ -102,7 +110,17 @@ def check_output_keys(keys: Sequence[str]) -> None:
 
 
 class HermesGatewayStack(Stack):
-    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: Settings,
+        deploy_region: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """`deploy_region`: the region `cdk deploy` targets, when known at synth (the stack itself is
+        region-agnostic); what only some regions offer (SES receiving) is checked against it."""
         super().__init__(scope, construct_id, description=f"Hermes Serverless Gateway ({settings.stage})", **kwargs)
         stage = settings.stage
         root = repo_root()
@@ -116,7 +134,9 @@ class HermesGatewayStack(Stack):
         alarms = OperationsAlarms(self, "Alarms", plan=plan, stage=stage)
         data = DataTables(self, "Data", specs=TABLES)
         queues = MessageQueues(self, "Queues", specs=QUEUES)
-        media = MediaBuckets(self, "Media", specs=BUCKETS, retention_days=settings.media.retention_days)
+        # a file never outlives its message: the shorter of the two retentions (domain/retention.py)
+        media_days = capped_days(settings.media.retention_days, settings.sessions.retention_days)
+        media = MediaBuckets(self, "Media", specs=BUCKETS, retention_days=media_days)
         layer = CommonLayer(
             self,
             "CommonLayer",
@@ -165,6 +185,15 @@ class HermesGatewayStack(Stack):
                 buckets={name: (media.specs[name], bucket) for name, bucket in media.buckets.items()},
             )
         )
+        if settings.platform("email") is not None:
+            MailReceiving(
+                self,
+                "Email",
+                settings=settings,
+                bucket=media.buckets[MEDIA.name],
+                functions=functions.by_name,
+                deploy_region=deploy_region,
+            )
         for name, gateway_function in functions.by_name.items():
             check_environment_size(name, gateway_function.environment)
         CfnOutput(
@@ -252,3 +281,6 @@ class HermesGatewayStack(Stack):
         for name, table in data.tables.items():
             # The CLI finds the deployment's tables through these (hermes_cli.target.use_deployed).
             CfnOutput(self, table_output_key(name), value=table.table_name, description=f"The {name} table")
+        for name, bucket in media.buckets.items():
+            # `hermes-gateway users forget|export` deletes and reads a person's files there.
+            CfnOutput(self, bucket_output_key(name), value=bucket.bucket_name, description=f"The {name} bucket")

@@ -2,7 +2,7 @@
 
 `hermes-gateway local` runs the whole gateway on this machine (what `make run` starts); the other
 commands (pairing, outbox, webhooks, secrets, send, deploy, config, logs, sessions, explain,
-session-key, cron) work on a deployed stack or, with `--local`, on the running local mode.
+session-key, cron, users) work on a deployed stack or, with `--local`, on the running local mode.
 
 The operator's side only: this package is installed on the operator's machine and never shipped
 in the Lambda layer, which carries `hermes_gateway` alone.
@@ -25,11 +25,13 @@ from hermes_cli import (
     deploy,
     explain,
     logs,
+    mail,
     outbox,
     pairing,
     secrets,
     send,
     sessions,
+    users,
     webhooks,
 )
 from hermes_cli.aws_errors import aws_error_line, region_from_aws_region
@@ -72,6 +74,8 @@ def _run_local(args: argparse.Namespace) -> int:
 def local_banner(gateway: LocalGateway, config: Path, elapsed: float) -> list[str]:
     """What `hermes-gateway local` prints once it is up, read from the settings the gateway runs
     with (the environment's settings variables are moved into its settings file at start)."""
+    from hermes_gateway.platforms import catalog
+
     settings = gateway.settings
     assert settings is not None, "the gateway is started"
     lines = [
@@ -79,8 +83,11 @@ def local_banner(gateway: LocalGateway, config: Path, elapsed: float) -> list[st
         f"  web chat         {gateway.url}/",
     ]
     for name in gateway.enabled_platforms():
-        if name != "webchat":
+        spec = catalog.spec(name)
+        if name != "webchat" and spec is not None and spec.webhook:
             lines.append(f"  {name} webhook{' ' * max(1, 8 - len(name))}{gateway.url}/webhooks/{name}")
+    if gateway.email_address():
+        lines.append(f"  e-mail           {gateway.email_address()}: hermes-gateway email receive --local <file.eml>")
     for profile, platforms in gateway.profile_platforms().items():
         lines += [f"  {name} webhook ({profile}) {gateway.url}/p/{profile}/webhooks/{name}" for name in platforms]
     provider = settings.provider
@@ -151,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     sessions.add_commands(commands)
     explain.add_commands(commands)
     cron.add_commands(commands)
+    mail.add_commands(commands)
+    users.add_commands(commands)
     return parser
 
 

@@ -91,9 +91,20 @@ def _show(job: Job, args: argparse.Namespace, settings: Settings) -> None:
     print(f"  deliver    {', '.join(job.deliver)}")
     runs = f"{job.repeat.completed}/{job.repeat.times}" if job.repeat.times else str(job.repeat.completed)
     last = f"{job.last_status or '-'} at {_when(job.last_run_at, settings)}" if job.last_run_at else "-"
-    print(f"  runs       {runs}; last {last}; delivery {job.last_delivery_status or '-'}")
+    print(f"  runs       {runs}; last {last}; delivery {_delivery(job.last_delivery_status)}")
     if job.last_error:
         print(f"  last error {job.last_error}")
+
+
+_DELIVERY_SAYS = {
+    # domain/service_window.py: the run's answer was refused, not retried
+    "outside_window": "outside_window (the person last wrote over 24 hours ago: WhatsApp takes only a template "
+    "then; set platforms.whatsapp.reengage_template)",
+}
+
+
+def _delivery(status: str | None) -> str:
+    return _DELIVERY_SAYS.get(status or "", status or "-")
 
 
 def _fail(args: argparse.Namespace, message: str) -> int:

@@ -2,8 +2,10 @@
 
 Checked in order, each with what to do when it fails: `gateway.yaml` is valid (the key and the
 reason), Node.js 18 or newer for the CDK CLI, AWS credentials and a region, the CDK bootstrap
-stack in that account and region, and, for a stack deployed before the inbox, that its old queues
-are empty (the update removes them with whatever they hold). `--check` stops after the checks.
+stack in that account and region, for a stack deployed before the inbox, that its old queues
+are empty (the update removes them with whatever they hold), and with e-mail on, that SES receives
+mail in the region and how the domain's SES identity stands. `--check` stops after the checks.
+After a deploy with e-mail on, it offers to activate the stack's receipt rule set (asking first).
 The deploy itself is the CDK CLI (`npx aws-cdk@2 deploy`), which shows IAM changes for approval
 before it applies them.
 """
@@ -37,6 +39,7 @@ class Check:
     name: str
     ok: bool
     detail: str
+    warning: bool = False  # ok, but worth the operator's attention (shown as "WARN")
 
 
 def add_commands(commands: Any) -> None:
@@ -140,6 +143,48 @@ def check_old_queues(stage: str, region: str) -> Check | None:
     )
 
 
+def check_email(config: Path, region: str) -> Check | None:
+    """With e-mail on: SES receives mail in the region, and how the domain's identity stands
+    (unverified is a warning: the stack deploys, but SES neither receives nor sends for it yet).
+    None with e-mail off."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from hermes_cli.mail import identity_status
+    from hermes_gateway.platforms.email import domain_of
+    from hermes_gateway.resources import MAIL
+
+    try:
+        email = load_settings_file(config).platform("email")
+    except ConfigError:
+        return None  # (the configuration's own check says why)
+    if email is None:
+        return None
+    if region not in MAIL.receiving_regions:
+        where = ", ".join(sorted(MAIL.receiving_regions))
+        return Check("SES e-mail", False, f"SES does not receive e-mail in {region}: deploy to one of {where}")
+    try:
+        verified, line = identity_status(domain_of(email.options))
+    except (BotoCoreError, ClientError) as exc:
+        return Check("SES e-mail", True, f"the domain's identity could not be read ({type(exc).__name__})", True)
+    return Check("SES e-mail", True, line, warning=not verified)
+
+
+def offer_activation(config: Path, stage: str, ask: Callable[[str], str] | None) -> None:
+    """After a deploy with e-mail on and the stack's own rule set: make it the active one, asking
+    first (`ask` None: no terminal to ask at, so only say how)."""
+    from hermes_cli.mail import activate
+
+    email = load_settings_file(config).platform("email")
+    if email is None or email.options.get("rule_set"):
+        return  # the gateway's rule joined the rule set the operator named
+    from hermes_gateway.resources import MAIL
+
+    if ask is None:
+        print(f"e-mail: run `hermes-gateway email activate` to make {MAIL.name(stage)} the active receipt rule set")
+        return
+    activate(MAIL.name(stage), ask)
+
+
 def run_checks(config: Path, run: Run = _run, stage: str | None = None) -> tuple[list[Check], str | None]:
     """Every prerequisite, in order; later checks are skipped when an earlier one they need failed.
     `stage` overrides the configuration's."""
@@ -153,6 +198,9 @@ def run_checks(config: Path, run: Run = _run, stage: str | None = None) -> tuple
         queues = check_old_queues(stage, region) if stage else None
         if queues is not None:
             checks.append(queues)
+        email = check_email(config, region)
+        if email is not None:
+            checks.append(email)
     return checks, stage
 
 
@@ -160,7 +208,7 @@ def _deploy(args: argparse.Namespace) -> int:
     config = Path(os.environ.get("GATEWAY_CONFIG", "gateway.yaml"))
     checks, stage = run_checks(config, stage=args.stage)
     for check in checks:
-        print(f"{'ok  ' if check.ok else 'FAIL'} {check.name:<14} {check.detail}")
+        print(f"{('WARN' if check.warning else 'ok  ') if check.ok else 'FAIL'} {check.name:<14} {check.detail}")
     if checks[0].ok:  # the configuration is valid: say what it deploys that may not be meant
         for warning in deploy_warnings(load_settings_file(config)):
             print(f"WARN {warning}")
@@ -173,4 +221,7 @@ def _deploy(args: argparse.Namespace) -> int:
     command = ["npx", "--yes", CDK_CLI, "deploy", target]
     print("$ " + " ".join(command), flush=True)
     env = {**os.environ, **({"GATEWAY_STAGE": args.stage} if args.stage else {})}
-    return subprocess.run(command, check=False, env=env).returncode  # noqa: S603
+    code = subprocess.run(command, check=False, env=env).returncode  # noqa: S603
+    if code == 0:
+        offer_activation(config, args.stage or stage or "dev", input if sys.stdin.isatty() else None)
+    return code

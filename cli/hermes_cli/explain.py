@@ -111,9 +111,13 @@ def _session_key(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_payload(platform: str, body: bytes, headers: dict[str, str], settings: Settings) -> list[InboundMessage]:
-    """The messages the platform's inbound adapter reads from a payload, without verifying it.
-    Raises ConfigError for an unknown platform and BadRequest for a malformed payload."""
+def parse_payload(
+    platform: str, body: bytes, headers: dict[str, str], settings: Settings
+) -> tuple[list[InboundMessage], list[str]]:
+    """The messages the platform's inbound adapter reads from a payload, without verifying it, and
+    the reasons it left the payload's other events out (an echo of the bot's own message, a
+    reaction, an event older than the inbox remembers). Raises ConfigError for an unknown platform
+    and BadRequest for a malformed payload."""
     from dataclasses import replace
 
     from hermes_gateway.platforms import catalog
@@ -135,14 +139,15 @@ def parse_payload(platform: str, body: bytes, headers: dict[str, str], settings:
     )
     parsed = adapter.parse(request, time.time())
     if isinstance(parsed, Handshake):
-        return []
+        return [], ["handshake"]
     items = parsed.items if isinstance(parsed, Accepted) else (parsed,)
     profile = settings.served_profile  # as ingress stamps a named profile's messages
-    return [
+    messages = [
         replace(item, source=replace(item.source, profile=profile)) if profile else item
         for item in items
         if isinstance(item, InboundMessage)
     ]
+    return messages, [str(getattr(item, "reason", "")) for item in items if not isinstance(item, InboundMessage)]
 
 
 def explain_message(
@@ -194,12 +199,13 @@ def _explain(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        messages = parse_payload(args.platform, _read(args.payload), headers, settings)
+        messages, ignored = parse_payload(args.platform, _read(args.payload), headers, settings)
     except BadRequest as exc:
         print(f"error: the {args.platform} parser refused the payload: {exc}", file=sys.stderr)
         return 2
     if not messages:
-        print(json.dumps({"messages": [], "why": "the payload carries no message (a handshake or an ignored event)"}))
+        why = "the payload carries no message (a handshake or an ignored event)"
+        print(json.dumps({"messages": [], "why": why, "ignored": ignored}))
         return 0
     store = is_paired = None
     if args.local or args.stage:

@@ -5,7 +5,8 @@ for dead letters.
 messages wait in the dead-letter queue. `dead-letters` lists them (kind, reason, ids; never a
 message's text). `redrive` sends them back (hermes_gateway.services.dead_letters): an inbound
 message is put back in the inbox and routed again, a delivery job goes to the delivery function
-again; the outbox and the router make that safe to repeat (nothing is sent or answered twice).
+again, an e-mail event to the ingress function again; the outbox, the inbox and the router make that
+safe to repeat (nothing is sent or answered twice).
 """
 
 from __future__ import annotations
@@ -52,6 +53,14 @@ def add_commands(commands: Any) -> None:
     redrive.add_argument("--max", type=int, default=100, help="move at most this many dead letters")
     add_target_arguments(redrive)
     redrive.set_defaults(run=_redrive)
+
+
+def _ingress(args: argparse.Namespace) -> Any:
+    """The ingress function (e-mail events are redriven to it), when the target names it."""
+    from hermes_gateway.adapters.aws import LambdaDeliveries
+
+    bindings = bindings_for(args)
+    return LambdaDeliveries(bindings.function("ingress")) if "ingress" in bindings.functions else None
 
 
 def _resources(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
@@ -108,7 +117,7 @@ def _redrive(args: argparse.Namespace) -> int:
     if deliveries is None:
         print("the delivery function's ARN is unknown (a stack from before the inbox?): deploy first")
         return 1
-    report = redrive(dead, deliveries, inbox, max(1, args.max))
+    report = redrive(dead, deliveries, inbox, max(1, args.max), ingress=_ingress(args))
     print(f"redrove {report.inbound} inbound message(s) and {report.deliveries} delivery job(s)")
     for why, count in sorted(report.left.items()):
         print(f"left in the queue: {count} ({why})")

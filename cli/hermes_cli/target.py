@@ -14,8 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hermes_gateway.errors import ConfigError
-from hermes_gateway.outputs import function_output_key, queue_output_key, stack_name, table_output_key
-from hermes_gateway.resources import FUNCTIONS, QUEUES, TABLES, Bindings
+from hermes_gateway.outputs import (
+    bucket_output_key,
+    function_output_key,
+    queue_output_key,
+    stack_name,
+    table_output_key,
+)
+from hermes_gateway.resources import BUCKETS, FUNCTIONS, QUEUES, TABLES, Bindings
 
 if TYPE_CHECKING:
     from hermes_gateway.domain.events import LoggedEvents
@@ -153,6 +159,7 @@ def use_deployed(stage: str) -> Bindings:
     env.update(
         {f.env_var: outputs[function_output_key(f.name)] for f in FUNCTIONS if function_output_key(f.name) in outputs}
     )
+    env.update({b.env_var: outputs[bucket_output_key(b.name)] for b in BUCKETS if bucket_output_key(b.name) in outputs})
     return Bindings.from_env(env)
 
 

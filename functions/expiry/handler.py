@@ -1,6 +1,7 @@
 """Expiry: invoked every minute by EventBridge Scheduler: leases that outlived their turn with
-something waiting on them, due cron jobs, and sessions whose reset policy expired them (flushed,
-then ended). Idle routes go by their TTL."""
+something waiting on them, due cron jobs, mailboxes whose forwarder stopped collecting, sessions
+whose reset policy expired them (flushed, then ended), the chats' confirmed `/forget` requests,
+and sessions idle past their retention. Idle routes go by their TTL."""
 
 from __future__ import annotations
 
@@ -14,7 +15,14 @@ from hermes_gateway import wiring
 from hermes_gateway.observability import logger, metrics
 from hermes_gateway.services import cron
 from hermes_gateway.services.expiry import LeaseRecovery, recover_expired_leases, run_tick
+from hermes_gateway.services.forget import ScanPace, erase_confirmed
+from hermes_gateway.services.mailbox import check_mailboxes
+from hermes_gateway.services.retention import sweep_retention
 from hermes_gateway.services.session_sweep import sweep_expired_sessions
+
+# The erasures' share of the tick: what the other parts and a margin leave of its 60 s
+ERASURE_SECONDS = 30
+TICK_MARGIN_SECONDS = 15
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -37,6 +45,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
                 now,
             ),
             "cron": lambda: cron.tick(wiring.cron_deps(), now).to_dict(),
+            "mailboxes": lambda: check_mailboxes(wiring.outbox(), wiring.settings(), now),
             "sessions": lambda: asdict(
                 sweep_expired_sessions(
                     stores.sweep,
@@ -47,5 +56,27 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
                     events=wiring.events(),
                 )
             ),
+            "erasures": lambda: erase_confirmed(
+                wiring.erasure_requests(),
+                wiring.personal_stores(),
+                wiring.deliveries(),
+                now,
+                ScanPace(deadline=time.monotonic() + _erasure_budget(context)),
+            ).to_dict(),
+            "retention": lambda: asdict(
+                sweep_retention(
+                    stores.retention,
+                    stores.personal,
+                    tuple(scope.namespace for scope in wiring.personal_stores().scopes),
+                    now,
+                    wiring.settings().sessions.retention_days,
+                )
+            ),
         }
     )
+
+
+def _erasure_budget(context: LambdaContext) -> float:
+    """Seconds the erasures may take: at most ERASURE_SECONDS, and never the tick's last ones."""
+    left = context.get_remaining_time_in_millis() / 1000 - TICK_MARGIN_SECONDS
+    return max(0.0, min(float(ERASURE_SECONDS), left))

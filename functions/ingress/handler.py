@@ -1,4 +1,6 @@
-"""Ingress: API Gateway (HTTP API, payload 2.0) → verify → normalize → one inbox write → acknowledge."""
+"""Ingress: API Gateway (HTTP API, payload 2.0) → verify → normalize → one inbox write → acknowledge;
+and e-mail: SES's receipts (read the stored message → normalize → one inbox write) and the sent
+mails' bounces and complaints (EventBridge → the outbox row marked failed)."""
 
 from __future__ import annotations
 
@@ -26,10 +28,28 @@ def _respond(response: HttpResponse) -> dict[str, Any]:
     return {"statusCode": response.status, "headers": response.headers, "body": response.encoded_body()}
 
 
+def _mail(event: dict[str, Any], context: LambdaContext, received_at: float) -> dict[str, Any]:
+    """SES's receipt of an e-mail, or a sent mail's bounce: imported only for them (a webhook's
+    cold start never loads the e-mail code)."""
+    from hermes_gateway.services import mail_ingress
+
+    if mail_ingress.is_receipt(event):
+        return mail_ingress.MailIngress(
+            settings=wiring.settings(),
+            mail=wiring.mail_adapter(),
+            store=wiring.raw_mail_store(),
+            enqueue_once=wiring.inbox().put_once,
+            function_arn=context.invoked_function_arn,
+        ).receive(event, received_at)
+    return {"ok": True, "outcome": mail_ingress.record_feedback(event, report=wiring.report_delivery)}
+
+
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     received_at = time.time()
+    if "Records" in event or event.get("source") == "aws.ses":
+        return _mail(event, context, received_at)
     http = HttpApiEvent.of(event)
     platform = platform_of(http.path_parameters, http.raw_path)
     settings = wiring.settings()
@@ -58,5 +78,6 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         received_at=received_at,
         profile=webhook_route(http.raw_path)[0],
         report_delivery=wiring.report_delivery,
+        serve_mailbox=wiring.serve_mailbox,
     )
     return _respond(response)

@@ -56,11 +56,13 @@ _TABLE_ACTIONS: dict[Access, tuple[str, ...]] = {
     Access.READ_WRITE: tuple(dict.fromkeys(_READ_ACTIONS + _WRITE_ACTIONS)),
     Access.PUT: ("dynamodb:PutItem",),  # the ingress's one write to the inbox
     Access.MARK: ("dynamodb:GetItem", "dynamodb:UpdateItem"),
+    Access.MAILBOX: ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem", "dynamodb:Query"),
     # The stream is read by the event source mapping (_consume_stream); the consumer counts a
     # message's failed attempts on its item.
     Access.CONSUME: ("dynamodb:UpdateItem",),
 }
-_QUERIES = frozenset({Access.READ, Access.WRITE, Access.READ_WRITE})  # the levels granted the indexes too
+# the levels granted the indexes too
+_QUERIES = frozenset({Access.READ, Access.WRITE, Access.READ_WRITE, Access.MAILBOX})
 
 
 @dataclass(frozen=True)
@@ -211,7 +213,7 @@ class GatewayFunction(Construct):
             self._consume_stream(table_spec, table, self.spec.consumes, targets)
         self._configure_async_invokes(targets)
 
-    def _add_environment(self, key: str, value: str) -> None:
+    def add_environment(self, key: str, value: str) -> None:
         self.environment[key] = value
         self.function.add_environment(key, value)
 
@@ -222,7 +224,7 @@ class GatewayFunction(Construct):
         indexes = bool(spec.indexes) and access in _QUERIES
         resources = [table.table_arn] + ([f"{table.table_arn}/index/*"] if indexes else [])
         self.role.add_to_principal_policy(iam.PolicyStatement(actions=list(actions), resources=resources))
-        self._add_environment(spec.env_var, table.table_name)
+        self.add_environment(spec.env_var, table.table_name)
         if indexes:
             acknowledge(
                 self.role,
@@ -281,25 +283,44 @@ class GatewayFunction(Construct):
         if access is not Access.SEND:
             raise ValueError(f"function {self.spec.name}: queue {spec.name} cannot be granted {access.value}")
         self.role.add_to_principal_policy(iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[queue.queue_arn]))
-        self._add_environment(spec.env_var, queue.queue_url)
+        self.add_environment(spec.env_var, queue.queue_url)
 
     def _grant_bucket(self, spec: BucketSpec, bucket: s3.IBucket, access: Access) -> None:
-        """Objects only (no listing, no bucket settings): READ is GetObject, WRITE PutObject."""
+        """Objects (READ is GetObject, WRITE PutObject), never the bucket's settings; ERASE lists
+        the bucket's keys and deletes objects (a person's files, on request); PRESIGN is GetObject
+        and PutObject under `uploads/` (what a forwarder's signed URLs do)."""
         actions = {
             Access.READ: ["s3:GetObject"],
             Access.WRITE: ["s3:PutObject"],
             Access.READ_WRITE: ["s3:GetObject", "s3:PutObject"],
+            Access.ERASE: ["s3:DeleteObject"],
+            Access.PRESIGN: ["s3:GetObject"],
         }.get(access)
         if actions is None:
             raise ValueError(f"function {self.spec.name}: bucket {spec.name} cannot be granted {access.value}")
         self.role.add_to_principal_policy(iam.PolicyStatement(actions=actions, resources=[bucket.arn_for_objects("*")]))
+        if access is Access.PRESIGN:
+            self.role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["s3:PutObject"], resources=[bucket.arn_for_objects("uploads/*")])
+            )
+            acknowledge(
+                self.role,
+                arn_finding(bucket, "/uploads/*"),
+                f"Uploads into the {spec.name} bucket under uploads/ only, through the URLs this function "
+                "signs for a platform's forwarder (a message's files, one random key each).",
+            )
         acknowledge(
             self.role,
             arn_finding(bucket, "/*"),
             f"The {spec.name} bucket's objects, each keyed by profile, session and message: the grant covers only "
-            "that bucket's objects, never its listing or settings.",
+            "that bucket's objects, never its settings.",
         )
-        self._add_environment(spec.env_var, bucket.bucket_name)
+        if access is Access.ERASE:
+            # a session's files are found by their prefix (inbound, their records, outbound copies)
+            self.role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn])
+            )
+        self.add_environment(spec.env_var, bucket.bucket_name)
 
     def _grant_function(self, spec: FunctionSpec, function: lambda_.IFunction, access: Access) -> None:
         if access is not Access.INVOKE:
@@ -308,13 +329,13 @@ class GatewayFunction(Construct):
         self.role.add_to_principal_policy(
             iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=[function.function_arn])
         )
-        self._add_environment(spec.env_var, function.function_arn)
+        self.add_environment(spec.env_var, function.function_arn)
 
     def _grant_event_bus(self, spec: EventBusSpec, bus: events.EventBus, access: Access) -> None:
         if access is not Access.PUT_EVENTS:
             raise ValueError(f"function {self.spec.name}: event bus {spec.name} cannot be granted {access.value}")
         bus.grant_put_events_to(self.role)
-        self._add_environment(spec.env_var, bus.event_bus_name)
+        self.add_environment(spec.env_var, bus.event_bus_name)
 
     def _grant_state_machine(self, spec: StateMachineSpec, machine: sfn.StateMachine, access: Access) -> None:
         if access not in (Access.START, Access.START_DESCRIBE):
@@ -341,7 +362,7 @@ class GatewayFunction(Construct):
                 f"{state_machine_name(self, spec)}:*]",
                 "DescribeExecution on the executions of the one state machine (each named after its turn).",
             )
-        self._add_environment(spec.env_var, arn)
+        self.add_environment(spec.env_var, arn)
 
     def grant_model(self, provider: ProviderSettings) -> None:
         """Amazon Bedrock: InvokeModel on the configured model only (Converse uses that action, and

@@ -9,6 +9,8 @@ plus the web chat page and local-only endpoints:
   `session_id`, `title`, `created_at`, `updated_at` once the first message made one, else null).
 - `GET /local/info`: the agent (provider name and model), the enabled platforms, the version and
   the gateway commands (`name`, `summary`, `everyone`); the page builds its command buttons from it.
+- `POST /local/email`: a raw RFC 822 message, received as SES would (stored in the embedded S3,
+  the ingress invoked with SES's event; `?spf=FAIL` and the like set SES's verdicts); 202.
 - `POST /local/upload`: a file the web chat page attaches (raw body, `Content-Type`, `x-file-name`),
   kept in the media bucket; answers the reference the page sends with its message.
 - `POST /api/sessions` (a named profile's: `POST /p/<profile>/api/sessions`): the session API, with
@@ -263,6 +265,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(405, {"ok": False, "error": "method not allowed"}, {"allow": ", ".join(allowed)})
         elif parts.path == UPLOAD_PATH:
             self._upload()
+        elif parts.path == EMAIL_PATH:
+            self._email(dict(parse_qsl(parts.query)))
         elif method == "POST":
             self._session_api(parts.path)
         else:
@@ -352,6 +356,25 @@ class _Handler(BaseHTTPRequestHandler):
         kind = kind_of_mime(mime)
         self._json(200, {"upload_id": upload_id, "name": name, "mime": mime, "size": len(data), "kind": kind})
 
+    def _email(self, query: dict[str, str]) -> None:
+        """A raw RFC 822 message, received as SES's receipt rule would receive it: stored in the
+        embedded S3 and handed to the ingress function asynchronously (hermes_local.ses); the query
+        may set SES's verdicts (`?spf=FAIL&virus=FAIL`, to try a refusal). 202 with its SES id."""
+        from hermes_local.ses import parse_verdicts
+
+        if not self._page_token_ok():
+            return
+        body = self._body()
+        if body is None:
+            return
+        try:
+            verdicts = parse_verdicts([f"{k}={v}" for k, v in query.items()])
+            ses_id = self.server.gateway.receive_email(body, verdicts)
+        except ValueError as exc:
+            self._json(400, {"ok": False, "error": str(exc)})
+            return
+        self._json(202, {"ok": True, "ses_message_id": ses_id})
+
     def _session_api(self, path: str) -> None:
         """The session API as deployed (a named profile's at `/p/<profile>/api/sessions`), with local
         mode's bearer token in place of IAM signing."""
@@ -397,11 +420,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 # The front's own endpoints and their methods (the session API and the webhooks are routed apart).
 UPLOAD_PATH = "/local/upload"
+EMAIL_PATH = "/local/email"  # a raw e-mail, received as SES would (POST, raw RFC 822 body)
 _ROUTES: dict[str, tuple[str, ...]] = {
     path: ("GET",)
     for path in ("/", "/index.html", "/local/health", "/local/events", "/local/outbox", "/local/session", "/local/info")
 }
 _ROUTES[UPLOAD_PATH] = ("POST",)
+_ROUTES[EMAIL_PATH] = ("POST",)
 _SESSION_API_ROUTE = re.compile(r"^(?:/p/([a-z][a-z0-9_]{0,29}))?" + re.escape(SESSION_API_PATH) + "$")
 
 

@@ -174,17 +174,16 @@ def local_settings_env(config_path: Path | None, environ: dict[str, str]) -> tup
         enabled_path = f"platforms.{spec.name}.enabled"
         if enabled_path not in explicit and spec.verify_env and all(environ.get(n) for n in spec.verify_env):
             env[f"{spec.name.upper()}_ENABLED"] = "true"
-    access_paths = {
-        "platforms.telegram.allowed_users",
-        "platforms.telegram.allow_all_users",
-        "access.allowed_users",
-        "access.allow_all_users",
+    access_paths = {"access.allowed_users", "access.allow_all_users"} | {
+        f"platforms.{spec.name}.{attr}" for spec in catalog.CATALOG for attr in ("allowed_users", "allow_all_users")
     }
+    # (the web chat page allows everyone by its own default, which says nothing of the others)
+    access_paths -= {"platforms.webchat.allowed_users", "platforms.webchat.allow_all_users"}
     if not access_paths & explicit:
         env["GATEWAY_ALLOW_ALL_USERS"] = "true"
         notices.append(
             "no allowlist configured: local mode allows EVERY user "
-            "(set TELEGRAM_ALLOWED_USERS or GATEWAY_ALLOWED_USERS to restrict)"
+            "(set TELEGRAM_ALLOWED_USERS, EMAIL_ALLOWED_USERS or GATEWAY_ALLOWED_USERS to restrict)"
         )
     settings: Settings = load_settings(env=env, config=config, source=source)
     return settings_env(settings), notices
@@ -274,6 +273,28 @@ class LocalGateway:
         """Each named profile's enabled platforms (its webhooks are `/p/<profile>/webhooks/<platform>`)."""
         return profile_platforms(self.settings) if self.settings is not None else {}
 
+    def email_address(self) -> str | None:
+        """The address e-mail is received at, when e-mail is on (the deployment's own profile)."""
+        chosen = self.settings.platform("email") if self.settings is not None else None
+        return str(chosen.options["address"]).lower() if chosen is not None else None
+
+    def receive_email(self, raw: bytes, verdicts: dict[str, str] | None = None) -> str:
+        """A raw RFC 822 message received as SES would (hermes_local.ses); its SES message id."""
+        from hermes_gateway.resources import MEDIA, function
+        from hermes_local.ses import receive
+
+        address = self.email_address()
+        if address is None:
+            raise ValueError("e-mail is not enabled (EMAIL_ENABLED and EMAIL_ADDRESS)")
+        return receive(
+            raw,
+            bucket=os.environ[MEDIA.env_var],
+            function_arn=os.environ[function("ingress").env_var],
+            address=address,
+            verdicts=verdicts,
+            region=REGION,
+        )
+
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
@@ -359,6 +380,11 @@ class LocalGateway:
         _, resource_env = create_resources(REGION, PREFIX)
         os.environ.update(resource_env)
         wiring.reset()
+        if self.email_address():
+            from hermes_gateway.platforms.email import domain_of
+            from hermes_local.ses import prepare_sending
+
+            prepare_sending(domain_of(self.settings.platforms["email"].options), self.settings.stage, REGION)
         queue_urls = {q.name: resource_env[q.env_var] for q in QUEUES}
         self.asynchronous.dead_letter_urls.update(
             {f"{PREFIX}-{spec.name}": queue_urls[spec.dead_letters] for spec in FUNCTIONS if spec.dead_letters}
@@ -384,6 +410,8 @@ class LocalGateway:
                 "resources": resource_env,
                 # `hermes-gateway sessions --local` (the state file is the user's own, under ~/.cache)
                 "session_api": {"url": f"{self.url}/api/sessions", "token": self.local_secrets["SESSION_API_TOKEN"]},
+                # `hermes-gateway email receive --local`: the address the receipt rule is for
+                "email_address": self.email_address(),
             },
             self.port,
         )
@@ -481,6 +509,15 @@ class LocalGateway:
                 if row.media and store is not None:
                     found["media"] = [{**m, "reference": store.url(m["key"], LINK_SECONDS)} for m in row.media]
                 rows.append(found)
+        mailed = {str(r.get("platform_message_id")) for r in rows if r.get("platform") == "email"}
+        if mailed:  # an e-mail's headers, as the embedded SES sent it (a mail client threads by them)
+            from hermes_local.ses import sent_mail
+
+            headers = sent_mail(mailed)
+            for found in rows:
+                sent_as = str(found.get("platform_message_id"))
+                if found.get("platform") == "email" and sent_as in headers:
+                    found["email"] = headers[sent_as]
         return rows
 
     def stop(self) -> None:

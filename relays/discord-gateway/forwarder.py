@@ -99,6 +99,12 @@ def relay_payload(message: Any, *, bot_user_id: str, forward_bots: bool = False)
     }
     if reference is not None and getattr(reference, "message_id", None) is not None:
         payload["reply_to_message_id"] = str(reference.message_id)
+        # The answered message as Discord sent it along (`referenced_message`), when it did: the
+        # gateway quotes it to the model (a deleted one has no content).
+        replied = getattr(reference, "resolved", None)
+        content = getattr(replied, "content", None)
+        if isinstance(content, str) and content.strip():
+            payload["reply_to_text"] = content[:2000]
     return payload
 
 

@@ -7,7 +7,9 @@ same routes the stores write) and raises AssertionError on a breach."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+from hermes_gateway.adapters.dynamo_table import Update
 from hermes_gateway.domain.limits import Counted, Counts, Owner, UsageBook, periods
 from hermes_gateway.domain.ports import SessionStores
 from hermes_gateway.domain.sessions import SessionTally
@@ -88,6 +90,36 @@ def check_a_limit_window_is_told_once(make: Make) -> None:
     assert book.tell(BO, "messages_per_minute@1", today)  # another user
     assert book.tell(AL, "messages_per_minute@2", today)  # the next window
     assert not book.tell(AL, "messages_per_minute@2", today)
+
+
+def check_what_is_kept_of_a_user_is_exported_and_forgotten(make: Make) -> None:
+    # Given Al's counters on his DM and on a shared group route where another user counts too
+    book, stores = make()
+    today = periods(T0)
+    _counted_message(stores, DM, "agent:main:telegram:dm:99", "e1", T0)
+    _counted_message(stores, GROUP, "agent:main:telegram:group:-5", "e2", T0 + 1)
+    other = Owner("telegram", "43", "9f9f9f9f")
+    edits: Any = stores.edits
+    edits.t.routes.update({"session_key": "agent:main:telegram:group:-5"}, Update().set(f"uq{other.spender}", [1]))
+    for key in ("agent:main:telegram:dm:99", "agent:main:telegram:group:-5"):
+        book.note_used(AL, key, today)
+    book.tell(AL, "messages_per_minute@1", today)
+    book.note_used(other, "agent:main:telegram:group:-5", today)
+    # When what is kept of him is read, then it is all there
+    held = book.held(AL)
+    assert sorted(s["session_key"] for s in held["sessions_used"]) == [
+        "agent:main:telegram:dm:99", "agent:main:telegram:group:-5",
+    ]  # fmt: skip
+    assert held["told_window"] == "messages_per_minute@1"
+    assert held["counters"]["agent:main:telegram:group:-5"]["messages"]["minute_messages"] == 1
+    # When he is forgotten: his counters leave both routes, his records go; the other user's stay
+    assert book.forget(AL) == 2 + 3
+    keys = ["agent:main:telegram:dm:99", "agent:main:telegram:group:-5"]
+    assert book.ledgers(keys, AL.spender) == [] and book.told(AL) is None
+    assert book.activity(AL, today).days == {} and book.held(AL)["sessions_used"] == []
+    assert [ledger.counts for ledger in book.ledgers(keys, other.spender)] != []
+    assert book.activity(other, today).days == {"agent:main:telegram:group:-5": today.day}
+    assert book.forget(AL) == 0
 
 
 CHECKS = [value for name, value in sorted(globals().items()) if name.startswith("check_")]

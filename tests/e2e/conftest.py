@@ -7,6 +7,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -85,6 +86,28 @@ def telegram_update(
         message["message_thread_id"] = thread_id
         message["is_topic_message"] = True
     return {"update_id": update_id, "message": message}
+
+
+@contextmanager
+def inbox_writes() -> Iterator[list[dict[str, Any]]]:
+    """Every envelope the ingress writes to the inbox while inside (a duplicate, not written, is not
+    in it): what a bad request must not add."""
+    from hermes_gateway.adapters.dynamo_inbox import DynamoInbox
+
+    written: list[dict[str, Any]] = []
+    original = DynamoInbox.put_once
+
+    def put_once(inbox: Any, envelope: dict[str, Any]) -> bool:
+        done = original(inbox, envelope)
+        if done:
+            written.append(envelope)
+        return done
+
+    DynamoInbox.put_once = put_once  # type: ignore[method-assign]
+    try:
+        yield written
+    finally:
+        DynamoInbox.put_once = original  # type: ignore[method-assign]
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from tests.e2e.conftest import Client, telegram_update
 
 pytestmark = pytest.mark.e2e
 
-COMMANDS = ["local", "pairing", "outbox", "webhooks", "secrets", "send", "deploy", "config", "logs"]
+COMMANDS = ["local", "pairing", "outbox", "webhooks", "secrets", "send", "deploy", "config", "logs", "users"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

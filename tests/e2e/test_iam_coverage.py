@@ -3,10 +3,16 @@
 Local mode runs the handlers with moto, which checks no permissions, so a call a function needs and
 its role lacks would first fail in the cloud (AccessDenied after `cdk deploy`). Here local mode is
 driven through the paths a deployment meets (answered messages, a busy chat, commands, pairing, the
-session API, the every-minute tick); the bench meter attributes each botocore call to the function
-invocation that made it; each call becomes the IAM actions and resources AWS would authorize it as
-(a transaction: one action per item, on the item's table; a query on an index: the index's ARN);
-and each must be allowed by a statement of that function's role in the synthesized stack.
+Signal forwarder's calls on its mailbox, the session API, the every-minute tick); the bench meter
+attributes each botocore call to the function invocation that made it; each call becomes the IAM
+actions and resources AWS would authorize it as (a transaction: one action per item, on the item's
+table; a query on an index: the index's ARN); and each must be allowed by a statement of that
+function's role in the synthesized stack.
+
+E-mail is driven too: a message with an attachment received as SES would deliver it (the
+ingress reads the stored message, the agent reads the attachment's range and stores it), one
+refused (its stored copy deleted), the answers sent through SES v2 from the configured address,
+and a bounce marking an answer's outbox row failed.
 
 What this does not reach: SSM (local mode's secrets are environment variables; the secret paths
 are checked in tests/infra), a file's download (no bot token: the photo's PrepareMedia task
@@ -16,6 +22,7 @@ reports (their tables are reached by the tick and other tests' functions, not he
 
 from __future__ import annotations
 
+import base64
 import fnmatch
 import json
 import os
@@ -27,7 +34,8 @@ from typing import Any
 import pytest
 
 from bench.meter import Meter, resource_name
-from hermes_gateway.resources import FUNCTIONS
+from hermes_gateway.platforms.standard_webhook import sign
+from hermes_gateway.resources import FUNCTIONS, MEDIA
 from hermes_gateway.settings import load_settings
 from tests.e2e.conftest import Client, telegram_update
 
@@ -35,8 +43,11 @@ pytestmark = pytest.mark.e2e
 
 # botocore's service names and the IAM action prefix, where they differ; operations whose IAM
 # action has another name
-IAM_PREFIX = {"stepfunctions": "states"}
+IAM_PREFIX = {"stepfunctions": "states", "sesv2": "ses"}
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "email"
+ADDRESS = "hermes@example.com"  # the synthesized stack's e-mail address (tests/infra/conftest.py)
 IAM_ACTION = {("lambda", "Invoke"): "InvokeFunction"}
+S3_BUCKET_ACTIONS = frozenset({"ListObjectsV2"})  # authorized on the bucket (s3:ListBucket); the others on objects
 TRANSACT_ACTION = {
     "Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem",
 }  # fmt: skip
@@ -47,6 +58,15 @@ Need = tuple[str, str, str]  # function, IAM action, the resource: a logical nam
 def needs(function: str, service: str, operation: str, params: dict[str, Any]) -> list[Need]:
     """The (function, action, resource) triples AWS authorizes one call as."""
     prefix = IAM_PREFIX.get(service, service)
+    if service == "s3":  # the media bucket itself (a listing), or an object of it, by its key
+        if operation in S3_BUCKET_ACTIONS:
+            return [(function, "s3:ListBucket", MEDIA.name)]
+        if operation == "DeleteObjects":  # s3:DeleteObject on each key
+            objects = (params.get("Delete") or {}).get("Objects") or ()
+            return [(function, "s3:DeleteObject", f"{MEDIA.name}/{o['Key']}") for o in objects]
+        return [(function, f"s3:{operation}", f"{MEDIA.name}/{params.get('Key', '')}")]
+    if service == "sesv2":  # a mail sent from an address: its identity (and the From condition)
+        return [(function, f"ses:{operation}", f"from/{params.get('FromEmailAddress', '')}")]
     if operation in ("TransactWriteItems", "TransactGetItems"):
         found = []
         for item in params.get("TransactItems") or ():
@@ -107,6 +127,7 @@ def drive(client: Client, meter: PermissionMeter, tmp_path: Path) -> None:
     photo["message"]["photo"] = [{"file_id": "p1", "file_unique_id": "u1", "width": 90, "height": 90, "file_size": 900}]
     assert client.telegram(photo)[0] == 200
     assert client.gateway.wait_idle(timeout=30)
+    signal_forwarder(client)
     token = client.gateway.local_secrets["SESSION_API_TOKEN"]
 
     def api(body: dict[str, Any]) -> dict[str, Any]:
@@ -125,7 +146,72 @@ def drive(client: Client, meter: PermissionMeter, tmp_path: Path) -> None:
          "title": "renamed", "revision": created["revision"]})  # fmt: skip
     client.gateway.run_schedule("expiry")  # the tick: leases, due jobs, expired sessions
     assert client.gateway.wait_idle(timeout=30)
+    drive_email(client)
+    # a user's data on request: /forget, its confirmation, and the tick that erases it (a file of
+    # their DM session in the bucket, put there by no function, for the erasure to delete)
+    say("/forget")
+    say("/forget confirm")
+    assert client.gateway.wait_idle(timeout=30)
+    _put_file_of(client, "agent:main:telegram:dm:99")
+    client.gateway.run_schedule("expiry")
+    assert client.gateway.wait_idle(timeout=30)
     time.sleep(0.5)  # the last invocations' events flushed
+
+
+def drive_email(client: Client) -> None:
+    """A mail with a PNG answered (stored message read, attachment range read and stored, answer
+    sent), a spam refused (its copy deleted), a bounce of the answer recorded."""
+    from hermes_gateway.platforms.email import delivery_tag
+
+    headers = {"x-hermes-local-token": client.gateway.local_secrets["WEBCHAT_TOKEN"]}
+    for query in ("", "?spam=FAIL"):
+        status, _ = client.request(
+            "POST", "/local/email" + query, (FIXTURES / "04_attachment_png.eml").read_bytes(), headers
+        )
+        assert status == 202
+    assert client.gateway.wait_idle(timeout=30)
+    (answer,) = client.wait_outbox(1, platform="email")
+    bounce = json.loads((FIXTURES / "ses_eventbridge_bounce_reconstructed.json").read_text())
+    bounce["detail"]["mail"]["messageId"] = answer["platform_message_id"]
+    bounce["detail"]["mail"]["tags"]["hermes-delivery"] = [delivery_tag(answer["delivery_id"])]
+    assert client.gateway.functions.invoke("ingress", bounce)["outcome"] == "reported"
+
+
+def _put_file_of(client: Client, session_key: str) -> None:
+    import boto3
+
+    from hermes_gateway import wiring
+
+    route = wiring.session_stores().routes.get(session_key)
+    assert route is not None
+    bucket = wiring.bindings().buckets[MEDIA.name]
+    boto3.client("s3", region_name=wiring.region()).put_object(
+        Bucket=bucket, Key=f"default/{route.session_id}/9-0", Body=b"x"
+    )
+
+
+SIGNAL_SECRET = "whsec_" + base64.b64encode(b"iam-coverage-signal-relay-secret").decode()
+
+
+def signal_forwarder(client: Client) -> None:
+    """What the Signal forwarder does: a message, its files' upload URLs, the reply collected from
+    the mailbox and reported sent (the ingress's queries and updates of the outbox)."""
+    from tests.fakes.webhook_signers import signal_payload
+
+    def call(path: str, body: bytes) -> dict[str, Any]:
+        ts = str(int(time.time()))
+        headers = {"content-type": "application/json", "webhook-id": f"msg_iam_{path}_{ts}", "webhook-timestamp": ts}
+        headers["webhook-signature"] = sign(SIGNAL_SECRET, headers["webhook-id"], ts, body)
+        status, answer = client.request("POST", "/webhooks/signal" + path, body, headers)
+        assert status == 200, (path, answer)
+        return dict(answer)
+
+    call("", signal_payload(1, "+15555550123"))
+    call("/uploads", json.dumps({"files": [{"id": "a.jpg", "size": 10, "content_type": "image/jpeg"}]}).encode())
+    assert client.gateway.wait_idle(timeout=30)
+    letters = call("/outbox", b"{}")["letters"]
+    assert len(letters) == 1
+    call("/outbox", json.dumps({"reports": [{"id": letters[0]["id"], "status": "sent", "timestamp": 1}]}).encode())
 
 
 def allows(statement: dict[str, Any], action: str, resource: str, identifiers: dict[str, tuple[str, ...]]) -> bool:
@@ -137,7 +223,14 @@ def allows(statement: dict[str, Any], action: str, resource: str, identifiers: d
         return False
     resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
     name, _, index = resource.partition("/")
+    if name == "from":  # SES: the sender's identity (its address or domain), and the From condition
+        wanted = {f"identity/{index}", f"identity/{index.rpartition('@')[2]}"}
+        condition = (statement.get("Condition") or {}).get("StringEquals", {}).get("ses:FromAddress")
+        named = any(w in json.dumps(granted) for granted in resources for w in wanted)
+        return named and condition in (None, index)
     marks = identifiers.get(name, ())
+    if name == MEDIA.name:
+        return _allows_media(resources, index, marks)
     for granted in resources:
         if granted == "*":
             return True
@@ -150,6 +243,21 @@ def allows(statement: dict[str, Any], action: str, resource: str, identifiers: d
         elif "/index/" not in text:
             return True
     return False
+
+
+def _allows_media(resources: list[Any], key: str, marks: tuple[str, ...]) -> bool:
+    """A grant on the media bucket itself (its ARN: a listing, `key` empty) or on its objects (the
+    grant's key pattern, `<bucket ARN>/<pattern>`, must match `key`)."""
+    named = [granted for granted in resources if any(mark in json.dumps(granted) for mark in marks)]
+    if not key:
+        return any(not _key_pattern(granted) for granted in named)
+    return any(_key_pattern(granted) and fnmatch.fnmatchcase("/" + key, _key_pattern(granted)) for granted in named)
+
+
+def _key_pattern(granted: Any) -> str:
+    """The object part of a bucket grant: `/*` of `{"Fn::Join": ["", [<bucket ARN>, "/*"]]}`."""
+    parts = granted.get("Fn::Join", ["", []])[1] if isinstance(granted, dict) else []
+    return next((p for p in reversed(parts) if isinstance(p, str)), "")
 
 
 FIXED_NAMES = ("TableName", "QueueName", "StateMachineName", "FunctionName", "Name")
@@ -177,11 +285,13 @@ def resource_identifiers(resources: dict[str, Any]) -> dict[str, tuple[str, ...]
             ids.update({b.name: logical_id for b in BUCKETS if logical_id.lower().startswith(b.name)})
         elif kind == "AWS::Lambda::Function":
             ids[resource["Properties"]["Environment"]["Variables"]["HERMES_FUNCTION"]] = logical_id
+        elif kind == "AWS::S3::Bucket" and logical_id.startswith("Mediamedia"):
+            ids["media"] = logical_id
     found = {}
     for name, logical_id in ids.items():
         properties = resources[logical_id].get("Properties", {})
         fixed = [properties[p] for p in FIXED_NAMES if isinstance(properties.get(p), str)]
-        found[name] = (f'"{logical_id}"', *(f":{n}\"" for n in fixed), *(f"/{n}\"" for n in fixed))
+        found[name] = (f'"{logical_id}"', *(f':{n}"' for n in fixed), *(f'/{n}"' for n in fixed))
     return found
 
 
@@ -190,7 +300,14 @@ def test_every_call_a_function_makes_is_allowed_by_its_deployed_role(
 ) -> None:
     # Given local mode with an allowlist and DM pairing, driven through a deployment's paths
     client = start_gateway(
-        TELEGRAM_ALLOWED_USERS="42", TELEGRAM_UNAUTHORIZED_DM="pair", HERMES_LOCAL_STATE=str(tmp_path / "state.json")
+        TELEGRAM_ALLOWED_USERS="42",
+        TELEGRAM_UNAUTHORIZED_DM="pair",
+        HERMES_LOCAL_STATE=str(tmp_path / "state.json"),
+        EMAIL_ENABLED="true",
+        EMAIL_ADDRESS=ADDRESS,
+        EMAIL_ALLOWED_USERS="*@example.com",
+        SIGNAL_RELAY_SECRET=SIGNAL_SECRET,
+        SIGNAL_ALLOWED_USERS="+15555550123",
     )
     drive(client, metered, tmp_path)
     called = {function for function, _, _ in metered.needed}
@@ -278,4 +395,21 @@ def test_the_check_refuses_a_call_the_role_lacks() -> None:
     ]
     assert needs("agent", "lambda", "Invoke", {"FunctionName": "hermes-local-delivery"}) == [
         ("agent", "lambda:InvokeFunction", "delivery")
+    ]
+    # A bucket's objects and the bucket itself are granted apart: listing needs the bucket's ARN
+    bucket = {"Fn::GetAtt": ["MediamediaCCCC", "Arn"]}
+    objects = {"Fn::Join": ["", [bucket, "/*"]]}
+    marks = {"media": ('"MediamediaCCCC"',)}
+    on_objects = {"Effect": "Allow", "Action": ["s3:DeleteObject", "s3:ListBucket"], "Resource": [objects]}
+    assert allows(on_objects, "s3:DeleteObject", "media/default/s1/1-0", marks)
+    assert not allows(on_objects, "s3:ListBucket", "media", marks)
+    on_bucket = {"Effect": "Allow", "Action": ["s3:DeleteObject", "s3:ListBucket"], "Resource": [bucket]}
+    assert allows(on_bucket, "s3:ListBucket", "media", marks)
+    assert not allows(on_bucket, "s3:DeleteObject", "media/default/s1/1-0", marks)
+    deleting = {"Bucket": "hermes-local-media", "Delete": {"Objects": [{"Key": "default/s1/1-0"}, {"Key": "d/s/2"}]}}
+    assert needs("expiry", "s3", "DeleteObjects", deleting) == [
+        ("expiry", "s3:DeleteObject", "media/default/s1/1-0"), ("expiry", "s3:DeleteObject", "media/d/s/2"),
+    ]  # fmt: skip
+    assert needs("expiry", "s3", "ListObjectsV2", {"Bucket": "hermes-local-media"}) == [
+        ("expiry", "s3:ListBucket", "media")
     ]

@@ -32,6 +32,8 @@ import pytest
 
 from hermes_local.runtime import LocalGateway
 from tests.e2e.conftest import BASE_ENV, Client
+from tests.fakes.bluebubbles_server import FIXTURES as BLUEBUBBLES_FIXTURES
+from tests.fakes.bluebubbles_server import FakeBlueBubbles
 from tests.fakes.feishu_server import FakeFeishu
 from tests.fakes.google_server import FakeGoogle
 from tests.fakes.loopback import ScriptedAnswer
@@ -44,6 +46,7 @@ from tests.fakes.webhook_signers import (
     Keys,
     Request,
     Sign,
+    bluebubbles_sign,
     discord_sign,
     environment,
     feishu_sign,
@@ -106,6 +109,7 @@ class World:
     teams: FakeBotFramework
     google: FakeGoogle
     feishu: FakeFeishu
+    bluebubbles: FakeBlueBubbles
     numbers: Iterator[int]
 
     def signed(self, signer: Callable[[Sign, int, bytes], Request], n: int, body: bytes) -> Request:
@@ -136,10 +140,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         FakeBotFramework(keys=[keys.teams.jwk(endorsements=["msteams"])]),
         FakeGoogle(keys=[keys.google.jwk(alg="RS256")]),
         FakeFeishu(chats={"oc_p2p"}),
+        FakeBlueBubbles(),
     ]
     for fake in fakes:
         fake.start()
-    openai, speech, host, telegram, teams, google, feishu = fakes
+    openai, speech, host, telegram, teams, google, feishu, bluebubbles = fakes
     host.files["/cat.png"] = file(PNG, "image/png")
     slack = api({"ok": True, "ts": "1700000001.000100", "channel": "D1"})
     whatsapp = api({"messaging_product": "whatsapp", "messages": [{"id": "wamid.out"}]})
@@ -189,6 +194,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         "FEISHU_APP_SECRET": feishu.app_secret,
         "MATTERMOST_BOT_TOKEN": credential("mm", "media", "e2e"),
         "MATTERMOST_API_BASE_URL": mattermost.base_url,
+        "BLUEBUBBLES_PASSWORD": bluebubbles.password,
+        "BLUEBUBBLES_SERVER_URL": bluebubbles.base_url,
         # These tests hold each platform's message shapes without streaming (tested on its own in
         # tests/integration/test_streaming.py): a model answering after first_after on a slow run
         # would stream the text, and the file would then carry no caption.
@@ -198,7 +205,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     try:
         yield World(
             Client(local), keys, openai, speech, host, telegram, slack, whatsapp, discord, line, twilio, matrix,
-            mattermost, teams, google, feishu, iter(range(1, 1_000_000)),
+            mattermost, teams, google, feishu, bluebubbles, iter(range(1, 1_000_000)),
         )  # fmt: skip
     finally:
         local.wait_idle()
@@ -430,6 +437,22 @@ def mattermost_inbound(w: World, kind: str, n: int, data: bytes) -> Inbound:
     return Inbound(w.signed(mattermost_sign, n, urllib.parse.urlencode(params).encode()), fetches)
 
 
+def bluebubbles_inbound(w: World, kind: str, n: int, data: bytes) -> Inbound:
+    # The server hands a voice note (CAF) over converted (MP3 there; the fake serves it as it is)
+    uti, mime, name = {
+        "image": ("public.jpeg", "image/jpeg", "IMG_0421.jpeg"),
+        "voice": ("com.apple.coreaudio-format", "audio/x-caf", "Audio Message.caf"),
+        "document": ("com.adobe.pdf", "application/pdf", "report.pdf"),
+    }[kind]
+    guid = f"at_0_MEDIA-{n:08d}"
+    w.bluebubbles.attachments[guid] = (data, "audio/ogg" if kind == "voice" else mime)
+    event = json.loads((BLUEBUBBLES_FIXTURES / "new_message_attachment_image.json").read_text())
+    event["data"].update(guid=f"MEDIA000-0000-4000-8000-{n:012d}", dateCreated=int(time.time() * 1000))
+    event["data"]["attachments"] = [{**event["data"]["attachments"][0], "guid": guid, "uti": uti, "mimeType": mime,
+                                     "transferName": name, "totalBytes": len(data)}]  # fmt: skip
+    return Inbound(w.signed(bluebubbles_sign, n, _json(event)), lambda: w.bluebubbles.downloads[guid])
+
+
 # --- each platform: what its fake received for the MEDIA answer --------------------------------
 
 
@@ -534,6 +557,16 @@ def mattermost_outbound(w: World) -> list[Any]:
     return list(w.mattermost.requests)
 
 
+def bluebubbles_outbound(w: World) -> list[Any]:
+    """The text first, as its own message (iMessage gives a file no caption), then the file."""
+    [sent] = wait_for(lambda: [m for m in w.bluebubbles.posted() if m.get("attachment") == PNG])
+    assert sent["name"] == "cat.png" and sent["chatGuid"] == "iMessage;-;+15555550123"
+    posted = w.bluebubbles.posted()
+    [text] = [n for n, m in enumerate(posted) if m.get("text") == "here it is"]
+    assert text == posted.index(sent) - 1
+    return list(w.bluebubbles.requests)
+
+
 def linked(text: str) -> bool:
     """A text naming the stored file by a link whose bytes are the file's."""
     if not text.startswith("here it is") or "\U0001f4ce cat.png: " not in text:
@@ -578,6 +611,7 @@ CASES = {
     "matrix": Case(matrix_inbound, ALL, matrix_outbound),
     "feishu": Case(feishu_inbound, ALL, feishu_outbound, native=False),
     "mattermost": Case(mattermost_inbound, ("image", "document"), mattermost_outbound),  # files only
+    "bluebubbles": Case(bluebubbles_inbound, ALL, bluebubbles_outbound),
 }
 
 

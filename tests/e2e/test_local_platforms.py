@@ -36,6 +36,7 @@ SECRETS = {
     "FEISHU_ENCRYPT_KEY": "feishu-encrypt-key",
     "FEISHU_VERIFICATION_TOKEN": "feishu-verification",
     "MATTERMOST_OUTGOING_TOKEN": "mattermost-token",
+    "BLUEBUBBLES_WEBHOOK_SECRET": "bluebubbles-secret",
 }
 Request = tuple[str, bytes, dict[str, str]]  # path, body, headers
 
@@ -132,6 +133,16 @@ def mattermost(n: int, host: str, forged: bool) -> Request:
     )
 
 
+def bluebubbles(n: int, host: str, forged: bool) -> Request:
+    from tests.fakes.bluebubbles_server import FIXTURES
+
+    event = json.loads((FIXTURES / "new_message_dm_text.json").read_text())
+    event["data"].update(guid=f"E2E-PLATFORMS-{n}", text="hello imessage", dateCreated=int(time.time() * 1000))
+    secret = SECRETS["BLUEBUBBLES_WEBHOOK_SECRET"] if not forged else "nope"
+    path = "/webhooks/bluebubbles?" + urllib.parse.urlencode({"password": secret})
+    return path, json.dumps(event).encode(), {"content-type": "application/json"}
+
+
 RELAYED = {
     "platform": "signal",
     "event_id": "sig-1",
@@ -148,6 +159,7 @@ PLATFORMS: dict[str, tuple[Callable[[int, str, bool], Request], str]] = {
     "matrix": (matrix, "!room:example.org"),
     "feishu": (feishu, "oc_1"),
     "mattermost": (mattermost, "ch1"),
+    "bluebubbles": (bluebubbles, "iMessage;-;+15555550123"),
 }
 
 

@@ -139,3 +139,15 @@ class FakePairingStore:
     def clear_pending(self, platform: str) -> int:
         with self._lock:
             return len(self.slots.pop(platform, {}))
+
+    def forget_user(self, platform: str, user_id: str) -> int:
+        with self._lock:
+            removed = int(self.approvals.pop((platform, user_id), None) is not None)
+            slots = self.slots.get(platform, {})
+            for number in [n for n, slot in slots.items() if slot.code.user_id == user_id]:
+                del slots[number]
+                removed += 1
+            # the request window is one item in the table: its three times together
+            window = [w.pop((platform, user_id), None) for w in (self.last_request_at, self.held_since,
+                                                                  self.told_try_later_at)]  # fmt: skip
+            return removed + int(any(value is not None for value in window))

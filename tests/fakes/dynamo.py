@@ -281,10 +281,11 @@ def _apply(text: str, names: dict[str, str], values: dict[str, Any], item: dict[
 class MemoryDynamo:
     """The DynamoDB client calls the session adapters make, on tables held in memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, scan_page_items: int = 100) -> None:
         self._tables: dict[str, _Table] = {}
         self._lock = threading.RLock()
         self.calls: list[str] = []  # operation names, in order (for tests that count calls)
+        self.scan_page_items = scan_page_items  # a Scan page's items (DynamoDB's page is 1 MB read)
 
     def create_table(
         self, name: str, partition: str, sort: str | None = None, **indexes: tuple[str, str | None]
@@ -383,6 +384,23 @@ class MemoryDynamo:
             out["LastEvaluatedKey"] = _encode({"__position": position + limit})
         return out
 
+    def scan(self, TableName: str, **kwargs: Any) -> dict[str, Any]:
+        """A page of `scan_page_items` items in storage order, filtered after the page is read
+        (as DynamoDB filters after reading), with a `LastEvaluatedKey` while items are left."""
+        self.calls.append("Scan")
+        table = self._tables[TableName]
+        names, values = kwargs.get("ExpressionAttributeNames", {}), _decode(kwargs.get("ExpressionAttributeValues", {}))
+        start = kwargs.get("ExclusiveStartKey")
+        position = int(_decode(start)["__position"]) if start is not None else 0
+        with self._lock:
+            every = [copy.deepcopy(item) for item in table.items.values()]
+        page = every[position : position + self.scan_page_items]
+        kept = [item for item in page if _holds(kwargs.get("FilterExpression"), names, values, item)]
+        out: dict[str, Any] = {"Items": [_encode(i) for i in kept], "Count": len(kept), "ScannedCount": len(page)}
+        if position + len(page) < len(every):
+            out["LastEvaluatedKey"] = _encode({"__position": position + len(page)})
+        return out
+
     def transact_write_items(self, TransactItems: list[dict[str, Any]]) -> dict[str, Any]:
         self.calls.append("TransactWriteItems")
         with self._lock:
@@ -464,7 +482,7 @@ def session_tables_client() -> MemoryDynamo:
     """The routes, sessions and messages tables with their indexes, as resources.py declares them."""
     from hermes_gateway.resources import MESSAGES, ROUTES, SESSIONS
 
-    client = MemoryDynamo()
+    client = MemoryDynamo(scan_page_items=5)  # small Scan pages: a test's few rows span several
     for spec in (ROUTES, SESSIONS, MESSAGES):
         indexes = {i.name: (i.partition.name, i.sort.name if i.sort else None) for i in spec.indexes}
         client.create_table(spec.name, spec.partition.name, spec.sort.name if spec.sort else None, **indexes)

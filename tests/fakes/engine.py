@@ -113,9 +113,10 @@ class Engine:
             setattr(deps, name, value)
         return deps
 
-    def send(self, text: str, event: str, source: SessionSource = ALICE) -> RouteOutcome:
+    def send(self, text: str, event: str, source: SessionSource = ALICE, **fields: Any) -> RouteOutcome:
+        """Route a message (`fields`: more of the InboundMessage, as a platform's adapter fills it)."""
         access = Access(FakePairingStore(), self.replies, self.router_events, replies_ahead=self.replies_ahead)
-        message = InboundMessage(source=source, text=text, event_id=event, received_at=self.clock)
+        message = InboundMessage(source=source, text=text, event_id=event, received_at=self.clock, **fields)
         return route_message(
             message, settings=self.settings, stores=self.stores, starter=self.starter, access=access, now=self.clock
         )

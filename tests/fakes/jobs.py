@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from hermes_gateway.domain.cron import (
-    DELIVERY_FAILED,
+    DELIVERY_FAILURES,
     PAUSED,
     RETIRED,
     SCHEDULED,
@@ -81,6 +81,13 @@ class FakeJobStore:
         with self._lock:
             return self.jobs.pop(job_id, None) is not None
 
+    def disown(self, job_id: str) -> bool:
+        with self._lock:
+            if job_id not in self.jobs:
+                return False
+            self.jobs[job_id] = replace(self.jobs[job_id], creator=None)
+            return True
+
     def claim_due(self, now: float, limit: int, plan: Callable[[Job, float], Advance]) -> builtins.list[Claim]:
         with self._lock:
             self.due_queries += 1
@@ -122,8 +129,8 @@ class FakeJobStore:
             job = self.jobs.get(job_id)
             if job is None:
                 return False
-            failed_already = self.delivery_run.get(job_id) == run_id and job.last_delivery_status == DELIVERY_FAILED
-            if status != DELIVERY_FAILED and failed_already:
+            failed_already = self.delivery_run.get(job_id) == run_id and job.last_delivery_status in DELIVERY_FAILURES
+            if status not in DELIVERY_FAILURES and failed_already:
                 return False
             self.delivery_run[job_id] = run_id
             self.jobs[job_id] = replace(job, last_delivery_status=status, updated_at=now)

@@ -9,20 +9,23 @@ Anything else answers 404. Every request is recorded in `fake.requests` as it ar
 `MediaTelegram` is the Bot API that hands over files: `add_file(file_id, data)`, then getFile
 answers its path (or Telegram's own "file is too big" past 20 MB) and `GET /file/bot<token>/<path>`
 its bytes; `downloads` counts each file's downloads. `FakeSpeech` is an OpenAI-compatible speech
-to text server (`POST /v1/audio/transcriptions`): every transcription answers `text`, and
-`uploads` keeps each request's multipart fields. `minimal_pdf(text)` is a one-page PDF, `slow_pdf()` a few KB
-that pypdf spends minutes of CPU on, and `ogg_opus(seconds)` a voice note whose container says its length.
+server both ways: every transcription (`POST /v1/audio/transcriptions`) answers `text`, and
+`uploads` keeps each request's multipart fields; every synthesis (`POST /v1/audio/speech`, JSON)
+answers `voice` (an Ogg Opus voice note) and `spoken` keeps each request's JSON. `minimal_pdf(text)`
+is a one-page PDF, `slow_pdf()` a few KB that pypdf spends minutes of CPU on, and `ogg_opus(seconds)`
+a voice note whose container says its length.
 """
 
 from __future__ import annotations
 
 import email.parser
 import email.policy
+import json
 import struct
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from tests.fakes.loopback import LoopbackFake, Received, ScriptedAnswer
 from tests.fakes.telegram_server import FakeTelegram, RecordedRequest
@@ -95,6 +98,7 @@ class Upload:
     path: str
     headers: dict[str, str]
     fields: dict[str, tuple[str | None, str, bytes]]  # name -> (file name, content type, bytes)
+    body: Any = None  # a JSON request's document
 
 
 @dataclass
@@ -103,8 +107,12 @@ class FakeSpeech(LoopbackFake[Upload]):
     url_suffix: ClassVar[str] = "/v1"
     text: str = "remind me to water the plants"
     uploads: list[Upload] = field(default_factory=list)
+    voice: bytes = b""  # what a synthesis answers (empty: a 2-second ogg_opus)
+    spoken: list[dict[str, Any]] = field(default_factory=list)
 
     def _receive(self, received: Received) -> Upload:
+        if received.content_type == "application/json":
+            return Upload(received.path, received.headers, {}, json.loads(received.raw or b"null"))
         message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
             f"Content-Type: {received.headers.get('content-type', '')}\r\n\r\n".encode() + received.raw
         )
@@ -117,6 +125,9 @@ class FakeSpeech(LoopbackFake[Upload]):
         return Upload(received.path, received.headers, fields)
 
     def _default_answer(self, request: Upload) -> ScriptedAnswer:
+        if request.path == "/v1/audio/speech" and isinstance(request.body, dict):
+            self.spoken.append(request.body)
+            return ScriptedAnswer(200, self.voice or ogg_opus(2.0, vendor=b"spoken"), {"Content-Type": "audio/ogg"})
         if request.path != "/v1/audio/transcriptions" or "file" not in request.fields:
             return ScriptedAnswer(400, {"error": {"message": "expected a multipart file"}})
         self.uploads.append(request)

@@ -39,3 +39,7 @@ class FakeNoteStore:
     def remove_note(self, scope: str, note_id: str) -> bool:
         with self._lock:
             return self.notes.get(scope, {}).pop(note_id, None) is not None
+
+    def clear(self, scope: str) -> int:
+        with self._lock:
+            return len(self.notes.pop(scope, {}))

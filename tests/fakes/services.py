@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from hermes_gateway.adapters.dynamo_outbox import SEND_CLAIM_SECONDS
-from hermes_gateway.domain.outbox import OutboxEntry
+from hermes_gateway.domain.outbox import QUEUED, OutboxEntry, QueuedLetter
 from hermes_gateway.domain.targets import Channel, channel_key
 from hermes_gateway.errors import TransientError
 from hermes_gateway.platforms.base import Target
@@ -118,6 +118,7 @@ class FakeOutbox:
         self.marks: list[tuple[str, str]] = []
         self.writes: list[str] = []
         self.reads: list[str] = []
+        self.letters: dict[str, tuple[str, QueuedLetter]] = {}  # delivery id -> (mailbox, letter)
 
     def record_claimed(
         self,
@@ -135,10 +136,14 @@ class FakeOutbox:
         media: list[dict[str, str]] | None = None,
         status: str = "sending",
         platform_message_id: str | None = None,
+        mailbox: tuple[str, dict[str, Any]] | None = None,
     ) -> tuple[OutboxEntry, bool]:
         self.writes.append("record_claimed")
         if delivery_id in self.entries:
             return self.entries[delivery_id], False
+        if mailbox is not None:
+            status = QUEUED
+            self.letters[delivery_id] = (mailbox[0], QueuedLetter(delivery_id, mailbox[1], now))
         self.entries[delivery_id] = OutboxEntry(
             delivery_id=delivery_id,
             platform=platform,
@@ -173,6 +178,39 @@ class FakeOutbox:
         )
         self.marks.append((delivery_id, "sent"))
         return self.entries[delivery_id]
+
+    def get_many(self, delivery_ids: list[str]) -> list[OutboxEntry]:
+        self.batch_reads = getattr(self, "batch_reads", 0) + 1
+        return [self.entries[d] for d in dict.fromkeys(delivery_ids) if d in self.entries]
+
+    def oldest(self, mailbox: str) -> float | None:
+        waiting = [letter.queued_at for name, letter in self.letters.values() if name == mailbox]
+        return min(waiting) if waiting else None
+
+    def collect(self, mailbox: str, limit: int) -> list[QueuedLetter]:
+        waiting = [letter for name, letter in self.letters.values() if name == mailbox]
+        return sorted(waiting, key=lambda letter: letter.queued_at)[:limit]
+
+    def settle(
+        self,
+        delivery_id: str,
+        mailbox: str,
+        status: str,
+        now: float,
+        *,
+        platform_message_id: str | None = None,
+        error: str | None = None,
+    ) -> str:
+        self.writes.append("settle")
+        entry = self.entries.get(delivery_id)
+        if entry is None:
+            return "missing"
+        if self.letters.get(delivery_id, ("", None))[0] != mailbox or entry.status != QUEUED:
+            repeated = entry.status == status and entry.platform_message_id == platform_message_id
+            return "already" if repeated else entry.status
+        del self.letters[delivery_id]
+        self._marked(delivery_id, status, now, platform_message_id, error)
+        return "settled"
 
     def claim(self, delivery_id: str, now: float, reopen: bool = False) -> bool:
         self.writes.append("claim")
@@ -234,6 +272,17 @@ class FakeOutbox:
         # Stricter than DynamoDB's update (which would create a partial item): marking an entry that
         # was never recorded is a bug in the caller.
         self.writes.append("mark")
+        self._marked(delivery_id, status, now, platform_message_id, error, text)
+
+    def _marked(
+        self,
+        delivery_id: str,
+        status: str,
+        now: float,
+        platform_message_id: str | None,
+        error: str | None,
+        text: str | None = None,
+    ) -> None:
         entry = self.entries[delivery_id]
         self.entries[delivery_id] = replace(
             entry,

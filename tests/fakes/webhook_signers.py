@@ -36,6 +36,8 @@ SECRETS = {
     "FEISHU_ENCRYPT_KEY": "bad-input-feishu-encrypt-key",
     "FEISHU_VERIFICATION_TOKEN": "bad-input-feishu-verification",
     "MATTERMOST_OUTGOING_TOKEN": "bad-input-mattermost-token",
+    "BLUEBUBBLES_WEBHOOK_SECRET": "bad-input-bluebubbles-secret",
+    "SIGNAL_RELAY_SECRET": "whsec_" + base64.b64encode(b"bad-input-signal-relay-key-32byt").decode(),
 }
 GOOGLE_PROJECT = "123456789012"
 TEAMS_SERVICE_URL = "https://smba.trafficmanager.net/emea/"
@@ -325,6 +327,34 @@ def mattermost_sign(s: Sign, n: int, body: bytes) -> Request:
     return Request("POST", "/webhooks/mattermost", body, {"content-type": "application/x-www-form-urlencoded"})
 
 
+def bluebubbles_payload(n: int, chat: str) -> bytes:
+    """A `new-message` as the BlueBubbles server posts it (tests/fixtures/bluebubbles/), sent now."""
+    from tests.fakes.bluebubbles_server import FIXTURES
+
+    event = json.loads((FIXTURES / "new_message_dm_text.json").read_text())
+    data = event["data"]
+    data.update(guid=f"BAD-INPUT-{n:08d}", text=f"hello imessage {n}", dateCreated=int(time.time() * 1000))
+    data["chats"][0]["guid"] = chat
+    return _json(event)
+
+
+def bluebubbles_sign(s: Sign, n: int, body: bytes) -> Request:
+    # BlueBubbles signs nothing: the registered URL carries the secret.
+    secret = "forged" if s.forged else SECRETS["BLUEBUBBLES_WEBHOOK_SECRET"]
+    path = "/webhooks/bluebubbles?" + urllib.parse.urlencode({"password": secret})
+    return Request("POST", path, body, {"content-type": "application/json"})
+
+
+def signal_payload(n: int, chat: str) -> bytes:
+    """A signal-cli `receive` notification as the forwarder posts it (tests/fixtures/signal/), sent now."""
+    sent = int(time.time() * 1000) + n
+    envelope = {"source": chat, "sourceNumber": chat, "sourceUuid": f"a1b2c3d4-e5f6-4a7b-8c9d-{n:012d}",
+                "sourceName": "Al", "sourceDevice": 1, "timestamp": sent,
+                "dataMessage": {"timestamp": sent, "message": f"hello signal {n}", "expiresInSeconds": 0,
+                                "viewOnce": False}}  # fmt: skip
+    return _json({"jsonrpc": "2.0", "method": "receive", "params": {"envelope": envelope, "account": "+15555550100"}})
+
+
 WEBCHAT_TOKEN = "hostile-webchat-page-token"
 
 
@@ -365,6 +395,7 @@ PLATFORMS = {
         Platform("google_chat", google_chat_payload, google_chat_sign, "spaces/DmBadInput", signs_time=True),
         Platform("matrix", matrix_payload, matrix_sign, "!room:example.org"),
         Platform("feishu", feishu_payload, feishu_sign, "oc_1", signs_time=True),
+        Platform("signal", signal_payload, standard_signer("signal", "SIGNAL_RELAY_SECRET"), "+15550003333", True),
         Platform(
             "mattermost",
             mattermost_payload,
@@ -372,6 +403,7 @@ PLATFORMS = {
             "ch1",
             malformed=urllib.parse.urlencode({"token": SECRETS["MATTERMOST_OUTGOING_TOKEN"], "text": "x"}).encode(),
         ),
+        Platform("bluebubbles", bluebubbles_payload, bluebubbles_sign, "iMessage;-;+15555550177"),
     )
 }
 EVERY_PLATFORM = {**PLATFORMS, WEBCHAT.name: WEBCHAT}  # the deployed ones and the local web chat

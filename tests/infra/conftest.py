@@ -66,7 +66,14 @@ def synthesize(settings: Settings, outdir: Path, context: dict[str, Any] | None 
     )
 
 
-EVERY_PLATFORM = {"platforms": {spec.name: {"enabled": True} for spec in CATALOG if not spec.local_only}}
+# What a platform needs besides `enabled` to be valid (the largest valid configuration enables all).
+REQUIRED_OPTIONS = {"email": {"address": "hermes@example.com"}}
+ENABLED = {
+    spec.name: {"enabled": True, **REQUIRED_OPTIONS.get(spec.name, {})} for spec in CATALOG if not spec.local_only
+}
+# What a named profile may serve: every platform but e-mail (the deployment's own profile's alone).
+PROFILE_ENABLED = {name: value for name, value in ENABLED.items() if name != "email"}
+EVERY_PLATFORM = {"platforms": ENABLED}
 
 
 @pytest.fixture(scope="session")

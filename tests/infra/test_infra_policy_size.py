@@ -40,6 +40,10 @@ RANDOM_SUFFIX = 13  # CloudFormation's generated names end in "-" and 12-13 rand
 STREAM_LABEL = "2026-01-01T00:00:00.000"
 
 EVERY_PLATFORM = {spec.name: {"enabled": True} for spec in CATALOG if not spec.local_only}
+# e-mail at its longest address (its grants name it), for the deployment's own profile alone
+LONGEST_ADDRESS = "a" * 64 + "@" + "b" * 63 + ".example.com"
+EVERY_PLATFORM["email"] = {"enabled": True, "address": LONGEST_ADDRESS}
+PROFILE_PLATFORMS = {name: value for name, value in EVERY_PLATFORM.items() if name != "email"}
 
 
 def profile_name(n: int) -> str:
@@ -56,7 +60,7 @@ def largest_config() -> dict[str, Any]:
         "platforms": EVERY_PLATFORM,
         "operations": {"observability": "full", "alarm_email": "ops@example.com"},
         "profiles": {
-            profile_name(n): {"provider": bedrock(n), "platforms": EVERY_PLATFORM} for n in range(MAX_PROFILES)
+            profile_name(n): {"provider": bedrock(n), "platforms": PROFILE_PLATFORMS} for n in range(MAX_PROFILES)
         },
     }
 

@@ -174,6 +174,8 @@ def test_delivery_sends_with_each_profiles_own_bot_token(profiled: Synthesized) 
         | profile_secrets(SPECS["telegram"], "send")
         | profile_secrets(SPECS["slack"], "send")
         | profile_secrets(SPECS["whatsapp"], "send")
+        # a spoken answer is synthesized with the sending profile's speech key, as the agent's model keys are read
+        | {f"{name}__*" for name in ("TTS_API_KEY", "OPENAI_API_KEY")}
     )
     assert not may_read(readable, "DISCORD_BOT_TOKEN__CODER")
     assert not may_read(readable, "TELEGRAM_WEBHOOK_SECRET__CODER")  # and never a webhook secret

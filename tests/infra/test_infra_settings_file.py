@@ -11,18 +11,17 @@ from typing import Any
 import pytest
 
 from hermes_gateway.errors import ConfigError
-from hermes_gateway.platforms.catalog import CATALOG
 from hermes_gateway.resources import SECRET_NAMES
 from hermes_gateway.secrets import profile_secret_name
 from hermes_gateway.settings import MAX_PROFILES, Settings, load_settings
 from infra.capabilities.functions import UNRESOLVED_VALUE_BYTES
 from infra.stack import ENVIRONMENT_LIMIT_BYTES, check_environment_size
-from tests.infra.conftest import Synthesized, synthesize
+from tests.infra.conftest import ENABLED, PROFILE_ENABLED, Synthesized, synthesize
 from tests.infra.test_infra_stack import functions_by_name, ref, role_statements
 
 pytestmark = pytest.mark.infra
 
-EVERY_PLATFORM = {spec.name: {"enabled": True} for spec in CATALOG if not spec.local_only}
+EVERY_PLATFORM = ENABLED
 USERS = [str(100_000_000 + i) for i in range(12)]
 
 
@@ -32,7 +31,7 @@ def largest_config() -> dict[str, Any]:
     profiles = {
         f"bot{i}": {
             "provider": {"name": "bedrock", "model": f"us.anthropic.claude-sonnet-4-5-2025092{i}-v1:0"},
-            "platforms": {**EVERY_PLATFORM, "telegram": {"enabled": True, "allowed_users": USERS, "admins": USERS}},
+            "platforms": {**PROFILE_ENABLED, "telegram": {"enabled": True, "allowed_users": USERS, "admins": USERS}},
         }
         for i in range(MAX_PROFILES)
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from hermes_gateway.resources import (
     EVENT_BUS,
     FUNCTIONS,
     INBOX_SOURCE,
+    MAIL,
     QUEUES,
     SCHEDULES,
     SECRET_NAMES,
@@ -27,7 +29,7 @@ from hermes_gateway.resources import (
     repo_root,
 )
 from hermes_gateway.settings import load_settings
-from tests.infra.conftest import EVERY_PLATFORM, Synthesized
+from tests.infra.conftest import EVERY_PLATFORM, Synthesized, synthesize
 
 pytestmark = pytest.mark.infra
 
@@ -134,6 +136,8 @@ def test_functions_get_settings_and_exactly_their_granted_resources(synthesized:
         assert shipped == load_settings(env={}, config=EVERY_PLATFORM)
         assert shipped.platform("slack") is not None and shipped.platform("webchat") is None
         expected = {resource_env[resource] for resource in specs[name].grants}
+        if name == "ingress":  # e-mail is on: the ingress reads the mail SES stored in the media bucket
+            expected |= {resource_env["media"]}
         assert set(env) & ALL_RESOURCE_ENV_VARS == expected, name
 
 
@@ -184,21 +188,48 @@ def test_the_inbox_has_a_new_image_stream_and_a_ttl(synthesized: Synthesized) ->
         )
 
 
-def test_the_ingress_may_only_put_items_in_the_inbox_and_mark_outbox_rows(synthesized: Synthesized) -> None:
+def test_the_ingress_may_only_put_items_in_the_inbox_and_mark_and_collect_outbox_rows(
+    synthesized: Synthesized,
+) -> None:
     deployed = functions_by_name(synthesized)
     statements = role_statements(synthesized, ref(deployed["ingress"][1]["Role"]))
     data = [s for s in statements if any(a.startswith(("dynamodb:", "sqs:")) for a in as_list(s["Action"]))]
-    assert sorted((tuple(as_list(s["Action"])), ref(s["Resource"])) for s in data) == sorted(
+    outbox = table_logical_id(synthesized, "outbox")
+    assert sorted(
+        (tuple(sorted(as_list(s["Action"]))), json.dumps(s["Resource"], sort_keys=True)) for s in data
+    ) == sorted(
         [
-            (("dynamodb:PutItem",), table_logical_id(synthesized, "inbox")),
-            # a WhatsApp `failed` status marks the row of the message it reports on
-            (("dynamodb:GetItem", "dynamodb:UpdateItem"), table_logical_id(synthesized, "outbox")),
+            (("dynamodb:PutItem",), json.dumps({"Fn::GetAtt": [table_logical_id(synthesized, "inbox"), "Arn"]})),
+            # a WhatsApp `failed` status (an e-mail's bounce) marks the row of the message it reports
+            # on; the Signal forwarder collects its mailbox's letters (the outbox's index) and settles them
+            (
+                ("dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"),
+                json.dumps(
+                    [
+                        {"Fn::GetAtt": [outbox, "Arn"]},
+                        {"Fn::Join": ["", [{"Fn::GetAtt": [outbox, "Arn"]}, "/index/*"]]},
+                    ],
+                    sort_keys=True,
+                ),
+            ),
+            # an asynchronous invoke (SES's receipt of an e-mail, a bounce) that failed after Lambda's retries
+            (("sqs:SendMessage",), json.dumps({"Fn::GetAtt": [queue_logical_id(synthesized, "dead-letters"), "Arn"]})),
         ]
     )
 
 
-def test_only_the_router_delivery_and_agent_send_to_the_dead_letters(synthesized: Synthesized) -> None:
-    # the agent: a turn's answer it sends itself that the platform refused for good
+def test_the_ingress_signs_uploads_only_under_uploads(synthesized: Synthesized) -> None:
+    deployed = functions_by_name(synthesized)
+    statements = role_statements(synthesized, ref(deployed["ingress"][1]["Role"]))
+    puts = [json.dumps(s["Resource"]) for s in statements if "s3:PutObject" in as_list(s["Action"])]
+    gets = [json.dumps(s["Resource"]) for s in statements if as_list(s["Action"]) == ["s3:GetObject"]]
+    assert len(puts) == 1 and '"/uploads/*"' in puts[0] and "Mediamedia" in puts[0]
+    assert len(gets) == 1 and '"/*"' in gets[0] and "Mediamedia" in gets[0]
+
+
+def test_only_the_router_delivery_agent_and_ingress_send_to_the_dead_letters(synthesized: Synthesized) -> None:
+    # the agent: a turn's answer it sends itself that the platform refused for good; the ingress:
+    # Lambda hands it an asynchronous invoke (an e-mail SES received) that failed after its retries
     deployed = functions_by_name(synthesized)
     dead_letters = queue_logical_id(synthesized, "dead-letters")
     for spec in FUNCTIONS:
@@ -206,7 +237,8 @@ def test_only_the_router_delivery_and_agent_send_to_the_dead_letters(synthesized
         sendable = {
             ref(r) for s in statements if "sqs:SendMessage" in as_list(s["Action"]) for r in as_list(s["Resource"])
         }
-        assert sendable == ({dead_letters} if spec.name in ("router", "delivery", "agent") else set()), spec.name
+        senders = ("router", "delivery", "agent", "ingress")
+        assert sendable == ({dead_letters} if spec.name in senders else set()), spec.name
 
 
 def test_deliveries_invoke_the_delivery_function_asynchronously_with_retries_and_dead_letters(
@@ -214,7 +246,10 @@ def test_deliveries_invoke_the_delivery_function_asynchronously_with_retries_and
 ) -> None:
     deployed = functions_by_name(synthesized)
     delivery_id, delivery = deployed["delivery"]
-    (config,) = synthesized.of_type("AWS::Lambda::EventInvokeConfig").values()
+    (config,) = [
+        c for c in synthesized.of_type("AWS::Lambda::EventInvokeConfig").values()
+        if ref(c["Properties"]["FunctionName"]) == delivery_id
+    ]  # fmt: skip
     spec = function("delivery")
     assert ref(config["Properties"]["FunctionName"]) == delivery_id
     assert config["Properties"]["MaximumRetryAttempts"] == spec.async_retries == 2
@@ -230,8 +265,9 @@ def test_deliveries_invoke_the_delivery_function_asynchronously_with_retries_and
             for r in as_list(s["Resource"])
         ]
         assert invokes == ([delivery_id] if spec.grants.get("delivery") is Access.INVOKE else []), spec.name
+    # (the tick: the notice that a chat's /forget is done)
     invokers = {s.name for s in FUNCTIONS if s.grants.get("delivery") is Access.INVOKE}
-    assert invokers == {"router", "agent", "attachments"}
+    assert invokers == {"router", "agent", "attachments", "expiry"}
 
 
 def test_grants_follow_the_specs(synthesized: Synthesized) -> None:
@@ -251,27 +287,39 @@ def test_grants_follow_the_specs(synthesized: Synthesized) -> None:
                 assert bool(described) is (access is Access.START_DESCRIBE), spec.name
                 for statement in described:
                     assert ":execution:" in json.dumps(statement["Resource"]), statement
-            elif access in (Access.PUT, Access.CONSUME, Access.MARK):
+            elif access in (Access.PUT, Access.CONSUME, Access.MARK, Access.MAILBOX):
                 action = {
                     Access.PUT: "dynamodb:PutItem",
                     Access.CONSUME: "dynamodb:UpdateItem",
                     Access.MARK: ["dynamodb:GetItem", "dynamodb:UpdateItem"],
+                    Access.MAILBOX: [
+                        "dynamodb:GetItem",
+                        "dynamodb:BatchGetItem",
+                        "dynamodb:UpdateItem",
+                        "dynamodb:Query",
+                    ],
                 }[access]
                 target = table_logical_id(synthesized, resource)
-                assert any(s["Action"] == action and ref(s["Resource"]) == target for s in statements), spec.name
+                assert any(
+                    sorted(as_list(s["Action"])) == sorted(as_list(action)) and target in json.dumps(s["Resource"])
+                    for s in statements
+                ), spec.name
             elif resource in {b.name for b in BUCKETS}:
                 (bucket,) = [k for k in synthesized.of_type("AWS::S3::Bucket") if k.startswith(f"Media{resource}")]
                 granted = [
                     a
                     for s in statements
                     for r in as_list(s["Resource"])
-                    if isinstance(r, dict) and bucket in json.dumps(r)
+                    # (the stored mail's own grant, when e-mail is on: tests/infra/test_infra_email.py)
+                    if isinstance(r, dict) and bucket in json.dumps(r) and MAIL.prefix not in json.dumps(r)
                     for a in as_list(s["Action"])
                 ]
                 assert sorted(granted) == sorted(
-                    {Access.READ: ["s3:GetObject"], Access.WRITE: ["s3:PutObject"]}.get(
-                        access, ["s3:GetObject", "s3:PutObject"]
-                    )
+                    {
+                        Access.READ: ["s3:GetObject"],
+                        Access.WRITE: ["s3:PutObject"],
+                        Access.ERASE: ["s3:DeleteObject", "s3:ListBucket"],  # objects; the listing on the bucket
+                    }.get(access, ["s3:GetObject", "s3:PutObject"])
                 ), spec.name
             elif access in (Access.READ, Access.WRITE, Access.READ_WRITE):
                 target = table_logical_id(synthesized, resource)
@@ -285,25 +333,37 @@ def test_grants_follow_the_specs(synthesized: Synthesized) -> None:
 def test_the_media_bucket_is_private_encrypted_tls_only_and_expires_its_objects(synthesized: Synthesized) -> None:
     ((logical_id, bucket),) = synthesized.of_type("AWS::S3::Bucket").items()
     props = bucket["Properties"]
+    # (e-mail is on: SES's stored mail under its prefix, written by SES, read by the ingress; its
+    # own lifecycle rule and bucket policy statement: tests/infra/test_infra_email.py)
     assert props["PublicAccessBlockConfiguration"] == {
         "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True,
     }  # fmt: skip
     assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"] == {
         "SSEAlgorithm": "AES256"
     }
-    (rule,) = props["LifecycleConfiguration"]["Rules"]
-    assert rule["ExpirationInDays"] == 30 and rule["Status"] == "Enabled"
+    (rule,) = [r for r in props["LifecycleConfiguration"]["Rules"] if r["Id"] == "expire-media"]
+    assert rule["ExpirationInDays"] == 30 and rule["Status"] == "Enabled" and "Prefix" not in rule
     (policy,) = synthesized.of_type("AWS::S3::BucketPolicy").values()
-    (deny,) = policy["Properties"]["PolicyDocument"]["Statement"]
-    assert deny["Effect"] == "Deny" and deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
-    # only the attachments function and the agent (inbound media) and delivery (outbound) may touch
-    # its objects
+    (deny,) = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
+    assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    # only the attachments function and the agent (inbound media), delivery (outbound) and the
+    # tick (a person's files, on request: list and delete, never read) may touch its objects; the
+    # ingress the stored mail's (tests/infra/test_infra_email.py) and what it signs URLs of for the
+    # Signal forwarder (a reply's files; uploads under uploads/)
     readers = {
         name
         for name, (_, props) in functions_by_name(synthesized).items()
         if "HERMES_MEDIA_BUCKET" in props["Environment"]["Variables"]
     }
-    assert readers == {"attachments", "agent", "delivery"} and logical_id.startswith("Mediamedia")
+    assert readers == {"attachments", "agent", "delivery", "ingress", "expiry"} and logical_id.startswith("Mediamedia")
+    assert synthesized.outputs["MediaBucketName"]["Value"] == {"Ref": logical_id}  # `users forget|export`
+
+
+def test_a_file_never_outlives_its_message_under_a_shorter_session_retention(tmp_path: Path) -> None:
+    settings = load_settings(env={}, config={"sessions": {"retention_days": 7}, "media": {"retention_days": 30}})
+    (bucket,) = synthesize(settings, tmp_path / "cdk.out").of_type("AWS::S3::Bucket").values()
+    (rule,) = [r for r in bucket["Properties"]["LifecycleConfiguration"]["Rules"] if r["Id"] == "expire-media"]
+    assert rule["ExpirationInDays"] == 7
 
 
 # --- IAM -------------------------------------------------------------------------------------------
@@ -474,7 +534,7 @@ def test_state_machine_may_invoke_only_the_agent_attachments_and_delivery_functi
 
 
 def test_each_enabled_platform_has_its_routes_and_url_output(synthesized: Synthesized) -> None:
-    deployed = [spec for spec in CATALOG if not spec.local_only]
+    deployed = [spec for spec in CATALOG if not spec.local_only and spec.webhook]  # (e-mail: SES, no route)
     routes = {r["Properties"]["RouteKey"] for r in synthesized.of_type("AWS::ApiGatewayV2::Route").values()}
     webhooks = {f"{m} {path}" for spec in deployed for path in spec.webhook_paths() for m in spec.methods}
     assert routes == webhooks | {"POST /api/sessions"}  # + the IAM-signed session API
@@ -557,7 +617,8 @@ def test_no_function_scans_a_table_or_reads_a_stream_it_was_not_given(synthesize
             if any(a in actions for a in ("dynamodb:GetRecords", "dynamodb:GetShardIterator")):
                 assert spec.consumes is not None and targets <= {spec.consumes.table}, (spec.name, targets)
             assert "dynamodb:DescribeTable" not in actions, spec.name
-    assert {s.name: s.scans for s in FUNCTIONS if s.scans} == {"agent": ("jobs",)}
+    # the tick's Scan of the messages table is forget's (a person's rows in groups: a rare request)
+    assert {s.name: s.scans for s in FUNCTIONS if s.scans} == {"agent": ("jobs",), "expiry": ("messages", "jobs")}
 
 
 # The actions AWS gives no resource-level permissions for, and so the only ones a statement may

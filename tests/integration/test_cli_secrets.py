@@ -95,3 +95,17 @@ def test_webhook_status_reads_the_bot_token_from_ssm_with_the_operators_credenti
     assert json.loads(shown.out)["registered"] == registered
     assert [r.api_method for r in fake_telegram.requests] == ["getWebhookInfo"]
     assert shown.err == ""
+
+
+def test_check_names_the_signal_forwarders_secret_and_set_stores_it(
+    cli: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SIGNAL_ENABLED", "true")
+    set_secret(monkeypatch, "TELEGRAM_BOT_TOKEN", "t")
+    set_secret(monkeypatch, "TELEGRAM_WEBHOOK_SECRET", "w")
+    capsys.readouterr()
+    assert main(["secrets", "check"]) == 1
+    assert "signal       missing SIGNAL_RELAY_SECRET" in capsys.readouterr().out.splitlines()
+    set_secret(monkeypatch, "SIGNAL_RELAY_SECRET", "whsec_c2lnbmFs")
+    assert main(["secrets", "check"]) == 0
+    assert "signal       ok" in capsys.readouterr().out.splitlines()

@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from hermes_cli.send import queue_message
+from hermes_cli.send import heard_from_routes, queue_message
 from hermes_gateway import wiring
 from hermes_gateway.adapters.aws import LambdaDeliveries
 from hermes_gateway.domain.session_key import build_session_key
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.domain.targets import Channel, UnresolvableTarget
+from hermes_gateway.errors import OutsideWindow
 from hermes_gateway.resources import function
 from hermes_local.aws import install_lambda_dispatch
 from hermes_local.runtime import LambdaContext, load_handler_module
@@ -72,7 +73,7 @@ def test_a_home_channel_push_is_delivered_and_mirrored(env: Any, fake_telegram: 
     session_id = seed(stores, source, build_session_key(source), "hi", now=time.time())
     wiring.directory().set_home("telegram", "4242", None, "admin", time.time())
 
-    target, _ = send(env, "telegram", "Daily digest")
+    target, *_ = send(env, "telegram", "Daily digest")
     assert target.chat_id == "4242"
     assert deliver_queued(env) == ["sent"]
     assert [m["text"] for m in fake_telegram.sent] == ["Daily digest"]
@@ -103,3 +104,17 @@ def test_the_local_target_is_recorded_not_sent(env: Any, fake_telegram: FakeTele
     assert fake_telegram.calls("sendMessage") == []
     (row,) = wiring.outbox().recent()
     assert (row.platform, row.status, row.text) == ("local", "recorded", "note to self")
+
+
+def test_a_whatsapp_user_silent_for_a_day_is_refused_before_anything_is_queued(env: Any) -> None:
+    # Given a WhatsApp user whose last message (their route's clock) is two days old
+    source = SessionSource("whatsapp", chat_id="15551234567", chat_type="dm", user_id="15551234567")
+    seed(wiring.session_stores(), source, build_session_key(source), "hi", now=time.time() - 2 * 24 * 3600)
+    settings = make_settings({})
+    # When the operator sends to them, the command refuses with the reason, and nothing is queued
+    with pytest.raises(OutsideWindow, match="reengage_template"):
+        queue_message(
+            "whatsapp:15551234567", "weekly digest", settings=settings, directory=wiring.directory(),
+            queue=LambdaDeliveries(env.bindings.function("delivery")), heard=heard_from_routes(env.bindings, settings),
+        )  # fmt: skip
+    assert INVOKED == []

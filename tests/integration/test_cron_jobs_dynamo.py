@@ -121,6 +121,11 @@ def test_run_and_delivery_records_are_idempotent_and_a_failed_delivery_sticks(aw
     assert store.record_delivery(job.id, "2", "sent", T0)
     stored = store.get(job.id)
     assert stored is not None and stored.last_delivery_status == "sent"
+    # a push refused outside WhatsApp's 24-hour window is a failure that sticks the same way
+    assert store.record_delivery(job.id, "3", "outside_window", T0)
+    assert not store.record_delivery(job.id, "3", "sent", T0)
+    stored = store.get(job.id)
+    assert stored is not None and stored.last_delivery_status == "outside_window"
     assert not store.record_run("j000000000000", "1", "ok", None, T0)
     assert not store.record_delivery("j000000000000", "1", "sent", T0)
 

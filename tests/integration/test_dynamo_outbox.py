@@ -184,3 +184,112 @@ def test_a_row_can_be_read_eventually_consistently(aws: Any, monkeypatch: pytest
     monkeypatch.setattr(BaseClient, "_make_api_call", call)
     assert outbox.get("t#1", consistent=False) is not None and outbox.get("t#1") is not None
     assert asked == [False, True]
+
+
+def test_the_rows_of_several_ids_come_back_in_one_read(aws: Any) -> None:
+    # (a quoted answer's sent messages, looked up by the turn: services/turn/quotes.py)
+    outbox = DynamoOutbox(aws.bindings)
+    record(outbox, "t#1", 100.0, text="first")
+    record(outbox, "t#2", 100.0, text="second")
+    outbox.mark("t#2", "sent", 101.0, platform_message_id="wamid.2")
+    with aws_calls() as made:
+        found = outbox.get_many(["t#1", "t#2", "t#v", "t#2"])
+    assert made == [("dynamodb", "BatchGetItem")]
+    assert sorted((e.delivery_id, e.platform_message_id) for e in found) == [("t#1", None), ("t#2", "wamid.2")]
+
+
+# --- a forwarder's mailbox (platforms/mailbox.py) ---------------------------------------------------
+
+
+def post_letter(outbox: DynamoOutbox, delivery_id: str, now: float, mailbox: str = "signal#") -> Any:
+    letter = {"recipient": "+15555550123", "text": f"reply {delivery_id}"}
+    return outbox.record_claimed(
+        delivery_id, platform="signal", chat_id="+15555550123", thread_id=None, text=letter["text"], turn_id="t",
+        chunk=1, chunks=1, now=now, mailbox=(mailbox, letter),
+    )  # fmt: skip
+
+
+def test_a_letter_is_posted_in_the_one_write_that_records_its_chunk(aws: Any) -> None:
+    outbox = DynamoOutbox(aws.bindings)
+    with aws_calls() as made:
+        entry, posted = post_letter(outbox, "s#1", 100.0)
+    assert made == [("dynamodb", "PutItem")]
+    assert posted and entry.status == "queued"
+    again, posted_again = post_letter(outbox, "s#1", 200.0)
+    assert not posted_again and again.status == "queued"
+
+
+def test_letters_are_collected_from_the_index_in_the_order_they_were_posted(aws: Any) -> None:
+    outbox = DynamoOutbox(aws.bindings)
+    for n, at in ((2, 102.0), (1, 101.0), (3, 103.0)):
+        post_letter(outbox, f"s#{n}", at)
+    post_letter(outbox, "c#1", 100.0, mailbox="signal#coder")
+    record(outbox, "tg#1", 100.0)  # another platform's chunk is not in the index at all
+
+    with aws_calls() as made:
+        found = outbox.collect("signal#", 2)
+
+    assert made == [("dynamodb", "Query"), ("dynamodb", "BatchGetItem")]  # a keys-only index, then the letters
+    assert [(f.delivery_id, f.letter["text"], f.queued_at) for f in found] == [
+        ("s#1", "reply s#1", 101.0),
+        ("s#2", "reply s#2", 102.0),
+    ]
+    assert [f.delivery_id for f in outbox.collect("signal#coder", 10)] == ["c#1"]
+    with aws_calls() as made:
+        assert outbox.collect("signal#nobody", 10) == []
+    assert made == [("dynamodb", "Query")]  # an empty mailbox: the query alone
+
+
+def test_the_oldest_waiting_letter_is_one_query_of_the_index(aws: Any) -> None:
+    outbox = DynamoOutbox(aws.bindings)
+    assert outbox.oldest("signal#") is None
+    post_letter(outbox, "s#2", 102.0)
+    post_letter(outbox, "s#1", 101.0)
+    with aws_calls() as made:
+        assert outbox.oldest("signal#") == 101.0
+    assert made == [("dynamodb", "Query")]
+    outbox.settle("s#1", "signal#", "sent", 103.0, platform_message_id="1")
+    assert outbox.oldest("signal#") == 102.0
+
+
+def test_a_long_letter_is_stored_compressed_and_read_back_whole(aws: Any) -> None:
+    outbox = DynamoOutbox(aws.bindings)
+    text = "The plan for Saturday: meet at nine, bring water, and check the weather first. " * 25
+    outbox.record_claimed(
+        "long#1", platform="signal", chat_id="+15555550123", thread_id=None, text=text[:300], turn_id="t",
+        chunk=1, chunks=1, now=100.0, mailbox=("signal#", {"recipient": "+15555550123", "text": text}),
+    )  # fmt: skip
+    raw = outbox.model.get("long#1").attribute_values
+    assert "letter_z" in raw and "letter" not in raw and len(raw["letter_z"]) < len(text) / 2
+    (found,) = outbox.collect("signal#", 10)
+    assert found.letter == {"recipient": "+15555550123", "text": text}
+    assert outbox.settle("long#1", "signal#", "sent", 101.0, platform_message_id="9") == "settled"
+    assert "letter_z" not in outbox.model.get("long#1").attribute_values
+
+
+def test_a_settled_letter_leaves_the_mailbox_and_its_report_is_idempotent(aws: Any) -> None:
+    outbox = DynamoOutbox(aws.bindings)
+    post_letter(outbox, "s#1", 100.0)
+
+    with aws_calls() as made:
+        assert outbox.settle("s#1", "signal#", "sent", 105.0, platform_message_id="1752345601500") == "settled"
+    assert made == [("dynamodb", "UpdateItem")]
+
+    stored = outbox.get("s#1")
+    assert stored is not None and (stored.status, stored.platform_message_id) == ("sent", "1752345601500")
+    raw = outbox.model.get("s#1").attribute_values
+    assert not {"mailbox", "queued_at", "letter", "letter_z"} & raw.keys()  # out of the index; the letter gone
+    assert outbox.collect("signal#", 10) == []
+    assert outbox.settle("s#1", "signal#", "sent", 106.0, platform_message_id="1752345601500") == "already"
+    assert outbox.settle("s#1", "signal#", "sent", 106.0, platform_message_id="99") == "sent"
+    assert outbox.settle("s#1", "signal#", "failed", 106.0, error="late") == "sent"
+    assert outbox.settle("nope#1", "signal#", "sent", 106.0, platform_message_id="1") == "missing"
+
+
+def test_only_its_own_mailbox_settles_a_letter(aws: Any) -> None:
+    outbox = DynamoOutbox(aws.bindings)
+    post_letter(outbox, "c#1", 100.0, mailbox="signal#coder")
+    assert outbox.settle("c#1", "signal#", "sent", 105.0, platform_message_id="1") == "queued"
+    assert outbox.settle("c#1", "signal#coder", "gone", 105.0, error="not registered") == "settled"
+    stored = outbox.get("c#1")
+    assert stored is not None and (stored.status, stored.error) == ("gone", "not registered")

@@ -14,6 +14,7 @@ from hermes_gateway.domain.reset_policy import SessionRules
 from hermes_gateway.resources import MESSAGES, ROUTES, SESSIONS, Bindings
 from hermes_gateway.wiring import stores_on
 from hermes_local.aws import create_table
+from tests.contracts import personal_data
 from tests.contracts.session_storage import CHECKS
 
 pytestmark = pytest.mark.integration
@@ -58,6 +59,11 @@ def _factory(client: Any) -> Any:
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__.removeprefix("check_"))
 def test_session_storage_contract_on_dynamodb(check: Any, make: Any) -> None:
+    check(make)
+
+
+@pytest.mark.parametrize("check", personal_data.CHECKS, ids=lambda c: c.__name__.removeprefix("check_"))
+def test_personal_data_contract_on_dynamodb(check: Any, make: Any) -> None:
     check(make)
 
 

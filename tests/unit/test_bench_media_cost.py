@@ -93,10 +93,22 @@ def test_run_all_merges_the_kinds_beside_text() -> None:
         "text": kind(10.0, {"lambda": 3.0}, 12.0),
         "voice": kind(28.0, {"lambda": 7.0, "s3": 11.0}, 20.0, storage=0.6),
     })  # fmt: skip
-    keys = media_cost_keys({"summary": summary, "limits_ok": True})
+    speech = {"usd_per_million_characters": 15.0, "voice": {"speech_usd_per_million_messages": 22_500.0}}
+    keys = media_cost_keys({"summary": summary, "limits_ok": True, "speech": speech})
     assert keys == {
         "media_cost_per_million_usd": {"voice": 28.0},
         "media_cost_delta_vs_text_usd_per_million": {"voice": 18.0},
         "media_s3_storage_usd_per_million": {"voice": 0.6},
         "media_limits_ok": True,
+        "media_speech_usd_per_million": {"voice": 22_500.0},
+    }
+
+
+def test_a_spoken_answers_price_at_the_speech_api_is_kept_apart() -> None:
+    from bench.media_cost import speech_cost
+
+    found = speech_cost({"text": [], "voice_reply": [1500, 1000]})
+    assert found == {
+        "usd_per_million_characters": 15.0,
+        "voice_reply": {"answers_spoken": 2, "characters_per_answer": 1250, "speech_usd_per_million_messages": 18750.0},
     }

@@ -175,3 +175,103 @@ def test_every_new_command_has_help(command: str, capsys: pytest.CaptureFixture[
     assert done.value.code == 0 and "usage:" in text
     if command == "explain":
         assert "NOT checked" in " ".join(text.split())
+
+
+def test_explain_reads_a_raw_e_mail_as_its_payload(capsys: pytest.CaptureFixture[str], settings_file: Path) -> None:
+    # an .eml file is e-mail's payload (SES delivers no webhook body; no verdict is checked here)
+    from hermes_gateway.platforms.email_inbound import thread_id_of
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "email"
+    settings_file.write_text(
+        "stage: test\nplatforms:\n  email:\n    enabled: true\n    address: alex.personal@example.net\n"
+        "    allowed_users: ['*@example.com']\n"
+    )
+    code, out, _ = run(
+        ["explain", "--platform", "email", "--payload", str(fixtures / "03_reply_in_reply_to_references.eml")], capsys
+    )
+    explained = json.loads(out)
+    root = thread_id_of("<CABzQGhkMXDxUt_tSVQcg=43aniUhtsVfCZVzu-PG0kwS_uzqMw@mail.gmail.com>")
+    assert code == 0 and explained["session_key"] == f"agent:main:email:dm:alex@example.com:{root}"
+    assert explained["authorized"] is True and explained["reason"] == "platform_allowlist"
+
+
+BLUEBUBBLES = Path(__file__).resolve().parents[1] / "fixtures" / "bluebubbles"
+
+
+def bluebubbles_now(tmp_path: Path, name: str) -> str:
+    """The server's payload as it is, sent now (explain reads it as ingress would at this moment)."""
+    event = json.loads((BLUEBUBBLES / f"{name}.json").read_text())
+    event["data"]["dateCreated"] = int(__import__("time").time() * 1000)
+    return write(tmp_path, f"{name}.json", event)
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "user"),
+    [
+        ("new_message_dm_text", "agent:main:bluebubbles:dm:+15555550123", "+15555550123"),
+        ("new_message_dm_text_macos26_any_guid", "agent:main:bluebubbles:dm:+15555550123", "+15555550123"),
+        ("new_message_group_text", "agent:main:bluebubbles:group:chat512345678901234567:+15555550124", "+15555550124"),
+        ("new_message_attachment_image", "agent:main:bluebubbles:dm:+15555550123", "+15555550123"),
+    ],
+)
+def test_explain_reads_bluebubbles_payloads_as_the_server_sends_them(
+    name: str, key: str, user: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], settings_file: Path
+) -> None:
+    allowed = "platforms:\n  bluebubbles: {enabled: true, allowed_users: ['+15555550123']}\n"
+    settings_file.write_text("stage: test\n" + allowed)
+    code, out, _ = run(["explain", "--platform", "bluebubbles", "--payload", bluebubbles_now(tmp_path, name)], capsys)
+    explained = json.loads(out)
+    assert code == 0
+    assert explained["session_key"] == key and explained["source"]["user_id"] == user
+    assert explained["event_id"].startswith("bluebubbles:")
+    # the allowlist names the DM's sender; the group's other member is not on it
+    assert explained["authorized"] is (user == "+15555550123")
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("new_message_from_me_echo", "own_message"),
+        ("new_message_tapback_love", "reaction"),
+        ("updated_message_edited", "edited"),
+        ("typing_indicator_started", "typing"),
+        ("new_message_dm_text", "outlived_deduplication"),  # as it is: sent in July 2025
+    ],
+)
+def test_explain_says_why_a_bluebubbles_event_is_no_message(
+    name: str, reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(["explain", "--platform", "bluebubbles", "--payload", str(BLUEBUBBLES / f"{name}.json")], capsys)
+    assert code == 0
+    assert json.loads(out) == {
+        "messages": [],
+        "why": "the payload carries no message (a handshake or an ignored event)",
+        "ignored": [reason],
+    }
+
+
+def test_explain_reads_a_signal_cli_notification_and_its_allowlist(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], settings_file: Path
+) -> None:
+    import time
+
+    from tests.fakes.signal_cli import fixture
+
+    # Given signal-cli's receive notification of a DM (sent now), as the forwarder posts it
+    notification = fixture("receive_dm_text.json")
+    now = int(time.time() * 1000)
+    notification["params"]["envelope"]["timestamp"] = notification["params"]["envelope"]["dataMessage"]["timestamp"] = (
+        now
+    )
+    payload = write(tmp_path, "signal.json", notification)
+    settings_file.write_text("stage: test\nplatforms:\n  signal: {enabled: true, allowed_users: ['+15555550123']}\n")
+
+    explained = json.loads(run(["explain", "--platform", "signal", "--payload", payload], capsys)[1])
+
+    assert explained["session_key"] == "agent:main:signal:dm:+15555550123"
+    assert explained["source"]["user_id_alt"] == "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d"
+    assert (explained["authorized"], explained["reason"]) == (True, "platform_allowlist")
+    assert explained["event_id"] == f"signal:a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d:{now}"
+    # a typing notification carries no message
+    typing = write(tmp_path, "typing.json", fixture("receive_typing_started.json"))
+    assert json.loads(run(["explain", "--platform", "signal", "--payload", typing], capsys)[1])["messages"] == []

@@ -74,3 +74,66 @@ def test_every_guide_the_urls_name_exists(local_state: Path, capsys: pytest.Capt
     missing = [guide for guide in named if not (root / guide).is_file()]
     missing += [spec.name for spec in CATALOG if not (root / "docs" / "platforms" / f"{spec.name}.md").is_file()]
     assert missing == []
+
+
+# --- BlueBubbles: the server's own webhook API --------------------------------------------------
+
+
+@pytest.fixture
+def fake_bluebubbles() -> Any:
+    from tests.fakes.bluebubbles_server import FakeBlueBubbles
+
+    with FakeBlueBubbles() as fake:
+        yield fake
+
+
+def test_bluebubbles_register_gives_the_server_the_url_with_the_secret_and_never_prints_it(
+    local_state: Path, fake_bluebubbles: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = "bb-hook-" + "x9" * 8
+    monkeypatch.setenv("BLUEBUBBLES_PASSWORD", fake_bluebubbles.password)
+    monkeypatch.setenv("BLUEBUBBLES_WEBHOOK_SECRET", secret)
+    monkeypatch.setenv("BLUEBUBBLES_SERVER_URL", fake_bluebubbles.base_url)
+    monkeypatch.setenv("GATEWAY_CONFIG", "/nonexistent/gateway.yaml")
+    url = "https://abc.execute-api.us-east-1.amazonaws.com/webhooks/bluebubbles"
+    # Given a webhook registered before the secret was rotated
+    fake_bluebubbles.webhooks.append({"id": 40, "url": f"{url}?password=old-secret", "events": ["*"], "created": "x"})
+    # When the operator registers the gateway's URL
+    assert main(["webhooks", "register", "bluebubbles", "--local", "--url", url]) == 0
+    # Then the server posts new messages to it with the current secret, and the stale one is gone
+    registered = [(w["url"], w["events"]) for w in fake_bluebubbles.webhooks]
+    assert registered == [(f"{url}?password={secret}", ["new-message"])]
+    out = capsys.readouterr().out
+    assert url in out and "earlier secret removed" in out
+    assert secret not in out and fake_bluebubbles.password not in out
+    # And registering again changes nothing (the server returns the stored webhook)
+    assert main(["webhooks", "register", "bluebubbles", "--local", "--url", url]) == 0
+    assert len(fake_bluebubbles.webhooks) == 1
+    capsys.readouterr()
+
+    assert main(["webhooks", "status", "bluebubbles", "--local"]) == 0
+    out = capsys.readouterr().out
+    shown = json.loads(out)
+    assert shown["registered"]["webhooks"] == [
+        {"id": 1, "url": f"{url}?password=<redacted>", "events": ["new-message"]}
+    ]
+    assert secret not in out and fake_bluebubbles.password not in out
+
+
+def test_bluebubbles_register_fails_clearly_without_its_secrets_or_with_a_wrong_password(
+    local_state: Path, fake_bluebubbles: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GATEWAY_CONFIG", "/nonexistent/gateway.yaml")
+    monkeypatch.setenv("BLUEBUBBLES_SERVER_URL", fake_bluebubbles.base_url)
+    monkeypatch.delenv("BLUEBUBBLES_WEBHOOK_SECRET", raising=False)
+    url = "https://abc.example/webhooks/bluebubbles"
+    assert main(["webhooks", "register", "bluebubbles", "--local", "--url", url]) == 1
+    assert "BLUEBUBBLES_WEBHOOK_SECRET" in capsys.readouterr().out
+    monkeypatch.setenv("BLUEBUBBLES_WEBHOOK_SECRET", "some-secret-value")
+    monkeypatch.setenv("BLUEBUBBLES_PASSWORD", "not-the-password")
+    assert main(["webhooks", "register", "bluebubbles", "--local", "--url", url]) == 1
+    out = capsys.readouterr().out
+    assert "401" in out and "not-the-password" not in out and "some-secret-value" not in out
+    assert main(["webhooks", "register", "bluebubbles", "--local", "--url", "http://gw.example/webhooks/bb"]) == 1
+    assert "https" in capsys.readouterr().out
+    assert fake_bluebubbles.webhooks == []

@@ -85,7 +85,7 @@ def test_a_long_telegram_reply_is_split_into_numbered_chunks_sent_in_order() -> 
 def test_unknown_platforms_use_the_default_limit() -> None:
     outbox, sender = FakeOutbox(), FakeSender()
 
-    deliver(job("x " * 3000, platform="signal"), deps(outbox, sender, "signal"))
+    deliver(job("x " * 3000, platform="irc"), deps(outbox, sender, "irc"))
 
     assert len(sender.sent) == 2
     assert all(len(t) <= 4000 for _, t, _ in sender.sent)

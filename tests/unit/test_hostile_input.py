@@ -176,6 +176,8 @@ SIGNED_IDS = [
     ("google_chat", ("message", "name")),
     ("feishu", ("header", "event_id")),
     ("whatsapp", ("entry", 0, "changes", 0, "value", "messages", 0, "id")),
+    ("bluebubbles", ("data", "guid")),
+    ("bluebubbles", ("data", "chats", 0, "guid")),
 ]
 OTHER_FIELDS = [
     ("telegram", ("message", "text")),
@@ -188,6 +190,8 @@ OTHER_FIELDS = [
     ("teams", ("from", "name")),
     ("google_chat", ("user", "displayName")),
     ("feishu", ("event", "sender", "sender_id", "union_id")),
+    ("bluebubbles", ("data", "text")),
+    ("bluebubbles", ("data", "handle", "address")),
 ]
 
 

@@ -193,6 +193,8 @@ def test_no_allowlist_means_allow_all_with_a_notice() -> None:
         {"GATEWAY_ALLOWED_USERS": "alice"},
         {"TELEGRAM_ALLOW_ALL_USERS": "true"},
         {"GATEWAY_ALLOW_ALL_USERS": "false"},
+        {"SIGNAL_ALLOWED_USERS": "+15555550123"},  # any platform's allowlist, not Telegram's only
+        {"SLACK_ALLOW_ALL_USERS": "true"},
     ],
 )
 def test_a_configured_allowlist_means_no_allow_all(environ: dict[str, str]) -> None:
@@ -361,6 +363,7 @@ def front(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, FakeSessions]]
     store = FakeSessions({"agent:main:webchat:dm:web-1": route("agent:main:webchat:dm:web-1", "s-42")})
     settings: Settings = load_settings(env={}, config={})
     monkeypatch.setattr(wiring, "settings", lambda: settings)
+
     def titled(_: object, session_id: str) -> SessionInfo:
         return SessionInfo(session_id, "k", "default", "webchat", 1.0, title="Trip plans")
 

@@ -61,6 +61,7 @@ PLATFORMS_WITH_MEDIA = (
     "matrix",
     "feishu",
     "mattermost",
+    "bluebubbles",
 )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import Any
 
 import pytest
 
@@ -27,6 +27,7 @@ from hermes_gateway.tools.base import ToolContext, ToolError
 from hermes_gateway.tools.send_message import _media
 from tests.fakes.loopback import ScriptedAnswer
 from tests.fakes.media_server import FakeMediaHost, file
+from tests.fakes.media_store import MemoryMedia
 from tests.fakes.services import FakeOutbox, FakeSender
 from tests.fakes.telegram_server import FakeTelegram
 from tests.fakes.upload_server import FakeApi, fields_of
@@ -34,31 +35,6 @@ from tests.fakes.upload_server import FakeApi, fields_of
 NOW = 1_764_400_000.0
 PNG = b"\x89PNG\r\n\x1a\n" + b"cat" * 100
 PDF = b"%PDF-1.4 report"
-
-
-class MemoryMedia:
-    """The media bucket in memory: what was put, what was read, and https pre-signed URLs."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, tuple[bytes, str]] = {}
-        self.puts: list[str] = []
-
-    def put(self, key: str, data: bytes, mime: str) -> None:
-        self.puts.append(key)
-        self.objects[key] = (data, mime)
-
-    def put_file(self, key: str, file: BinaryIO, mime: str) -> None:
-        self.put(key, file.read(), mime)
-
-    def get(self, key: str) -> tuple[bytes, str] | None:
-        return self.objects.get(key)
-
-    def head(self, key: str) -> tuple[int, str] | None:
-        found = self.objects.get(key)
-        return (len(found[0]), found[1]) if found is not None else None
-
-    def url(self, key: str, expires_seconds: int) -> str:
-        return f"https://media.example.com/{key}?X-Amz-Expires={expires_seconds}&X-Amz-Signature=abc"
 
 
 def fetched(url: str, how: Fetching) -> tuple[bytes, str]:

@@ -73,6 +73,7 @@ def test_the_deployment_wide_settings_are_the_deployments_name_clock_limits_tick
     assert set(DEPLOYMENT_WIDE) == {
         "stage", "time_zone", "profile", "memory.external", "memory.honcho_base_url", "memory.honcho_workspace",
         "sessions.turn_timeout_seconds", "sessions.busy_retry_seconds", "sessions.route_max_idle_days",
+        "sessions.retention_days",
         "cron.grace_seconds", "cron.max_jobs_per_tick", "hooks.enabled", "hooks.bus_events", "turns.workflow_type",
         "ingress.max_body_bytes", "ingress.endpoint", "media.retention_days", "operations.alarm_email",
         "operations.dashboard", "operations.observability",

@@ -4,8 +4,9 @@
 deployment's own (`/webhooks/<platform>`) and each named profile of gateway.yaml's `profiles:`
 (`/p/<profile>/webhooks/<platform>`), from a deployed stack's outputs or the running local mode's
 state file. `register <platform>` sets it through the platform's API where it has one (Telegram
-`setWebhook`, the Discord interactions endpoint, LINE, Twilio) and `status <platform>` shows what
-the platform has registered; other platforms are registered in their consoles (docs/platforms/).
+`setWebhook`, the Discord interactions endpoint, LINE, Twilio, a BlueBubbles server's webhooks)
+and `status <platform>` shows what the platform has registered; other platforms are registered
+in their consoles (docs/platforms/).
 
 Profiles (`--profile NAME`, on every action; NAME is a named profile, or the deployment's own
 profile's name, which is the same as leaving it out):
@@ -38,7 +39,13 @@ if TYPE_CHECKING:
 # The platforms whose webhook URL is set through their API, and the module beside this one that
 # does it (`register_webhook(context, url)`, `webhook_status(context)`); the others are set in
 # their consoles. The functions never register anything, so none of this is in the Lambda layer.
-_REGISTRARS = {"telegram": "telegram", "discord": "discord", "line": "line", "sms": "twilio"}
+_REGISTRARS = {
+    "telegram": "telegram",
+    "discord": "discord",
+    "line": "line",
+    "sms": "twilio",
+    "bluebubbles": "bluebubbles",
+}
 REGISTRABLE = tuple(_REGISTRARS)
 
 
@@ -86,11 +93,11 @@ def profile_urls(args: argparse.Namespace) -> list[ProfileUrls]:
         state = local_state()
         base = str(state.get("url", "")).rstrip("/")
         own_name = str(state.get("profile") or "default")
-        own = {name: f"{base}{catalog.webhook_path(name)}" for name in state.get("platforms") or []}
+        own = {name: f"{base}{catalog.webhook_path(name)}" for name in _webhooks(state.get("platforms"))}
         found: list[ProfileUrls] = [(own_name, None, own)]
         named: dict[str, list[str]] = state.get("profiles") or {}
         for name, platforms in named.items():
-            found.append((name, name, {p: f"{base}{catalog.webhook_path(p, name)}" for p in platforms}))
+            found.append((name, name, {p: f"{base}{catalog.webhook_path(p, name)}" for p in _webhooks(platforms)}))
         return found
     settings = _settings()
     outputs = stack_outputs(args.stage or settings.stage)
@@ -100,6 +107,11 @@ def profile_urls(args: argparse.Namespace) -> list[ProfileUrls]:
         urls = {spec.name: outputs.get(webhook_output_key(spec.name, served)) for spec in catalog.CATALOG}
         result.append((profile.profile, served, {name: url for name, url in urls.items() if url}))
     return result
+
+
+def _webhooks(platforms: list[str] | None) -> list[str]:
+    """The platforms that have a webhook URL (e-mail comes through SES: `hermes-gateway email`)."""
+    return [name for name in platforms or () if (spec := catalog.spec(name)) is not None and spec.webhook]
 
 
 def _selected(args: argparse.Namespace) -> tuple[str, str | None, dict[str, str]]:

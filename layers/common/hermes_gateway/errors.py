@@ -78,6 +78,11 @@ class TargetGone(PermanentError):
         self.migrate_to = migrate_to
 
 
+class OutsideWindow(PermanentError):
+    """The platform's customer service window with the person is closed (WhatsApp: their last
+    message is more than 24 hours old): only a template may reach them (domain/service_window.py)."""
+
+
 class OutcomeUnknown(PermanentError):
     """The platform answered in a way that leaves open whether the message was posted (a success
     without a message id). Never retried: the outbox records `unknown` rather than risk a duplicate."""

@@ -8,6 +8,9 @@ changes both sides at once, so they cannot drift. Pure naming beside `resources.
 from __future__ import annotations
 
 SESSION_API_OUTPUT = "SessionApiUrl"  # the session API's endpoint (`hermes-gateway sessions`)
+# E-mail (`hermes-gateway email`): the receipt rule set the gateway's rule is in, and its address
+EMAIL_RULE_SET_OUTPUT = "EmailRuleSetName"
+EMAIL_ADDRESS_OUTPUT = "EmailAddress"
 
 
 def stack_name(stage: str) -> str:
@@ -17,6 +20,11 @@ def stack_name(stage: str) -> str:
 def table_output_key(table: str) -> str:
     """The stack output that carries a table's physical name, e.g. `AccessTableName`."""
     return f"{table.capitalize()}TableName"
+
+
+def bucket_output_key(bucket: str) -> str:
+    """The stack output that carries a bucket's name, e.g. `MediaBucketName`."""
+    return f"{bucket.capitalize()}BucketName"
 
 
 def queue_output_key(queue: str) -> str:

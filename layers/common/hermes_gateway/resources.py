@@ -25,6 +25,12 @@ class Access(StrEnum):
     READ_WRITE = "read_write"
     PUT = "put"  # table: dynamodb:PutItem only (the ingress's one write to the inbox)
     MARK = "mark"  # table: GetItem and UpdateItem only (read an item and change it; no put, delete, query)
+    # table: GetItem, BatchGetItem, UpdateItem and Query of its indexes (a forwarder's mailbox in
+    # the outbox: collect the letters waiting, settle the ones it sent; no put, delete, scan)
+    MAILBOX = "mailbox"
+    # bucket: pre-signed URLs for a forwarder: GetObject (a reply's files, to download), and
+    # PutObject under `uploads/` only (a message's files, to upload); no listing
+    PRESIGN = "presign"
     SEND = "send"  # queues: SendMessage
     # A table's stream: the function is its event source mapping's consumer, and may UpdateItem the
     # table's items (it counts a message's failed attempts on its item)
@@ -35,6 +41,7 @@ class Access(StrEnum):
     START_DESCRIBE = "start_describe"
     PUT_EVENTS = "put_events"  # event bus: events:PutEvents
     INVOKE = "invoke"  # function: lambda:InvokeFunction
+    ERASE = "erase"  # bucket: list its keys and delete objects (forget: a person's files)
 
 
 @dataclass(frozen=True)
@@ -201,11 +208,19 @@ MESSAGES = TableSpec(
     env_var="HERMES_MESSAGES_TABLE",
     partition=Key("session_id"),
     sort=Key("seq", "N"),
+    # a row's expiry when `sessions.retention_days` is set (domain/retention.py): TTL deletes are free
+    ttl_attribute="expires_at",
 )
 OUTBOX = TableSpec(
     name="outbox",
     env_var="HERMES_OUTBOX_TABLE",
     partition=Key("delivery_id"),
+    # Sparse: only a chunk waiting in a forwarder's mailbox (Signal's: platforms/mailbox.py)
+    # carries `mailbox`, so no other platform's chunk writes to it; the forwarder collects its
+    # letters from it in the order they were posted. Keys only: a letter (a reply's text) is a
+    # kilobyte or two, and an index that held it would bill those again on each of its writes;
+    # the collection reads the few letters by key instead.
+    indexes=(IndexSpec("by_mailbox", Key("mailbox"), Key("queued_at", "N"), projection="KEYS_ONLY"),),
     ttl_attribute="expires_at",
 )
 IDEMPOTENCY = TableSpec(
@@ -296,6 +311,39 @@ TURN_STATE_MACHINE = StateMachineSpec(
 MEDIA = BucketSpec(name="media", env_var="HERMES_MEDIA_BUCKET")
 BUCKETS: tuple[BucketSpec, ...] = (MEDIA,)
 
+
+@dataclass(frozen=True)
+class MailSpec:
+    """E-mail through Amazon SES (docs/platforms/email.md): where SES stores each received message
+    (the media bucket, under `prefix`: encrypted, private and TLS-only like the rest of it, written
+    by SES alone through the bucket policy), how long a stored message is kept, and the names of
+    the receipt rule, its rule set and the configuration set whose bounces and complaints reach the
+    ingress function. The stack (infra/capabilities/email.py), the functions and local mode all
+    read them here."""
+
+    prefix: str = "email/inbound/"
+    # A stored message is read when it arrives and when its attachments are fetched for the first
+    # turn: kept as long as the dead letters keep an event that names it (14 days), so a redriven
+    # event still finds it; the media bucket's own retention applies when it is shorter.
+    retention_days: int = 14
+    # SES stores at most this much (its receiving limit); ingress reads a stored message whole.
+    max_message_bytes: int = 40_000_000
+    # The message tag that carries a sent chunk's outbox row to its bounce or complaint event.
+    delivery_tag: str = "hermes-delivery"
+    # Where SES receives e-mail: its "Email Receiving endpoints" (AWS General Reference, SES
+    # endpoints and quotas), as listed in January 2024. A region added since belongs here.
+    receiving_regions: frozenset[str] = frozenset({
+        "us-east-1", "us-east-2", "us-west-2", "ca-central-1", "eu-central-1", "eu-west-1", "eu-west-2",
+        "ap-southeast-1", "ap-southeast-2", "ap-southeast-3", "ap-northeast-1",
+    })  # fmt: skip
+
+    def name(self, stage: str) -> str:
+        """The receipt rule's, the stack's own rule set's and the configuration set's name."""
+        return f"hermes-gateway-{stage}"
+
+
+MAIL = MailSpec()
+
 # Lifecycle events (BEHAVIOUR §8) go to the deployment's own bus: subscribe with ordinary rules.
 EVENT_BUS = EventBusSpec(name="events", env_var="HERMES_EVENT_BUS_NAME", source="hermes.gateway")
 
@@ -308,7 +356,7 @@ SECRET_NAMES = tuple(
         (
             *INBOUND_SECRETS,
             *SEND_SECRETS,
-            *("OPENAI_API_KEY", "STT_API_KEY", "HONCHO_API_KEY"),
+            *("OPENAI_API_KEY", "STT_API_KEY", "TTS_API_KEY", "HONCHO_API_KEY"),
             *(s for p in CATALOG for s in p.secrets),
         )
     )
@@ -323,14 +371,26 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         # A platform waits on it: a cold start imports in ~0.2 s of CPU, 0.6 s at 512 MB's share
         # (1.2 s at 256, with Slack retrying at 3 s); its few ms a message cost little either way.
         memory_mb=512,
-        timeout_seconds=10,
+        # A webhook is answered in milliseconds; an e-mail of SES's largest (40 MB) takes about 4 s
+        # of this memory's CPU share to read and parse, besides its download.
+        timeout_seconds=30,
         grants={
             "inbox": Access.PUT,
             # a platform's report that a sent message failed later (WhatsApp `failed` statuses)
-            # marks its outbox row and publishes delivery:failed
-            "outbox": Access.MARK,
+            # marks its outbox row and publishes delivery:failed; the Signal forwarder collects
+            # the letters in its mailbox and settles those it sent (services/mailbox.py)
+            "outbox": Access.MAILBOX,
+            # the forwarder's URLs: to download a reply's files, to upload a message's
+            "media": Access.PRESIGN,
             "events": Access.PUT_EVENTS,
         },
+        # SES invokes it asynchronously with each received e-mail, and EventBridge with the sent
+        # mails' bounces (MAIL): an invoke that fails (the inbox throttled) is tried twice more by
+        # Lambda, then goes to the dead letters as sent (never dropped). A webhook's invoke waits
+        # for its answer and has none of this.
+        async_retries=2,
+        async_max_event_age_seconds=6 * 3600,
+        dead_letters=DEAD_LETTERS.name,
         secrets=INBOUND_SECRETS,
     ),
     FunctionSpec(
@@ -394,7 +454,7 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         },
         # the platforms' send secrets too: a message's attachments are fetched with the bot's token,
         # a streamed answer is posted and edited with it, and a turn's answer sent with it
-        secrets=("OPENAI_API_KEY", "STT_API_KEY", "HONCHO_API_KEY", *SEND_SECRETS),
+        secrets=("OPENAI_API_KEY", "STT_API_KEY", "TTS_API_KEY", "HONCHO_API_KEY", *SEND_SECRETS),
         scans=("jobs",),  # the cronjob tool lists a profile's jobs (a handful)
     ),
     FunctionSpec(
@@ -442,25 +502,39 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         async_retries=2,
         async_max_event_age_seconds=3600,
         dead_letters=DEAD_LETTERS.name,
-        secrets=SEND_SECRETS,
+        # the platforms' send secrets, and the speech API's key for a spoken answer (TTS_API_KEY,
+        # else OPENAI_API_KEY, as speech to text reads them)
+        secrets=(*SEND_SECRETS, "TTS_API_KEY", "OPENAI_API_KEY"),
     ),
     FunctionSpec(
         name="expiry",
         code_dir="functions/expiry",
         handler="handler.lambda_handler",
-        description="Scheduled: expired leases, due cron jobs, expired sessions (flush, end), idle routes",
+        description="Scheduled: expired leases, due cron jobs, expired sessions (flush, end), forget, retention",
         memory_mb=256,
         timeout_seconds=60,
         grants={
             "routes": Access.READ_WRITE,
-            "sessions": Access.READ_WRITE,  # the session sweep ends expired sessions
+            # the session sweep ends expired sessions; the retention sweep deletes idle ones
+            "sessions": Access.READ_WRITE,
             # a lease lost with messages queued behind it: they join the transcript, their turn starts
             "messages": Access.READ_WRITE,
             # cron: claim due jobs (the due index), start their turns, publish cron:ran
             "jobs": Access.READ_WRITE,
             "turn": Access.START,
             "events": Access.PUT_EVENTS,
+            # a chat's confirmed /forget (BEHAVIOUR §11): the request and the person's pairing
+            # (access), their memory notes, their files, and the chat's notice when it is done
+            "access": Access.READ_WRITE,
+            "memory": Access.READ_WRITE,
+            "media": Access.ERASE,
+            "delivery": Access.INVOKE,
+            # a forwarder that stopped collecting its mailbox (the oldest letter in the index)
+            "outbox": Access.READ,
         },
+        # forget: the person's rows in group sessions, a bounded-rate Scan of the messages table
+        # (a rare request), and the jobs made in their DM (a handful)
+        scans=("messages", "jobs"),
     ),
     FunctionSpec(
         name="session_api",

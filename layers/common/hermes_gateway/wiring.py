@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from hermes_gateway.adapters.aws import LambdaDeliveries, SqsQueue, StepFunctionsStarter
     from hermes_gateway.adapters.dynamo_access import DynamoAccessStore
     from hermes_gateway.adapters.dynamo_directory import DynamoDirectory
+    from hermes_gateway.adapters.dynamo_erasures import DynamoErasureRequests
     from hermes_gateway.adapters.dynamo_inbox import DynamoInbox
     from hermes_gateway.adapters.dynamo_jobs import DynamoJobStore
     from hermes_gateway.adapters.dynamo_memory import DynamoNoteStore
@@ -37,7 +38,8 @@ if TYPE_CHECKING:
     from hermes_gateway.domain.media import Attachment
     from hermes_gateway.domain.pacing import PaceRule
     from hermes_gateway.domain.pairing import PairingStore
-    from hermes_gateway.domain.ports import MediaStore, SessionStores
+    from hermes_gateway.domain.ports import MailStore, MediaStore, PersonalData, SessionStores
+    from hermes_gateway.domain.privacy import ProfileScope
     from hermes_gateway.domain.profiles import ProfileDirectory
     from hermes_gateway.domain.sessions import ModelOverride
     from hermes_gateway.memory.manager import MemoryManager
@@ -45,11 +47,16 @@ if TYPE_CHECKING:
     from hermes_gateway.platforms.media import Fetched
     from hermes_gateway.providers.base import Provider
     from hermes_gateway.providers.stt import Transcriber
+    from hermes_gateway.providers.tts import Synthesizer
     from hermes_gateway.services.cron import CronDeps
     from hermes_gateway.services.delivery import DeliveryDeps, Mirror, Pacing
-    from hermes_gateway.services.ingress import DeliveryReport, InboundAdapter
+    from hermes_gateway.services.forget import PersonalStores
+    from hermes_gateway.services.ingress import DeliveryReport, HttpResponse, InboundAdapter, MailboxCall
+    from hermes_gateway.services.mail_ingress import MailAdapter
+    from hermes_gateway.services.mailbox import MailboxDeps
     from hermes_gateway.services.outbound_media import Fetching
     from hermes_gateway.services.router import Access
+    from hermes_gateway.services.speech import Speaking
     from hermes_gateway.services.turn import TurnDeps
 
 
@@ -100,12 +107,14 @@ def stores_on(tables: SessionTables) -> SessionStores:
     from hermes_gateway.adapters.dynamo_catalogue import DynamoCatalogue
     from hermes_gateway.adapters.dynamo_edits import DynamoSessionEdits
     from hermes_gateway.adapters.dynamo_leases import DynamoLeases
+    from hermes_gateway.adapters.dynamo_personal import DynamoPersonalData
     from hermes_gateway.adapters.dynamo_routes import DynamoRoutes
     from hermes_gateway.adapters.dynamo_sweep import DynamoSweep
     from hermes_gateway.adapters.dynamo_transcript import DynamoTranscript
     from hermes_gateway.adapters.dynamo_turns import DynamoTurnControl
     from hermes_gateway.domain.ports import SessionStores
 
+    personal = DynamoPersonalData(tables)  # a person's data (forget, export) and the retention sweep
     return SessionStores(
         routes=DynamoRoutes(tables),
         leases=DynamoLeases(tables),
@@ -114,6 +123,8 @@ def stores_on(tables: SessionTables) -> SessionStores:
         catalogue=DynamoCatalogue(tables),
         edits=DynamoSessionEdits(tables),
         sweep=DynamoSweep(tables),
+        personal=personal,
+        retention=personal,
     )
 
 
@@ -146,6 +157,7 @@ def access(profile: str | None = None) -> Access:
         operator_cli=(os.environ.get(LOCAL_CLI_ENV) if local_mode() else None) or "hermes-gateway",
         local=local_mode(),
         usage=usage_book(),
+        erasures=erasure_requests(),
     )
 
 
@@ -171,9 +183,13 @@ def receipts() -> DynamoReceipts:
 
 @cache
 def outbox() -> DynamoOutbox:
-    from hermes_gateway.adapters.dynamo_outbox import DynamoOutbox
+    """The outbox, its rows kept 30 days or `sessions.retention_days` when that is shorter (a row
+    holds a reply's text: it goes no later than the transcript row it answers)."""
+    from hermes_gateway.adapters.dynamo_outbox import RETENTION_SECONDS, DynamoOutbox
+    from hermes_gateway.domain.retention import DAY_SECONDS, capped_days
 
-    return DynamoOutbox(bindings(), region())
+    keep = capped_days(RETENTION_SECONDS // DAY_SECONDS, settings().sessions.retention_days) * DAY_SECONDS
+    return DynamoOutbox(bindings(), region(), keep_seconds=keep)
 
 
 @cache
@@ -184,6 +200,22 @@ def media_store() -> MediaStore | None:
 
     name = bindings().buckets.get(MEDIA.name)
     return S3MediaStore(name, region()) if name else None
+
+
+@cache
+def raw_mail_store() -> MailStore | None:
+    """The e-mail SES stored (resources.MAIL, in the media bucket); None where it is not bound."""
+    from hermes_gateway.adapters.s3_mail import S3MailStore
+    from hermes_gateway.resources import MEDIA
+
+    name = bindings().buckets.get(MEDIA.name)
+    return S3MailStore(name, region()) if name else None
+
+
+def mail_adapter() -> MailAdapter | None:
+    """E-mail's inbound adapter (the deployment's own profile serves e-mail); None when disabled."""
+    adapter = inbound_adapter("email") if settings().platform("email") is not None else None
+    return adapter  # type: ignore[return-value]
 
 
 @cache
@@ -247,7 +279,12 @@ def adapter_context(platform: str, profile: str | None = None) -> AdapterContext
     from hermes_gateway.platforms.base import AdapterContext
 
     chosen = profile_settings(profile)
-    return AdapterContext(platform=chosen.platforms[platform], settings=chosen, secrets=secrets(profile))
+    return AdapterContext(
+        platform=chosen.platforms[platform],
+        settings=chosen,
+        secrets=secrets(profile),
+        raw_mail=raw_mail_store() if platform == "email" else None,  # its attachments are read there
+    )
 
 
 @cache
@@ -379,6 +416,29 @@ def transcriber(profile: str | None = None) -> Transcriber | None:
     base = chosen.stt.base_url or chosen.provider.openai_base_url
     api_key = keys.get("STT_API_KEY") or keys.get("OPENAI_API_KEY")  # the operator set both URLs
     return OpenAITranscriber(base, api_key, chosen.stt.model)
+
+
+def synthesizer(profile: str | None = None) -> Synthesizer | None:
+    """The profile's text to speech, or None when it has none (tts.provider none)."""
+    from hermes_gateway.providers.tts import OpenAISpeech
+
+    chosen = profile_settings(profile)
+    if chosen.tts.provider != "openai":
+        return None
+    keys = secrets(profile)
+    base = chosen.tts.base_url or chosen.provider.openai_base_url
+    api_key = keys.get("TTS_API_KEY") or keys.get("OPENAI_API_KEY")  # the operator set both URLs
+    return OpenAISpeech(base, api_key, chosen.tts.model, chosen.tts.voice)
+
+
+def _speaking(profile: str | None) -> Speaking | None:
+    """How a profile's answers are spoken (services/speech.py); None when speech is not set up."""
+    from hermes_gateway.services.speech import Speaking
+
+    chosen = profile_settings(profile)
+    if chosen.tts.provider == "none":
+        return None
+    return Speaking(cache(lambda: synthesizer(profile)), chosen.tts.max_chars)
 
 
 def _provider(override: ModelOverride | None, profile: str | None = None) -> Provider:
@@ -569,6 +629,58 @@ def memory_manager(profile: str | None = None) -> MemoryManager:
 
 
 @cache
+def erasure_requests() -> DynamoErasureRequests:
+    """The chats' `/forget` requests (the access table): asked by the router, erased by the tick."""
+    from hermes_gateway.adapters.dynamo_erasures import DynamoErasureRequests
+
+    return DynamoErasureRequests(bindings(), region())
+
+
+@cache
+def personal_stores() -> PersonalStores:
+    """Where a person's data is, in every profile (the tick's erasures)."""
+    return personal_stores_on(bindings(), settings(), region(), data=session_stores().personal)
+
+
+def personal_stores_on(
+    on: Bindings,
+    chosen: Settings,
+    where: str | None,
+    *,
+    data: PersonalData | None = None,
+    scopes: tuple[ProfileScope, ...] | None = None,
+) -> PersonalStores:
+    """A person's data on a deployment's resources (the tick's, or the CLI's from a stack's
+    outputs or a running local mode), for the profiles `scopes` names (default: `chosen`'s)."""
+    from hermes_gateway.adapters.dynamo_access import DynamoAccessStore
+    from hermes_gateway.adapters.dynamo_jobs import DynamoJobStore
+    from hermes_gateway.adapters.dynamo_memory import DynamoNoteStore
+    from hermes_gateway.adapters.dynamo_personal import DynamoPersonalData
+    from hermes_gateway.adapters.dynamo_table import Table, dynamodb_client
+    from hermes_gateway.adapters.dynamo_usage import DynamoUsage
+    from hermes_gateway.adapters.models import dynamodb_endpoint
+    from hermes_gateway.adapters.s3_media import S3MediaStore
+    from hermes_gateway.adapters.session_tables import SessionTables
+    from hermes_gateway.resources import MEDIA
+    from hermes_gateway.services.forget import PersonalStores, profile_scopes
+    from hermes_gateway.settings import rules_from_settings
+
+    bucket = on.buckets.get(MEDIA.name)
+    client = dynamodb_client(where, dynamodb_endpoint())
+    return PersonalStores(
+        scopes=scopes or profile_scopes(chosen),
+        data=data or DynamoPersonalData(SessionTables(on, where, rules=rules_from_settings(chosen))),
+        notes=DynamoNoteStore(on, where),
+        pairing=DynamoAccessStore(on, where),
+        jobs=DynamoJobStore(on, where),
+        media=S3MediaStore(bucket, where) if bucket else None,
+        usage=DynamoUsage(Table(client, on.table("routes")), Table(client, on.table("access"))),
+        external_memory=chosen.memory.external,
+        honcho_workspace=chosen.memory.honcho_workspace,
+    )
+
+
+@cache
 def _directory_store() -> DynamoDirectory:
     from hermes_gateway.adapters.dynamo_directory import DynamoDirectory
 
@@ -600,6 +712,30 @@ def report_delivery(platform: str, report: DeliveryReport) -> None:
     flush_events()
 
 
+def serve_mailbox(platform: str, profile: str | None, call: MailboxCall, now: float) -> HttpResponse:
+    """The ingress answers a forwarder's call on its mailbox (Signal's: services/mailbox.py)."""
+    from hermes_gateway.services.mailbox import serve
+
+    try:
+        return serve(platform, profile, call, _mailbox_deps(profile), now)
+    finally:
+        flush_events()
+
+
+@cache
+def _mailbox_deps(profile: str | None) -> MailboxDeps:
+    from hermes_gateway.adapters.s3_media import S3MediaStore
+    from hermes_gateway.resources import MEDIA
+    from hermes_gateway.services.mailbox import MailboxDeps
+
+    return MailboxDeps(
+        letters=outbox(),
+        files=S3MediaStore(bindings().bucket(MEDIA.name), region()),
+        max_bytes=profile_settings(profile).media.max_bytes,
+        events=events(),
+    )
+
+
 @cache
 def delivery_deps(profile: str | None = None) -> DeliveryDeps:
     """Delivery as a profile's bots send: their senders, their gone targets, their session keys."""
@@ -623,9 +759,22 @@ def delivery_deps(profile: str | None = None) -> DeliveryDeps:
         jobs=job_store() if "jobs" in bindings().tables else None,
         reply_to_mode=lambda platform: _reply_to_mode(platform, profile),
         media=_outbound_fetching(profile),
+        speaking=_speaking(profile),
+        heard=_heard(profile),
         pacing=_pacing() if "directory" in bindings().tables else None,
         pace_for=lambda platform, chat_id: _pace_for(platform, chat_id, profile),
     )
+
+
+def _heard(profile: str | None) -> Callable[[str, str], float | None] | None:
+    """When a person last wrote to a profile's bot, read from their chat's route (a function
+    granted the routes table; a push to a WhatsApp user asks, domain/service_window.py)."""
+    if "routes" not in bindings().tables:
+        return None
+    from hermes_gateway.services.delivery import last_heard
+
+    own = profile_settings(profile).profile
+    return lambda platform, chat_id: last_heard(session_stores().routes, platform, chat_id, own)
 
 
 @cache
@@ -701,6 +850,7 @@ def reset() -> None:
         router_deliveries_ahead,
         turn_deliveries,
         media_store,
+        raw_mail_store,
         inbox,
         turn_starter,
         adapter_context,
@@ -710,6 +860,7 @@ def reset() -> None:
         turn_deps,
         delivery_deps,
         _quiet_delivery_deps,
+        _mailbox_deps,
         events,
         directory,
         job_store,
@@ -717,5 +868,7 @@ def reset() -> None:
         cron_deps,
         receipts,
         _pacing,
+        erasure_requests,
+        personal_stores,
     ):
         built.cache_clear()

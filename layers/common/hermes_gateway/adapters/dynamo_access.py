@@ -475,3 +475,23 @@ class DynamoAccessStore:
                 continue
             cleared += 1
         return cleared
+
+    def forget_user(self, platform: str, user_id: str) -> int:
+        """Delete what the table holds of one user on the platform: the approval, the request
+        window and their pending code (forget); how many items that was."""
+        removed = int(self.revoke(platform, user_id))
+        for item in self._slots(platform).values():
+            if item.user_id == user_id:
+                removed += self._deleted(item)
+        removed += self._deleted(self.models.limit(f"limit#{platform}", user_id))
+        return removed
+
+    def _deleted(self, item: AccessItem) -> int:
+        try:
+            with throttling_is_transient():
+                item.delete(condition=type(item).sk.exists())
+        except DeleteError as exc:
+            if condition_failed(exc):
+                return 0
+            raise
+        return 1

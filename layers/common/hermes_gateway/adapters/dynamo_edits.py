@@ -10,6 +10,7 @@ them from there) or on the record of a session the route has left.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from hermes_gateway.adapters import route_item as ri
@@ -17,11 +18,9 @@ from hermes_gateway.adapters.dynamo_routes import DynamoRoutes
 from hermes_gateway.adapters.dynamo_table import TxCancelled, Update, condition
 from hermes_gateway.adapters.session_tables import (
     SessionTables,
-    content_fields,
     hidden_of,
     info,
     marker_seq,
-    media_fields,
     row,
     titles_partition,
     visible,
@@ -279,21 +278,7 @@ class DynamoSessionEdits:
     def _copy(self, child_id: str, rows: list[TranscriptRow], now: float) -> None:
         """Rows of a child session, written before the session item that makes them reachable."""
         self.t.messages.batch_put(
-            [
-                {
-                    "session_id": child_id,
-                    "seq": seq,
-                    "role": r.role,
-                    **content_fields(r.content),
-                    "created_at": r.created_at,
-                    "turn_id": r.turn_id,
-                    "sender_name": r.sender_name,
-                    "platform_message_id": r.platform_message_id,
-                    **media_fields(r.attachments),
-                    **({"sender": r.sender} if r.sender else {}),
-                }
-                for seq, r in enumerate(rows, start=1)
-            ]
+            [self.t.row_item(child_id, replace(r, seq=seq)) for seq, r in enumerate(rows, start=1)]
         )
 
     def branch(self, session_id: str, *, fence: Fence, now: float, title: str | None = None) -> SessionEntry:

@@ -23,7 +23,7 @@ from pynamodb.models import Model
 from hermes_gateway.adapters.dynamo_errors import condition_failed, throttling_is_transient_everywhere
 from hermes_gateway.adapters.models import dynamodb_endpoint, table_meta
 from hermes_gateway.domain.cron import (
-    DELIVERY_FAILED,
+    DELIVERY_FAILURES,
     PAUSED,
     SCHEDULED,
     Advance,
@@ -184,6 +184,10 @@ class DynamoJobStore:
             raise
         return True
 
+    def disown(self, job_id: str) -> bool:
+        Item = self.model
+        return self._update(job_id, [Item.creator.remove()], Item.job_id.exists()) is not None
+
     def claim_due(self, now: float, limit: int, plan: Callable[[Job, float], Advance]) -> builtins.list[Claim]:
         Item = self.model
         claims: builtins.list[Claim] = []
@@ -233,9 +237,9 @@ class DynamoJobStore:
     def record_delivery(self, job_id: str, run_id: str, status: str, now: float) -> bool:
         Item = self.model
         # Within one run a failure sticks: one of two targets failing is a failed delivery.
-        failed_already = (Item.last_delivery_run_id == run_id) & (Item.last_delivery_status == DELIVERY_FAILED)
+        failed_already = (Item.last_delivery_run_id == run_id) & Item.last_delivery_status.is_in(*DELIVERY_FAILURES)
         condition = Item.job_id.exists()
-        if status != DELIVERY_FAILED:
+        if status not in DELIVERY_FAILURES:
             condition = condition & ~failed_already
         actions = [
             Item.last_delivery_status.set(status),

@@ -96,6 +96,7 @@ class DynamoLeases:
                 "next_seq": reply_seq,
                 "recent": ri.remember(entry.recent_events, event_id),
                 **ri.activity(entry.session_key, entry.platform, entry.chat_type, now, self.t.rules),
+                **ri.heard(entry.platform, now),
             }
         )
         if hidden != entry.hidden:
@@ -141,6 +142,7 @@ class DynamoLeases:
                 "busy_acked": entry.lease_turn_id,
                 "recent": ri.remember(entry.recent_events, item.event_id),
                 **ri.activity(entry.session_key, entry.platform, entry.chat_type, now, self.t.rules),
+                **ri.heard(entry.platform, now),
             }
         )
         update.add("turn_queue_ids", {item.event_id}).increment("revision")

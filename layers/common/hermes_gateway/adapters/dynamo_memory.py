@@ -138,6 +138,13 @@ class DynamoNoteStore:
             return True
         raise TransientError("the memory notes are contended; try again")
 
+    def clear(self, scope: str) -> int:
+        items = list(self.model.query(scope, consistent_read=True))
+        with self.model.batch_write() as batch:
+            for item in items:
+                batch.delete(item)
+        return sum(1 for item in items if item.entry.startswith(NOTE_PREFIX))
+
     def _get(self, scope: str, note_id: str) -> Note | None:
         try:
             return _note(self.model.get(scope, NOTE_PREFIX + note_id, consistent_read=True))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import zlib
+from typing import Any
 
 from pynamodb.exceptions import DoesNotExist, UpdateError
 from pynamodb.expressions.update import Action
@@ -14,7 +16,7 @@ from hermes_gateway.adapters.dynamo_errors import (
     throttling_is_transient_everywhere,
 )
 from hermes_gateway.adapters.models import OutboxModelBase, bind_outbox, dynamodb_endpoint
-from hermes_gateway.domain.outbox import OutboxEntry
+from hermes_gateway.domain.outbox import QUEUED, OutboxEntry, QueuedLetter
 from hermes_gateway.errors import TransientError
 from hermes_gateway.resources import Bindings
 
@@ -43,10 +45,26 @@ def _entry(item: OutboxModelBase) -> OutboxEntry:
     )
 
 
+def _letter_fields(letter: dict[str, Any]) -> dict[str, Any]:
+    """A letter's attributes: its JSON, zlib-compressed when that saves a tenth or more (a 2,000
+    character reply is two write units instead of three, on both of its writes)."""
+    raw = json.dumps(letter, separators=(",", ":"))
+    packed = zlib.compress(raw.encode("utf-8"), 6)
+    return {"letter_z": packed} if len(packed) <= len(raw.encode("utf-8")) * 0.9 else {"letter": raw}
+
+
+def _letter_of(item: OutboxModelBase) -> dict[str, Any]:
+    raw = zlib.decompress(bytes(item.letter_z)).decode("utf-8") if item.letter_z else item.letter or "{}"
+    found: dict[str, Any] = json.loads(raw)
+    return found
+
+
 @throttling_is_transient_everywhere
 class DynamoOutbox:
-    def __init__(self, bindings: Bindings, region: str | None = None) -> None:
+    def __init__(self, bindings: Bindings, region: str | None = None, *, keep_seconds: int = RETENTION_SECONDS) -> None:
         self.model = bind_outbox(bindings.table("outbox"), region, dynamodb_endpoint())
+        # A row holds a reply's text (a preview deployed): it goes by TTL after this long
+        self._keep_seconds = keep_seconds
 
     def record_claimed(
         self,
@@ -64,11 +82,15 @@ class DynamoOutbox:
         media: list[dict[str, str]] | None = None,
         status: str = "sending",
         platform_message_id: str | None = None,
+        mailbox: tuple[str, dict[str, Any]] | None = None,
     ) -> tuple[OutboxEntry, bool]:
         """Write the chunk claimed for sending (`sending` at `now`) unless it exists: one write, which
         on a repeated job returns the stored row with its failed condition (no read). What is
-        stored, and True when this call wrote it."""
+        stored, and True when this call wrote it. `mailbox`: (its name, the letter): the chunk is
+        posted to a forwarder's mailbox instead, `queued`, in the same write."""
         Outbox = self.model
+        if mailbox is not None:
+            status = QUEUED
         item = Outbox(
             delivery_id,
             platform=platform,
@@ -83,9 +105,12 @@ class DynamoOutbox:
             platform_message_id=platform_message_id,
             created_at=now,
             updated_at=now,
-            expires_at=int(now + RETENTION_SECONDS),
+            expires_at=int(now + self._keep_seconds),
             buttons=json.dumps(buttons) if buttons else None,
             media=json.dumps(media) if media else None,
+            mailbox=mailbox[0] if mailbox else None,
+            queued_at=now if mailbox else None,
+            **(_letter_fields(mailbox[1]) if mailbox else {}),
         )
         # pynamodb's put drops the item a failed condition returns, so the call is botocore's
         # (through the model's own connection: same endpoint, same client).
@@ -244,11 +269,86 @@ class DynamoOutbox:
             return found.status if found is not None else "missing"
         return "marked"
 
+    def collect(self, mailbox: str, limit: int) -> list[QueuedLetter]:
+        """The oldest `limit` letters waiting in the mailbox, oldest first: a query of the sparse,
+        keys-only index (an empty mailbox costs half a read unit), then the letters by key, read
+        consistently (the index may still list a letter settled a moment ago: it is left out)."""
+        Outbox = self.model
+        keys = [
+            item.delivery_id
+            for item in Outbox.by_mailbox.query(mailbox, scan_index_forward=True, limit=limit)  # type: ignore[attr-defined]
+        ]
+        if not keys:
+            return []
+        found = {item.delivery_id: item for item in Outbox.batch_get(keys, consistent_read=True)}
+        letters = [
+            QueuedLetter(key, _letter_of(found[key]), float(found[key].queued_at))
+            for key in keys
+            if key in found and found[key].status == QUEUED and found[key].mailbox == mailbox
+        ]
+        return sorted(letters, key=lambda letter: letter.queued_at)
+
+    def oldest(self, mailbox: str) -> float | None:
+        """When the mailbox's oldest waiting letter was posted: one query of one index key (the
+        index may still list a letter settled a moment ago: a minute's check can take that)."""
+        Outbox = self.model
+        for item in Outbox.by_mailbox.query(mailbox, scan_index_forward=True, limit=1):  # type: ignore[attr-defined]
+            return float(item.queued_at)
+        return None
+
+    def settle(
+        self,
+        delivery_id: str,
+        mailbox: str,
+        status: str,
+        now: float,
+        *,
+        platform_message_id: str | None = None,
+        error: str | None = None,
+    ) -> str:
+        """The forwarder's word on a letter of its mailbox: `sent` with the platform's id, or
+        `failed`, `gone` or `unknown` with the error; the row leaves the mailbox (and the index).
+        One conditional write, only on a row still waiting in this mailbox; the row is read when
+        the condition fails. "settled"; "already" for a report repeated with the same outcome (the
+        forwarder retries a report it got no answer to); else the row's status ("missing")."""
+        Outbox = self.model
+        actions: list[Action] = [
+            Outbox.status.set(status),
+            Outbox.updated_at.set(now),
+            Outbox.attempts.add(1),
+            Outbox.mailbox.remove(),
+            Outbox.queued_at.remove(),
+            Outbox.letter.remove(),
+            Outbox.letter_z.remove(),
+        ]
+        if platform_message_id is not None:
+            actions.append(Outbox.platform_message_id.set(platform_message_id))
+        if error is not None:
+            actions.append(Outbox.error.set(error[:500]))
+        try:
+            Outbox(delivery_id).update(
+                actions=actions, condition=(Outbox.mailbox == mailbox) & (Outbox.status == QUEUED)
+            )
+        except UpdateError as exc:
+            if not condition_failed(exc):
+                raise
+            found = self.get(delivery_id)
+            if found is None:
+                return "missing"
+            repeated = found.status == status and found.platform_message_id == platform_message_id
+            return "already" if repeated else found.status
+        return "settled"
+
     def get(self, delivery_id: str, *, consistent: bool = True) -> OutboxEntry | None:
         try:
             return _entry(self.model.get(delivery_id, consistent_read=consistent))
         except DoesNotExist:
             return None
+
+    def get_many(self, delivery_ids: list[str]) -> list[OutboxEntry]:
+        """The rows of these ids that exist, in one BatchGetItem (eventually consistent: half a
+        read unit each; at most 100 ids)."""
+        return [_entry(item) for item in self.model.batch_get(list(dict.fromkeys(delivery_ids))[:100])]
 
     def recent(self, limit: int = 200) -> list[OutboxEntry]:
         """Newest last. A scan: used by local mode's outbox view only, never on a hot path."""

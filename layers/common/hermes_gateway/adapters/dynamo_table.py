@@ -303,6 +303,25 @@ class Table:
                 raise TransientError("DynamoDB left a batch read unprocessed; try again")
         return found
 
+    def scan_page(
+        self, when: Condition | None = None, *, start: Mapping[str, Any] | None = None
+    ) -> tuple[list[Item], dict[str, Any] | None]:
+        """One page of a Scan (at most 1 MB read, filtered by `when` after reading: the read is
+        paid for whole) and where the next page starts (`LastEvaluatedKey`, as on the wire; None
+        at the end). Eventually consistent: half the read units of a consistent Scan."""
+        kwargs: dict[str, Any] = {}
+        if when is not None:
+            kwargs["FilterExpression"] = when.text
+            if when.names:
+                kwargs["ExpressionAttributeNames"] = when.names
+            if when.values:
+                kwargs["ExpressionAttributeValues"] = self.wire(when.values)
+        if start:
+            kwargs["ExclusiveStartKey"] = dict(start)
+        page = self._call("scan", **kwargs)
+        items = [item for raw in page.get("Items", []) if (item := self.read(raw)) is not None]
+        return items, page.get("LastEvaluatedKey") or None
+
     def batch_put(self, items: Sequence[Mapping[str, Any]]) -> None:
         self._batch([{"PutRequest": {"Item": self.wire(i)}} for i in items])
 

@@ -13,7 +13,7 @@ import contextlib
 from typing import Any
 
 from hermes_gateway.adapters.dynamo_table import Condition, ConditionFailed, condition
-from hermes_gateway.adapters.session_tables import SessionTables, row, row_item, visible
+from hermes_gateway.adapters.session_tables import SessionTables, row, visible
 from hermes_gateway.domain.sessions import TranscriptRow
 from hermes_gateway.errors import Conflict
 
@@ -26,7 +26,9 @@ class DynamoTranscript:
 
     def put(self, session_id: str, transcript_row: TranscriptRow) -> bool:
         try:
-            self.t.messages.put(row_item(session_id, transcript_row), condition(None, "attribute_not_exists({seq})"))
+            self.t.messages.put(
+                self.t.row_item(session_id, transcript_row), condition(None, "attribute_not_exists({seq})")
+            )
         except ConditionFailed:
             return False
         return True
@@ -38,7 +40,7 @@ class DynamoTranscript:
     def put_reply(self, session_id: str, transcript_row: TranscriptRow) -> str:
         try:
             self.t.messages.put(
-                row_item(session_id, transcript_row),
+                self.t.row_item(session_id, transcript_row),
                 condition(None, "attribute_not_exists({seq})"),
                 old_on_failure=True,
             )

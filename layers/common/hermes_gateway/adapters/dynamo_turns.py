@@ -133,6 +133,11 @@ class DynamoTurnControl:
     def set_yolo(self, session_key: str, on: bool) -> None:
         self._update(session_key, Update().set("yolo", on), "attribute_exists({session_key})")
 
+    def set_voice(self, session_key: str, mode: str) -> None:
+        # Not fenced: one attribute no other write touches, so no revision is bumped and no
+        # running turn's fenced write is disturbed; the next message's turn reads it.
+        self._update(session_key, Update().set("voice", mode), "attribute_exists({session_key})")
+
     def approve_tool(self, session_key: str, tool: str, scope: str, session_id: str) -> None:
         if scope == "always":
             self._update(session_key, Update().add("approved_tools", {tool}), "attribute_exists({session_key})")

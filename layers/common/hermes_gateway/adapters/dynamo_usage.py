@@ -14,12 +14,15 @@ platform as the profile stores it, `telegram@coder`):
 
 Both expire (`expires_at`, DynamoDB's TTL, free) two months after they were last written. Other
 messages read nothing here: the route they read anyway names the user's other sessions of the day.
+Forget (BEHAVIOUR §11) reads the partition to find the routes their counters are on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 from hermes_gateway.adapters import route_item as ri
 from hermes_gateway.adapters.dynamo_table import ConditionFailed, Table, Update, condition
@@ -80,3 +83,41 @@ class DynamoUsage:
         except ConditionFailed:
             return False
         return True
+
+    def _records(self, owner: Owner) -> list[dict[str, Any]]:
+        return list(self.access.query(condition(None, "{pk} = {:pk}", pk=_partition(owner)), consistent=True))
+
+    def held(self, owner: Owner) -> dict[str, Any]:
+        records = self._records(owner)
+        used = [r for r in records if r["sk"] != _TOLD]
+        told = next((str(r["window"]) for r in records if r["sk"] == _TOLD and r.get("window")), None)
+        counters = {}
+        for record in used:
+            route = self.routes.get({"session_key": record["sk"]}, consistent=False)
+            ledger = ri.ledgers(route).get(owner.spender) if route else None
+            if ledger is not None:
+                counters[str(record["sk"])] = {
+                    "messages": dataclasses.asdict(ledger.counts),
+                    "tokens_and_usd": {tag: list(spent) for tag, spent in ledger.spent.items()},
+                    "other_sessions_by_day": {str(day): sorted(keys) for day, keys in ledger.peers.items()},
+                }
+        sessions = [{"session_key": r["sk"], "day": r.get("day"), "month": r.get("month")} for r in used]
+        return {"sessions_used": sessions, "told_window": told, "counters": counters}
+
+    def forget(self, owner: Owner) -> int:
+        records = self._records(owner)
+        removed = 0
+        for record in records:
+            if record["sk"] == _TOLD:
+                continue
+            route = self.routes.get({"session_key": record["sk"]})
+            names = ri.ledger_attributes(route, owner.spender) if route else []
+            if names:
+                update = Update().remove(*names)
+                with contextlib.suppress(ConditionFailed):  # the route went meanwhile: its counters with it
+                    self.routes.update(
+                        {"session_key": record["sk"]}, update, condition(update, "attribute_exists({session_key})")
+                    )
+                    removed += 1
+        self.access.batch_delete([{"pk": r["pk"], "sk": r["sk"]} for r in records])
+        return removed + len(records)

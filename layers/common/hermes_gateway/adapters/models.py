@@ -12,11 +12,12 @@ import os
 from functools import cached_property, lru_cache
 
 from pynamodb.attributes import (
+    BinaryAttribute,
     BooleanAttribute,
     NumberAttribute,
     UnicodeAttribute,
 )
-from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
+from pynamodb.indexes import AllProjection, GlobalSecondaryIndex, KeysOnlyProjection
 from pynamodb.models import Model
 
 from hermes_gateway.resources import Bindings
@@ -226,7 +227,8 @@ class OutboxModelBase(Model):
     turn_id = UnicodeAttribute(null=True)
     chunk = NumberAttribute(default=1)
     chunks = NumberAttribute(default=1)
-    status = UnicodeAttribute(default="pending")  # pending | sending (claimed) | sent | recorded | failed
+    # pending | sending (claimed) | sent | recorded | failed | queued (in a forwarder's mailbox) | ...
+    status = UnicodeAttribute(default="pending")
     attempts = NumberAttribute(default=0)
     platform_message_id = UnicodeAttribute(null=True)
     error = UnicodeAttribute(null=True)
@@ -235,11 +237,30 @@ class OutboxModelBase(Model):
     expires_at = NumberAttribute(null=True)  # TTL
     buttons = UnicodeAttribute(null=True)  # JSON: [{"label", "reply"}], on a message's last chunk
     media = UnicodeAttribute(null=True)  # JSON: [{"key", "name", "kind", "mime"}], on a media part
+    # Only while the chunk waits in a forwarder's mailbox (platforms/mailbox.py): which mailbox,
+    # since when, and the letter the forwarder sends (JSON, zlib-compressed when that saves a
+    # tenth: `letter_z`); they go when it is settled.
+    mailbox = UnicodeAttribute(null=True)
+    queued_at = NumberAttribute(null=True)
+    letter = UnicodeAttribute(null=True)
+    letter_z = BinaryAttribute(null=True, legacy_encoding=False)
 
 
 @lru_cache(maxsize=8)
 def bind_outbox(outbox_table: str, region: str | None, host: str | None = None) -> type[OutboxModelBase]:
-    return type("Outbox", (OutboxModelBase,), {"Meta": table_meta(outbox_table, region, host), "__module__": __name__})
+    class ByMailbox(GlobalSecondaryIndex[OutboxModelBase]):  # type: ignore[no-untyped-call]
+        class Meta:
+            index_name = "by_mailbox"
+            projection = KeysOnlyProjection()
+
+        mailbox = UnicodeAttribute(hash_key=True)
+        queued_at = NumberAttribute(range_key=True)
+
+    return type(
+        "Outbox",
+        (OutboxModelBase,),
+        {"Meta": table_meta(outbox_table, region, host), "by_mailbox": ByMailbox(), "__module__": __name__},
+    )
 
 
 def marker_seq(key: str) -> int:

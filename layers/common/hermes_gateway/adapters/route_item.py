@@ -22,6 +22,7 @@ from typing import Any
 
 from hermes_gateway.domain.limits import Counted, Counts, Ledger, Periods
 from hermes_gateway.domain.reset_policy import SessionRules, next_deadline
+from hermes_gateway.domain.service_window import SERVICE_WINDOWS
 from hermes_gateway.domain.sessions import MAX_FAILED_RECOVERIES, ModelOverride, SessionEntry, SessionTally, event_mark
 from hermes_gateway.domain.turn_state import Turn
 from hermes_gateway.domain.turns import ControlState, PendingApproval, QueuedInput
@@ -107,6 +108,11 @@ def spent_attrs(spender: str, tag: str) -> tuple[str, str]:
 def peers_attr(spender: str, day: int) -> str:
     """`spender`'s other sessions used on `day`."""
     return f"up{spender}d{day}"
+
+
+def ledger_attributes(item: Mapping[str, Any], spender: str) -> list[str]:
+    """The names of `spender`'s counters on a route (forget removes them)."""
+    return [name for name in item if (match := _LEDGER_ATTR.match(name)) is not None and match.group(2) == spender]
 
 
 def ledgers(item: Mapping[str, Any]) -> dict[str, Ledger]:
@@ -217,6 +223,8 @@ def entry(item: Mapping[str, Any], **extra: Any) -> SessionEntry:
         queued=len(item.get("turn_queue") or ()),
         approval_pending=bool(item.get("approval")),
         ledgers=ledgers(item),
+        voice=item.get("voice"),
+        heard_at=_num(item.get("heard_at")),
         **extra,
     )
 
@@ -263,6 +271,13 @@ def activity(session_key: str, platform: str, chat_type: str, now: float, rules:
         "policy_shard": shard(session_key) if deadline is not None else None,
         "policy_deadline": deadline,
     }
+
+
+def heard(platform: str, now: float) -> dict[str, Any]:
+    """What a person's message sets besides the activity clock, on a platform with a service
+    window (domain/service_window.py): when they last wrote, in the write that begins or queues the
+    message (a few bytes on WhatsApp's routes; nothing elsewhere)."""
+    return {"heard_at": now} if platform in SERVICE_WINDOWS else {}
 
 
 def failure(item: Mapping[str, Any], reason: str, now: float) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The media bucket (domain.ports.MediaStore) on S3: one object per attachment, put once.
+"""The media bucket (domain.ports.MediaStore, ErasableMedia) on S3: one object per attachment, put once.
 
 The bucket itself encrypts (SSE-S3), blocks public access, refuses plain HTTP and expires objects
 after `media.retention_days` (infra/capabilities/media.py); these calls need nothing more.
@@ -69,10 +69,54 @@ class S3MediaStore:
             raise _error(exc, "get") from None
         return answer["Body"].read(), str(answer.get("ContentType") or "application/octet-stream")
 
+    def keys(self, prefix: str) -> list[str]:
+        """Every key under `prefix` (ListObjectsV2, a page of 1000 at a time: s3:ListBucket)."""
+        from botocore.exceptions import ClientError
+
+        found: list[str] = []
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+        try:
+            while True:
+                page = self._client.list_objects_v2(**kwargs)
+                found += [str(o["Key"]) for o in page.get("Contents", [])]
+                if not page.get("IsTruncated"):
+                    return found
+                kwargs["ContinuationToken"] = page["NextContinuationToken"]
+        except ClientError as exc:
+            raise _error(exc, "list") from None
+
+    def delete(self, keys: list[str]) -> int:
+        """DeleteObjects, 1000 keys a request (s3:DeleteObject; a missing key is no error)."""
+        from botocore.exceptions import ClientError
+
+        unique = list(dict.fromkeys(keys))
+        for start in range(0, len(unique), 1000):
+            batch = [{"Key": key} for key in unique[start : start + 1000]]
+            try:
+                answer = self._client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
+            except ClientError as exc:
+                raise _error(exc, "delete") from None
+            if answer.get("Errors"):
+                codes = sorted({str(e.get("Code")) for e in answer["Errors"]})
+                raise TransientError(f"media bucket delete: {len(answer['Errors'])} keys not deleted ({codes})")
+        return len(unique)
+
     def url(self, key: str, expires_seconds: int) -> str:
         return str(
             self._client.generate_presigned_url(
                 "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires_seconds
+            )
+        )
+
+    def upload_url(self, key: str, mime: str, size: int, expires_seconds: int) -> str:
+        """A pre-signed PUT URL for exactly `size` bytes of type `mime` (both signed: S3 refuses
+        an upload of another length or type), for a client that uploads a file itself (the
+        Signal forwarder)."""
+        return str(
+            self._client.generate_presigned_url(
+                "put_object",
+                Params={"Bucket": self.bucket, "Key": key, "ContentType": mime, "ContentLength": size},
+                ExpiresIn=expires_seconds,
             )
         )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 import zlib
 from collections.abc import Mapping
 from functools import cached_property
@@ -23,6 +24,7 @@ from hermes_gateway.adapters.route_item import TALLY_ATTRS, TALLY_PROMPT, ranges
 from hermes_gateway.domain.cost import session_cost_status
 from hermes_gateway.domain.media import Attachment, attachments_of
 from hermes_gateway.domain.reset_policy import SessionRules
+from hermes_gateway.domain.retention import is_expired, row_expiry
 from hermes_gateway.domain.sessions import (
     SessionInfo,
     SessionTally,
@@ -83,6 +85,16 @@ class SessionTables:
 
     def tx(self) -> Tx:
         return Tx(self.client)
+
+    def row_item(self, session_id: str, transcript_row: TranscriptRow) -> Item:
+        """A transcript row as stored: with its TTL (`expires_at`) when rows are kept
+        `sessions.retention_days` (domain/retention.py); a copied row keeps its own time, so
+        its copy expires with it."""
+        item = row_item(session_id, transcript_row)
+        expires_at = row_expiry(transcript_row.created_at, self.rules.retention_seconds)
+        if expires_at is not None:
+            item["expires_at"] = expires_at
+        return item
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -260,6 +272,8 @@ def row(item: Mapping[str, Any]) -> TranscriptRow:
         active=item.get("active") is not False,
         attachments=attachments_of(json.loads(item["media"])) if item.get("media") else (),
         sender=item.get("sender"),
+        quote=item.get("quote"),
+        quote_id=item.get("quote_id"),
     )
 
 
@@ -268,6 +282,12 @@ def media_fields(attachments: tuple[Attachment, ...]) -> Item:
     if not attachments:
         return {}
     return {"media": json.dumps([a.to_dict() for a in attachments], separators=(",", ":"), ensure_ascii=False)}
+
+
+def quote_fields(transcript_row: TranscriptRow) -> Item:
+    """The message a user row answers, where it answers one (no attribute otherwise)."""
+    found = {"quote": transcript_row.quote, "quote_id": transcript_row.quote_id}
+    return {k: v for k, v in found.items() if v}
 
 
 def row_item(session_id: str, transcript_row: TranscriptRow) -> Item:
@@ -282,15 +302,18 @@ def row_item(session_id: str, transcript_row: TranscriptRow) -> Item:
         "platform_message_id": transcript_row.platform_message_id,
         **media_fields(transcript_row.attachments),
         **({"sender": transcript_row.sender} if transcript_row.sender else {}),
+        **quote_fields(transcript_row),
     }
 
 
 def visible(item: Mapping[str, Any], hidden: tuple[tuple[int, int], ...]) -> bool:
-    """A transcript row a reader sees: a message (not a marker), active, not undone."""
+    """A transcript row a reader sees: a message (not a marker), active, not undone, and not past
+    its retention (TTL deletes it only eventually, up to a few days later)."""
     return (
         item.get("role") in ROW_ROLES
         and item.get("active") is not False
         and not is_hidden(int(item["seq"]), list(hidden))
+        and not is_expired(item.get("expires_at"), time.time())
     )
 
 

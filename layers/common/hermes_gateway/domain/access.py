@@ -79,10 +79,21 @@ def _forms(user_id: str, platform: str) -> set[str]:
     return forms
 
 
+def _mail_listed(address: str, entries: set[str]) -> bool:
+    """An e-mail sender: the whole address (any case), or `*@<domain>` for every address at that
+    domain. Never its part before `@` alone: `alice` would let alice at any domain in."""
+    address = address.lower()
+    domain = address.rpartition("@")[2]
+    lowered = {entry.lower() for entry in entries}
+    return address in lowered or (bool(domain) and f"*@{domain}" in lowered)
+
+
 def _listed(user_id: str, allowed: Iterable[str], platform: str) -> bool:
     entries = set(allowed)
     if "*" in entries:
         return True
+    if platform == "email":
+        return _mail_listed(user_id, entries)
     if platform == "whatsapp":
         entries |= {canonical_whatsapp_id(e) for e in entries}
     return bool(_forms(user_id, platform) & entries)

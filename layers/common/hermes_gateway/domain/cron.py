@@ -25,9 +25,11 @@ COMPLETED = "completed"  # a one-shot that ran, or a repeat count that was reach
 RETIRED = "retired"  # a one-shot that missed its time by more than the grace (see `retired_reason`)
 
 # A run that failed (the turn engine records `ok` or `error`), and a delivery that failed
-# (delivery records `sent` only with the platform's acknowledgement, or `failed`).
+# (delivery records `sent` only with the platform's acknowledgement, or `failed`, or
+# `outside_window`: refused because the person last wrote too long ago, domain/service_window.py).
 RUN_ERROR = "error"
 DELIVERY_FAILED = "failed"
+DELIVERY_FAILURES = (DELIVERY_FAILED, "outside_window")
 
 MAX_NAME = 200
 MAX_PROMPT = 20_000
@@ -200,6 +202,11 @@ class JobStore(Protocol):
         ...
 
     def remove(self, job_id: str) -> bool: ...
+
+    def disown(self, job_id: str) -> bool:
+        """Take the job's creator off it (their forget: a job they made in a group stays the
+        group's); its runs then stand for no one. False when there is no such job."""
+        ...
 
     def claim_due(self, now: float, limit: int, plan: Callable[[Job, float], Advance]) -> builtins.list[Claim]:
         """Jobs due at `now`, found through the due index (never a scan), each claimed by a

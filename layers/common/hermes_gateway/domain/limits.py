@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, time, timedelta
 from functools import lru_cache
-from typing import Protocol
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 from hermes_gateway.domain.session_key import canonical_whatsapp_id
@@ -398,4 +398,14 @@ class UsageBook(Protocol):
 
     def tell(self, owner: Owner, window: str, p: Periods) -> bool:
         """Claim the one answer of a limit window: True for the first caller only."""
+        ...
+
+    def held(self, owner: Owner) -> dict[str, Any]:
+        """What is kept of the user (their export, BEHAVIOUR §11): the sessions they used (key,
+        day, month), the window they were last told about, and their counters on those routes."""
+        ...
+
+    def forget(self, owner: Owner) -> int:
+        """Delete what is kept of the user: their counters on the routes of the sessions they
+        used, and their own records here; how many routes and records that was."""
         ...

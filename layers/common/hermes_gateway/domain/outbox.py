@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+QUEUED = "queued"  # a row waiting in a forwarder's mailbox for the platform's word (platforms/mailbox.py)
+
 # A delivery job's `streamed`: its first chunk was posted while the model wrote it
 # (services/turn/stream.py), and the message shows that chunk exactly, or something else.
 STREAM_SHOWN = "shown"
@@ -33,3 +35,13 @@ class OutboxEntry:
 
     def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class QueuedLetter:
+    """A chunk waiting in a forwarder's mailbox (platforms/mailbox.py): its row, the letter the
+    forwarder sends, and when it was posted (letters are collected in that order)."""
+
+    delivery_id: str
+    letter: dict[str, object]
+    queued_at: float

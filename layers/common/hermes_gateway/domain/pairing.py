@@ -136,6 +136,10 @@ class PairingStore(Protocol):
 
     def clear_pending(self, platform: str) -> int: ...
 
+    def forget_user(self, platform: str, user_id: str) -> int:
+        """Delete the user's approval, pending code and request window (forget); how many."""
+        ...
+
 
 def pairing_reply(
     platform: str, code: str, profile: str | None = None, *, cli: str = "hermes-gateway", local: bool = False

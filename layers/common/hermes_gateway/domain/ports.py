@@ -13,7 +13,9 @@ Session storage is split by who uses it (ARCHITECTURE §3):
   windows (turn, router, commands, session API, delivery's mirror);
 - `Catalogue`: sessions as records (title, lineage, end, totals), listed and searched;
 - `SessionEdits`: the fenced changes from outside a turn (BEHAVIOUR §3): rename, undo, branch ...;
-- `Sweep`: what the expiry tick needs: sessions whose reset policy expired them.
+- `Sweep`: what the expiry tick needs: sessions whose reset policy expired them;
+- `PersonalData`: one person's sessions and rows, found, exported, erased or redacted (forget,
+  export: BEHAVIOUR §11); `Retention`: sessions idle past `sessions.retention_days` (the tick).
 
 The DynamoDB adapters (`hermes_gateway.adapters.dynamo_*`) and the in-memory fake
 (`tests/fakes/sessions.py`) implement each with the same rules; the contract suites in
@@ -100,6 +102,44 @@ class MediaStore(Protocol):
 
     def url(self, key: str, expires_seconds: int) -> str:
         """A pre-signed GET URL, for a platform that fetches media itself (LINE, Twilio)."""
+        ...
+
+
+class MessageTooLarge(Exception):
+    """A stored message larger than the reader's bound: it is not read."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"the stored message is {size} bytes; at most {limit} are read")
+        self.size, self.limit = size, limit
+
+
+class MailStore(Protocol):
+    """The e-mail SES received, as its receipt rule stored it (resources.MAIL: the media bucket's
+    prefix), one object per message. Throttling and 5xx raise TransientError."""
+
+    def read(self, key: str, limit: int) -> bytes | None:
+        """The whole message; None when there is none (expired); MessageTooLarge, unread, when it
+        is larger than `limit` bytes."""
+        ...
+
+    def read_range(self, key: str, start: int, end: int) -> bytes | None:
+        """Bytes `start` to `end` (exclusive) of a message (an attachment's); None when there is none."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Remove a message the gateway refused (spam, a virus): it is kept no longer than needed."""
+        ...
+
+
+class ErasableMedia(MediaStore, Protocol):
+    """The media bucket as forget and export use it: listed by prefix, deleted by key."""
+
+    def keys(self, prefix: str) -> list[str]:
+        """Every stored key under `prefix` (a session's files: `<profile>/<session>/`)."""
+        ...
+
+    def delete(self, keys: list[str]) -> int:
+        """Delete the keys (a missing one is no error); how many were asked for."""
         ...
 
 
@@ -234,6 +274,10 @@ class TurnControl(Protocol):
 
     def set_yolo(self, session_key: str, on: bool) -> None: ...
 
+    def set_voice(self, session_key: str, mode: str) -> None:
+        """The chat's /voice mode (domain/voice.py), kept on its route through resets."""
+        ...
+
     def approve_tool(self, session_key: str, tool: str, scope: str, session_id: str) -> None: ...
 
 
@@ -354,6 +398,98 @@ class Sweep(Protocol):
 
 
 @dataclass(frozen=True)
+class SenderRow:
+    """A transcript row of one sender, with the session it is in."""
+
+    session_id: str
+    row: TranscriptRow
+
+
+@dataclass(frozen=True)
+class SenderPage:
+    """One page of the messages table's Scan for a sender's rows; `cursor` None: the end."""
+
+    rows: list[SenderRow]
+    cursor: str | None
+
+
+@dataclass(frozen=True)
+class ErasedSession:
+    """What erasing a session removed: its rows, the media keys they named, and the chat its
+    route served when the route was there (a DM's chat: the jobs made in it are the user's)."""
+
+    rows: int
+    media_keys: tuple[str, ...] = ()
+    chat_id: str | None = None
+
+
+class PersonalData(Protocol):
+    """One person's sessions and rows (BEHAVIOUR §11): found through the `by_reach` and `by_key`
+    indexes and a bounded Scan of the messages table, exported whole, erased, or redacted."""
+
+    def sessions_reached(self, reach: str) -> list[SessionInfo]:
+        """Every session whose `reach` is `reach` (a DM's user), newest first."""
+        ...
+
+    def unreached_sessions_keyed(self, session_key: str) -> list[SessionInfo]:
+        """The sessions of a key written before sessions carried a `reach` (none of another reach)."""
+        ...
+
+    def transcript(self, session_id: str) -> list[TranscriptRow]:
+        """Every row of a session, undone and inactive ones too (an export holds what is stored)."""
+        ...
+
+    def chat_of(self, session_key: str) -> str | None:
+        """The chat a key's route serves (from the route's origin); None when it has no route."""
+        ...
+
+    def erase_session(self, session_id: str, now: float, *, timed_rows: bool = True) -> ErasedSession:
+        """Delete the session: its route when the route points at it (SessionBusy while a turn holds
+        the route's lease: nothing is deleted), its title claim, its record, then its rows
+        (`timed_rows` False: only rows without an expiry; the others go by TTL, for free)."""
+        ...
+
+    def sender_rows(self, sender: str, cursor: str | None) -> SenderPage:
+        """One page (at most 1 MB read) of the messages table's Scan for rows marked `sender`."""
+        ...
+
+    def redact(self, session_id: str, seq: int, sender: str, text: str) -> bool:
+        """Replace the row's text with `text` and take its attachments, sender name and mark off,
+        if it is still `sender`'s; False when it is not (changed, gone, redacted already)."""
+        ...
+
+
+@dataclass(frozen=True)
+class AgedSession:
+    """A session started before the retention's horizon, with what says when it was last used:
+    its end, its route's activity while the route points at it, its newest row's time."""
+
+    session_id: str
+    started_at: float
+    ended_at: float | None
+    route_activity_at: float | None
+    newest_row_at: float | None
+
+
+class Retention(Protocol):
+    """Sessions idle past `sessions.retention_days`, found a pass at a time (the expiry tick)."""
+
+    def aged_sessions(
+        self, namespace: str, started_before: float, after: str | None, limit: int
+    ) -> tuple[list[AgedSession], str | None]:
+        """The namespace's sessions started before `started_before`, oldest first, from just past
+        `after` (None: the oldest), at most `limit` (the `by_profile` index); and the position
+        after the last one, None when no candidate is left."""
+        ...
+
+    def pass_state(self, namespace: str) -> dict[str, Any]:
+        """Where the namespace's current pass is (`after`) and when the next begins (`next_pass_at`)."""
+        ...
+
+    def save_pass_state(self, namespace: str, state: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
 class SessionStores:
     """Every session storage port of one deployment, as wiring builds them: a service takes the
     ones it uses (the router its routes, leases, turn control and transcript; the session API
@@ -366,3 +502,5 @@ class SessionStores:
     catalogue: Catalogue
     edits: SessionEdits
     sweep: Sweep
+    personal: PersonalData
+    retention: Retention

@@ -63,6 +63,9 @@ class ProfilePairing:
     def clear_pending(self, platform: str) -> int:
         return self.store.clear_pending(self._p(platform))
 
+    def forget_user(self, platform: str, user_id: str) -> int:
+        return self.store.forget_user(self._p(platform), user_id)
+
 
 def pairing_for(store: PairingStore, profile: str | None) -> PairingStore:
     """The pairing store as a profile sees it (the store itself for the deployment's own)."""

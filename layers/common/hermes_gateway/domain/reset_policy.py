@@ -105,6 +105,8 @@ class SessionRules:
     # long an idle route lives (its TTL; 0: forever). Deployment-wide: the same in every profile.
     lease_ttl_seconds: int = 360
     route_ttl_seconds: int = 90 * 86_400
+    # `sessions.retention_days` in seconds (0: rows are kept): each transcript row's TTL (domain/retention.py)
+    retention_seconds: int = 0
 
     # A named profile's rules, by its key namespace (`agent:coder`); the rest use these.
     by_namespace: Mapping[str, SessionRules] = field(default_factory=dict)

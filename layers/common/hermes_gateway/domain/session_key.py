@@ -25,6 +25,9 @@ _DEVICE_SUFFIX = re.compile(r":\d+$")
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _THREADS_LIKE_USERS = frozenset({"telegram", "webhook"})
 _FREE_TEXT_IDS = frozenset({"webhook"})
+# A BlueBubbles chat GUID: `<service>;-;<handle address>` (a DM) or `<service>;+;<chat identifier>`
+# (a group), the service `iMessage`, `SMS`, or `any` since macOS 26.
+_BLUEBUBBLES_CHAT = re.compile(r"^[^;:]+;[-+];(.+)$")
 
 
 def key_namespace(profile: str | None) -> str:
@@ -55,6 +58,24 @@ def canonical_whatsapp_id(value: str, lid_to_phone: dict[str, str] | None = None
     return text
 
 
+def canonical_bluebubbles_chat(chat_id: str) -> str:
+    """A BlueBubbles chat by its identifier alone, without the service its GUID names: one person's
+    iMessage and SMS conversations are one, and a chat keeps its session when macOS 26 renames its
+    GUIDs `any;-;...`. Anything else is kept as it is."""
+    found = _BLUEBUBBLES_CHAT.match(chat_id)
+    return found.group(1) if found else chat_id
+
+
+def _chat_part(source: SessionSource, lid_to_phone: dict[str, str] | None) -> str | None:
+    """The chat id as the key holds it: a WhatsApp DM's canonical, a BlueBubbles chat's identifier."""
+    chat_id = source.chat_id
+    if chat_id and source.platform == "bluebubbles":
+        return canonical_bluebubbles_chat(chat_id)
+    if chat_id and source.platform == "whatsapp" and source.chat_type == "dm":
+        return canonical_whatsapp_id(chat_id, lid_to_phone)
+    return chat_id
+
+
 def _participant(source: SessionSource, lid_to_phone: dict[str, str] | None) -> str | None:
     participant = source.user_id_alt or source.user_id
     if participant and source.platform == "whatsapp":
@@ -79,9 +100,7 @@ def build_session_key(
         slot = "dm"
         if slack_scope:
             ids.append(slack_scope)
-        chat_id = source.chat_id
-        if chat_id and source.platform == "whatsapp":
-            chat_id = canonical_whatsapp_id(chat_id, lid_to_phone)
+        chat_id = _chat_part(source, lid_to_phone)
         if chat_id:
             ids.append(chat_id)
         else:
@@ -97,8 +116,9 @@ def build_session_key(
     slot = "thread" if source.prospective_thread_id and not source.thread_id else source.chat_type
     if slack_scope:
         ids.append(slack_scope)
-    if source.chat_id:
-        ids.append(source.chat_id)
+    chat_id = _chat_part(source, lid_to_phone)
+    if chat_id:
+        ids.append(chat_id)
     if thread:
         ids.append(thread)
     isolate = group_sessions_per_user and (thread_sessions_per_user if thread else True)

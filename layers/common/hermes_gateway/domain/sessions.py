@@ -229,6 +229,9 @@ class SessionEntry:
     approval_pending: bool = False  # the running turn waits for an approval
     # each user's counters on this route, by spender key (domain/limits.py): kept across resets
     ledgers: Mapping[str, Ledger] = field(default_factory=dict)
+    voice: str | None = None  # the chat's /voice mode (domain/voice.py; None: never chosen)
+    # when the person last wrote, on a platform with a service window (domain/service_window.py)
+    heard_at: float | None = None
 
     def lease_held(self, now: float) -> bool:
         """A turn holds the session: its lease is taken and has not expired."""
@@ -277,6 +280,10 @@ class TranscriptRow:
     active: bool = True  # soft-deleted rows (undo, rewind) are inactive; reads skip them
     attachments: tuple[Attachment, ...] = ()  # a user message's media, as references (domain.media)
     sender: str | None = None  # a user row's sender (`domain.source.sender_of`): whose words they are
+    # The message a user row answers (domain/quotes.py): its text as the platform quoted it, or,
+    # when only an id came, that platform message id (the turn looks it up among its rows).
+    quote: str | None = None
+    quote_id: str | None = None
 
 
 @dataclass(frozen=True)

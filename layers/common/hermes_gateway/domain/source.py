@@ -6,6 +6,8 @@ import hashlib
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from hermes_gateway.domain.quotes import quote_of
+
 CHAT_TYPES = ("dm", "group", "channel", "thread")
 # trusted: a signed generic webhook or an authenticated relay delivered it; mentions_bot: it
 # mentions this bot; role_granted: the platform grants access by role (Discord roles).
@@ -107,6 +109,9 @@ class InboundMessage:
     # Platform details a reply needs beyond the chat id (Teams' service URL, a LINE reply token,
     # a Discord interaction token, `via: relay`); copied into the turn's reply target.
     reply_context: dict[str, str] = field(default_factory=dict)
+    # The text of the message it answers, where the platform quotes it (domain/quotes.py: one
+    # line, cut); only `reply_to_message_id` where the platform gives just the id.
+    reply_to_text: str | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.facts) - set(FACTS)
@@ -125,6 +130,7 @@ class InboundMessage:
             "extra": self.extra,
             "facts": list(self.facts),
             "reply_context": self.reply_context,
+            **({"reply_to_text": self.reply_to_text} if self.reply_to_text else {}),
         }
 
     @classmethod
@@ -141,4 +147,5 @@ class InboundMessage:
             extra=dict(data.get("extra") or {}),
             facts=tuple(str(f) for f in data.get("facts") or ()),
             reply_context={str(k): str(v) for k, v in (data.get("reply_context") or {}).items()},
+            reply_to_text=quote_of(data.get("reply_to_text")),
         )

@@ -138,6 +138,10 @@ class Turn:
     flush_reason: str | None = None
     # reported over estimated prompt tokens, as the session's last turn found it (None: not known)
     prompt_ratio: float | None = None
+    # The chat's /voice mode when the turn began (domain/voice.py; "": never chosen), handed on to
+    # the turns of messages queued behind it; and whether its answer is to be spoken too.
+    voice: str = ""
+    speak: bool = False
 
     @property
     def leased(self) -> bool:
@@ -166,6 +170,8 @@ class Turn:
             "job": self.cron.to_json() if self.cron else None,
             "flush_reason": self.flush_reason,
             "prompt_ratio": self.prompt_ratio,
+            "voice": self.voice or None,
+            "speak": self.speak or None,
         }
         out.update({k: v for k, v in optional.items() if v is not None})
         return out
@@ -192,6 +198,8 @@ class Turn:
             cron=CronRun.from_json(data["job"]) if data.get("job") else None,
             flush_reason=_text(data.get("flush_reason")),
             prompt_ratio=float(data["prompt_ratio"]) if data.get("prompt_ratio") else None,
+            voice=str(data.get("voice") or ""),
+            speak=data.get("speak") is True,
         )
 
 

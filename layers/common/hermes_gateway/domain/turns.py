@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from hermes_gateway.domain.media import Attachment, attachments_of
+from hermes_gateway.domain.quotes import quote_of
 from hermes_gateway.domain.sessions import SessionEntry
 from hermes_gateway.domain.source import SessionSource, compact_source
 from hermes_gateway.domain.targets import ReplyTarget
@@ -31,6 +32,8 @@ class QueuedInput:
     reply_to: ReplyTarget  # fixed when the message arrived
     mode: str = "queue"  # queue | interrupt | steer (turn_modes.BUSY_MODES)
     attachments: tuple[Attachment, ...] = ()  # the message's media, as references (domain.media)
+    quote: str | None = None  # the message it answers (domain/quotes.py): its text, or its id alone
+    quote_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = {
@@ -43,6 +46,7 @@ class QueuedInput:
         }
         if self.attachments:
             data["attachments"] = [a.to_dict() for a in self.attachments]
+        data.update({k: v for k, v in (("quote", self.quote), ("quote_id", self.quote_id)) if v})
         return data
 
     @classmethod
@@ -55,6 +59,8 @@ class QueuedInput:
             ReplyTarget.from_dict(dict(data.get("reply_to") or {})),
             str(data.get("mode", "queue")),
             attachments_of(data.get("attachments")),
+            quote=quote_of(data.get("quote")),
+            quote_id=str(data["quote_id"]) if data.get("quote_id") else None,
         )
 
 

@@ -22,6 +22,7 @@ from hermes_gateway import http_pool
 from hermes_gateway.errors import BadRequest, ConfigError, PermanentError, RateLimited, TargetGone, TransientError
 
 if TYPE_CHECKING:
+    from hermes_gateway.domain.ports import MailStore
     from hermes_gateway.secrets import Secrets
     from hermes_gateway.settings import PlatformSettings, Settings
 
@@ -38,6 +39,9 @@ class AdapterContext:
     settings: Settings
     secrets: Secrets
     clock: Callable[[], float] = time.time  # injectable for signature timestamp windows
+    # The e-mail SES stored (resources.MAIL), where the function is granted it: an e-mail
+    # attachment is read from there. None elsewhere.
+    raw_mail: MailStore | None = None
 
     def option(self, name: str) -> Any:
         return self.platform.options[name]
@@ -149,6 +153,25 @@ class Editor(Protocol):
 def editor_of(sender: Sender | None) -> Editor | None:
     """The sender's edit capability, when its platform has one."""
     return sender if isinstance(sender, Editor) else None
+
+
+@runtime_checkable
+class Reengager(Protocol):
+    """A sender whose platform has a customer service window (domain/service_window.py): it can
+    reach a person outside it with the re-engagement template the operator configured."""
+
+    @property
+    def reengage_template(self) -> str | None:
+        """The template's name (None: none is configured, so nothing reaches the person)."""
+        ...
+
+    def reengage(self, target: Target, text: str) -> str:
+        """Send the template with `text` as its body parameter; the platform's message id."""
+        ...
+
+
+def reengager_of(sender: Sender | None) -> Reengager | None:
+    return sender if isinstance(sender, Reengager) else None
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,11 @@ class Option:
 
     attr: str
     env: str
-    kind: str  # str | bool | int | list
+    kind: str  # str | bool | int | list | url (https; http only to loopback)
     default: object
     doc: str
+    pattern: str = ""  # a value must match it whole (empty allowed); `form` says what it looks like
+    form: str = ""
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,9 @@ class PlatformSpec:
     # "module:function" fetching an inbound attachment's bytes (platforms/media.py), with the
     # send secrets; None: the platform's attachments are named to the model, never fetched.
     media: str | None = None
+    # False: the platform's messages do not come by webhook (e-mail: SES invokes the ingress
+    # function itself), so it has no route, no webhook URL and no `verify`/`parse` request path.
+    webhook: bool = True
 
     @property
     def verify_env(self) -> tuple[str, ...]:
@@ -93,7 +98,11 @@ CATALOG: tuple[PlatformSpec, ...] = (
         inbound_secrets=("WHATSAPP_APP_SECRET", "WHATSAPP_VERIFY_TOKEN"), send_secrets=("WHATSAPP_ACCESS_TOKEN",),
         methods=("GET", "POST"), api_base_url="https://graph.facebook.com/v21.0",
         options=(Option("phone_number_id", "WHATSAPP_PHONE_NUMBER_ID", "str", "",
-                        "the business phone number id replies are sent from"),),
+                        "the business phone number id replies are sent from"),
+                 Option("reengage_template", "WHATSAPP_REENGAGE_TEMPLATE", "str", "",
+                        "name:language of an approved template with one body parameter: what a message sent "
+                        "unasked (cron, send) goes as when the person last wrote over 24 hours ago (empty: refused)",
+                        pattern=r"[a-z0-9_]{1,512}:[A-Za-z]{2,3}(_[A-Za-z0-9]{2,4})?", form="name:language")),
         retry_window_seconds=7 * DAY,  # Meta retries with backoff for up to 7 days
         media=_M + "whatsapp:fetch_media",
     ),
@@ -208,6 +217,45 @@ CATALOG: tuple[PlatformSpec, ...] = (
         media=_M + "mattermost:fetch_media",
     ),
     PlatformSpec(
+        "email", "E-mail (Amazon SES)", _M + "email:EmailInbound", _M + "email:build_sender", 100_000,
+        webhook=False,  # an SES receipt rule stores each message in S3 and invokes the ingress function
+        options=(
+            Option("address", "EMAIL_ADDRESS", "str", "",
+                   "the address the agent receives mail at and answers from (hermes@example.com)"),
+            Option("domain", "EMAIL_DOMAIN", "str", "",
+                   "the domain SES receives mail for, verified in SES (empty: the address's domain)"),
+            Option("rule_set", "EMAIL_RULE_SET", "str", "",
+                   "the active SES receipt rule set the gateway's rule joins (empty: the stack's own, which "
+                   "`hermes-gateway email activate` activates)"),
+        ),
+        retry_window_seconds=6 * HOUR,  # Lambda retries a failed asynchronous invoke for up to 6 hours
+        media=_M + "email:fetch_media",
+    ),
+    PlatformSpec(
+        "bluebubbles", "iMessage (BlueBubbles)", _M + "bluebubbles:BlueBubblesInbound", _M + "bluebubbles:build_sender",
+        10000,  # iMessage sets no limit on a message's text; a screenful or two reads better anyway
+        inbound_secrets=("BLUEBUBBLES_WEBHOOK_SECRET",), send_secrets=("BLUEBUBBLES_PASSWORD",), api_base_url=None,
+        options=(
+            Option("server_url", "BLUEBUBBLES_SERVER_URL", "url", "",
+                   "the BlueBubbles server's URL as the gateway reaches it (e.g. its Cloudflare or ngrok URL)"),
+            Option("private_api", "BLUEBUBBLES_PRIVATE_API", "bool", False,
+                   "the server has its Private API helper: replies thread to the message and typing shows"),
+        ),
+        retry_window_seconds=0,  # the server posts a webhook once and never retries it
+        media=_M + "bluebubbles:fetch_media",
+    ),
+    PlatformSpec(
+        # Through the signal-cli forwarder (relays/signal-cli/): its messages arrive here signed,
+        # and it collects the replies from its mailbox (platforms/mailbox.py): no send secret.
+        "signal", "Signal (signal-cli forwarder)", _M + "signal:SignalInbound", _M + "signal:build_sender", 2000,
+        inbound_secrets=("SIGNAL_RELAY_SECRET",), api_base_url=None,
+        subpaths=True,  # /webhooks/signal/uploads and /webhooks/signal/outbox: the mailbox calls
+        options=(Option("account", "SIGNAL_ACCOUNT", "str", "",
+                        "the bot's Signal number (E.164): its own messages are ignored, another account's refused"),),
+        retry_window_seconds=DAY,  # the forwarder keeps what it could not post and posts it again
+        media=_M + "signal:fetch_media",
+    ),
+    PlatformSpec(
         "webchat", "Local web chat", _M + "webchat:WebchatInbound", _M + "webchat:build_sender", 8000,
         inbound_secrets=("WEBCHAT_TOKEN",), local_only=True, api_base_url=None,
         retry_window_seconds=0,  # the page does not retry
@@ -227,6 +275,11 @@ def spec(name: str) -> PlatformSpec | None:
 # The platforms whose sender can edit a message it sent (platforms.base.Editor): their answers
 # stream by default (`<NAME>_STREAMING`).
 STREAMING_PLATFORMS = ("telegram", "discord", "slack", "mattermost", "matrix", "feishu", "teams", "webchat")
+
+# The platforms whose sender shows a spoken answer (a `voice` file, Ogg/Opus) as a voice note or an
+# audio file the chat plays (platforms.outbound_media.MediaSender): answers are spoken only there
+# (domain/voice.py). A new platform whose sender does so (BlueBubbles, Signal) adds its name.
+VOICE_PLATFORMS = ("telegram", "whatsapp", "discord", "slack", "matrix", "mattermost", "bluebubbles")
 
 
 def text_limit(platform: str, default: int = 4000) -> int:

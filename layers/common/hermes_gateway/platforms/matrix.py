@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from hermes_gateway.domain.media import Attachment, attachment
+from hermes_gateway.domain.quotes import quote_of
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import BadRequest, OutcomeUnknown, PermanentError, RateLimited, TargetGone, Unauthorized
 from hermes_gateway.platforms import media as _media
@@ -60,6 +61,7 @@ VOICE_FLAG = "org.matrix.msc3245.voice"  # an m.audio recorded as a voice messag
 _MXC = re.compile(r"mxc://([A-Za-z0-9\[][A-Za-z0-9.:\[\]-]*)/([A-Za-z0-9_-]+)")
 # A reply fallback (clients before Matrix 1.13) quotes the replied-to event in front of the text.
 _REPLY_FALLBACK = re.compile(r"\A(?:>[^\n]*\n)+\n")
+_FALLBACK_SENDER = re.compile(r"\A(?:\* )?<[^>]*>\s*")  # `<@alice:example.org> ` (`* <…>` for an emote)
 
 
 NOT_FOUND = HttpResponse(404, {"errcode": "M_NOT_FOUND", "error": "this application service creates no users or rooms"})
@@ -189,6 +191,7 @@ def parse_event(event: Any, *, bot_user_id: str, received_at: float) -> InboundM
         received_at=received_at,
         attachments=tuple(a.to_dict() for a in media),
         reply_to_message_id=reply_to,
+        reply_to_text=reply_quote(content) if reply_to else None,
         facts=("mentions_bot",) if _mentions(content, text, bot_user_id) else (),
         # A threaded answer also points at the latest event it answers (the thread fallback).
         reply_context={"in_reply_to": event_id} if thread_id else {},
@@ -218,8 +221,8 @@ def _envelope(event: Any, bot_user_id: str) -> tuple[str, str, str, dict[str, An
 
 
 def _text_of(content: dict[str, Any], relation: dict[str, Any]) -> tuple[str, str | None, str | None] | Ignored:
-    """The message's text (a reply's quoted fallback removed), its thread and the event it
-    replies to, or why it is not a message to answer."""
+    """The message's text (a reply's quoted fallback removed: `reply_quote` reads it), its thread
+    and the event it replies to, or why it is not a message to answer."""
     if relation.get("rel_type") == "m.replace":
         return Ignored("edited")
     msgtype = optional_str(content, "msgtype")  # (an array there is no message type, and no set member)
@@ -241,6 +244,19 @@ def _text_of(content: dict[str, Any], relation: dict[str, Any]) -> tuple[str, st
     if not text.strip():
         return Ignored("no_text")
     return text, thread_id, reply_to
+
+
+def reply_quote(content: Mapping[str, Any]) -> str | None:
+    """A reply's fallback (clients before Matrix 1.13 put the replied-to text in front, each line
+    after `> `, the first naming its sender `<@user:server>`): that text, else None (a client that
+    sends none leaves the turn to look the event id up)."""
+    body = content.get("body")
+    found = _REPLY_FALLBACK.match(body) if isinstance(body, str) else None
+    if found is None:
+        return None
+    lines = [line[1:].removeprefix(" ") for line in found.group(0).strip().splitlines()]
+    lines[0] = _FALLBACK_SENDER.sub("", lines[0], count=1)
+    return quote_of("\n".join(lines))
 
 
 def caption(content: Mapping[str, Any]) -> str:
@@ -370,7 +386,10 @@ class MatrixSender:
             media.kind, "m.file"
         )
         info = {"mimetype": media.mime, "size": media.size}
-        return self._send_content(target, {"msgtype": msgtype, "body": media.name, "url": uri, "info": info})
+        content: dict[str, Any] = {"msgtype": msgtype, "body": media.name, "url": uri, "info": info}
+        if media.kind == "voice":
+            content[VOICE_FLAG] = {}  # clients that know voice messages (MSC3245) show it as one
+        return self._send_content(target, content)
 
     def _send_content(self, target: Target, content: dict[str, Any]) -> str:
         import urllib.parse

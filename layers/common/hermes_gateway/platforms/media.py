@@ -6,7 +6,9 @@ named in its catalogue entry (`PlatformSpec.media`): it finds the bytes from the
 `Fetched`. Most platforms differ only in data, a `MediaSource` (which ref names the file, the
 credentials, the download's path or the hosts a URL may point to, a lookup first), fetched by
 `fetch_from`; the others (Telegram's token in the path, Google Chat's and Feishu's own tokens, a
-Teams image) build their request themselves and share `download`.
+Teams image) build their request themselves and share `download`. A file a platform's client
+uploaded into the media bucket first (the web chat page, the Signal forwarder) is read from there
+(`stored_upload`).
 
 Every download goes through `safe_fetch`: the platform's configured hosts (its API base URL, a
 host list in its settings) as they are, any other hop (a URL from a payload on the platform's
@@ -26,6 +28,7 @@ from typing import Any, TypeVar
 
 from hermes_gateway import http_pool, safe_fetch
 from hermes_gateway.domain.media import Attachment
+from hermes_gateway.domain.ports import MediaStore
 from hermes_gateway.errors import PermanentError, TransientError
 from hermes_gateway.platforms.base import AdapterContext, Answer, HttpClient, header
 
@@ -88,12 +91,14 @@ class MediaSource:
     """How one platform hands over an attachment's bytes: what sets it apart, as data.
 
     `credentials(context)`: the headers the download carries (`{}`: it needs none; None: none
-    are configured, so nothing is fetched). The file is `path` on the download base (the API base
-    URL, or what `base` makes of it), formatted with the attachment's refs, URL-quoted; or, without
-    a path, the URL the ref `ref` holds (or `locate` answers), which must be on the API base URL's
-    host or one of `hosts(context)` (`*.example.com`: its subdomains), since the credentials go
-    there. Hosts of the platform's own settings (`trusted`) are fetched as they are; the others
-    (a CDN the platform names) only from public addresses."""
+    are configured, so nothing is fetched); `query(context)` the same for credentials a platform
+    reads from the URL's query string only (BlueBubbles' server password), added to the file's
+    URL. The file is `path` on the download base (the API base URL, `api(context)`, or what `base`
+    makes of it), formatted with the attachment's refs, URL-quoted; or, without a path, the URL
+    the ref `ref` holds (or `locate` answers), which must be on the API base URL's host or one of
+    `hosts(context)` (`*.example.com`: its subdomains), since the credentials go there. Hosts of
+    the platform's own settings (`trusted`) are fetched as they are; the others (a CDN the
+    platform names) only from public addresses."""
 
     platform: str
     ref: str  # the ref that names the file (it must be there, and match `shape`)
@@ -106,6 +111,9 @@ class MediaSource:
     # (context, client, credentials, attachment, limit) -> the file's URL and type, looked up first
     locate: Callable[[AdapterContext, HttpClient, Mapping[str, str], Attachment, int], tuple[str, str]] | None = None
     missing: str = "no credentials or no reference to fetch the file with"
+    # credentials in the URL's query string (None: not configured), and where the API is
+    query: Callable[[AdapterContext], Mapping[str, str] | None] = lambda context: {}
+    api: Callable[[AdapterContext], str] = lambda context: context.platform.api_base_url
 
 
 def fetch_from(source: MediaSource, context: AdapterContext, media: Attachment, limit: int) -> Fetched:
@@ -113,14 +121,17 @@ def fetch_from(source: MediaSource, context: AdapterContext, media: Attachment, 
     import re
 
     ref = media.ref.get(source.ref)
-    headers = source.credentials(context)
-    if headers is None or not ref or (source.shape and not re.fullmatch(source.shape, ref)):
+    headers, query = source.credentials(context), source.query(context)
+    if headers is None or query is None or not ref or (source.shape and not re.fullmatch(source.shape, ref)):
         raise MediaUnavailable(f"{source.platform}: {source.missing}")
     over = too_large(media, limit)
     if over is not None:
         raise over
-    api = context.platform.api_base_url
-    secrets = tuple(v.split(" ", 1)[-1] for v in headers.values())
+    api = source.api(context)
+    secrets = (
+        *(v.split(" ", 1)[-1] for v in headers.values()),
+        *(form for v in query.values() for form in (v, urllib.parse.quote(v, safe=""), urllib.parse.quote_plus(v))),
+    )
     http = HttpClient(source.base(api) if api else "", platform=source.platform, scrub=secrets)
     mime = media.mime
     if source.locate is not None:
@@ -129,6 +140,8 @@ def fetch_from(source: MediaSource, context: AdapterContext, media: Attachment, 
         url = source.path.format(**{k: urllib.parse.quote(v, safe="") for k, v in media.ref.items()})
     else:
         url = ref
+    if query:
+        url += ("&" if "?" in url else "?") + urllib.parse.urlencode(query)
     trusted = tuple(source.trusted(context))
     if url.startswith(("https://", "http://")) and not (
         (api and on_host(url, api)) or _listed(url, (*source.hosts(context), *trusted))
@@ -137,6 +150,24 @@ def fetch_from(source: MediaSource, context: AdapterContext, media: Attachment, 
             f"{source.platform}: the file's URL is not on one of the platform's hosts; nothing is sent there"
         )
     return download(http, url, limit=limit, headers=headers, mime=mime, trusted=trusted)
+
+
+def stored_upload(store: MediaStore | None, key: str, limit: int) -> Fetched:
+    """A file its platform's client uploaded into the media bucket before posting the message
+    (the web chat page, the Signal forwarder): read from there, within `limit`. The bucket is the
+    gateway's own, so none of the rules for a platform's hosts apply; the size is checked before
+    the bytes are read."""
+    found = store.head(key) if store is not None else None
+    if store is None or found is None:
+        raise MediaUnavailable("the uploaded file is gone (it expired, or was never uploaded)")
+    if found[0] > limit:
+        raise MediaTooLarge(found[0], limit)
+    stored = store.get(key)
+    if stored is None:
+        raise MediaUnavailable("the uploaded file is gone (it expired, or was never uploaded)")
+    if len(stored[0]) > limit:
+        raise MediaTooLarge(len(stored[0]), limit)
+    return Fetched(stored[0], stored[1])
 
 
 def _listed(url: str, hosts: Collection[str]) -> bool:

@@ -41,7 +41,14 @@ class MediaFile:
 @runtime_checkable
 class MediaSender(Protocol):
     """A sender that attaches files natively. The reply's text rides along as the caption when it
-    is at most `caption_limit` characters (0: never; it goes as its own message before the file)."""
+    is at most `caption_limit` characters (0: never; it goes as its own message before the file),
+    except on a file whose kind is in the sender's `uncaptioned_kinds`, when it has that attribute
+    (WhatsApp's audio: its messages carry no caption).
+
+    A spoken answer (services/speech.py) is a file of kind `voice`, Ogg/Opus (`audio/ogg`): a
+    sender shows it as a voice note where its platform has them (Telegram's sendVoice, WhatsApp's
+    voice message), as an audio file elsewhere. A platform joins `catalog.VOICE_PLATFORMS` when
+    its sender does so."""
 
     caption_limit: int
 
@@ -53,6 +60,11 @@ class MediaSender(Protocol):
 
 def media_sender_of(sender: object) -> MediaSender | None:
     return sender if isinstance(sender, MediaSender) else None
+
+
+def captions(sender: object, kind: str) -> bool:
+    """The sender's platform shows a caption on a file of this kind."""
+    return kind not in getattr(sender, "uncaptioned_kinds", ())
 
 
 def link_line(media: MediaFile) -> str:

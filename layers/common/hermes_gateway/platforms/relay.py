@@ -8,7 +8,11 @@ Inbound payload (JSON object):
      "source": {"chat_id": str, "chat_type"?: "dm"|"group"|"channel"|"thread", "user_id"?, "user_name"?,
                 "thread_id"?, "chat_name"?, "chat_topic"?, "user_id_alt"?, "chat_id_alt"?, "scope_id"?,
                 "parent_chat_id"?, "message_id"?, "prospective_thread_id"?: str, "is_bot"?: bool},
-     "reply_to_message_id"?: str, "mentions_bot"?: bool, "reply_via"?: "relay" | "platform"}
+     "reply_to_message_id"?: str, "reply_to_text"?: str, "mentions_bot"?: bool,
+     "reply_via"?: "relay" | "platform"}
+
+`reply_to_text` is the answered message's text where the forwarder has it (Discord's
+`referenced_message`, a Signal quote): it reaches the model as a quote (domain/quotes.py).
 
 The relay is authenticated, so its word is trusted: every message carries the `trusted` fact,
 which passes authorization before any allowlist (BEHAVIOUR §4 layer 1). Replies go back through
@@ -23,6 +27,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from hermes_gateway.domain.quotes import quote_of
 from hermes_gateway.domain.source import CHAT_TYPES, InboundMessage, SessionSource
 from hermes_gateway.errors import BadRequest, Unauthorized
 from hermes_gateway.platforms import standard_webhook
@@ -74,6 +79,9 @@ class RelayInbound:
         if not isinstance(text, str):
             raise BadRequest("relay field text must be a string")
         reply_to = _string(payload, "reply_to_message_id")
+        quoted = payload.get("reply_to_text")
+        if quoted is not None and not isinstance(quoted, str):
+            raise BadRequest("relay field reply_to_text must be a string")
         mentions_bot = payload.get("mentions_bot", False)
         if not isinstance(mentions_bot, bool):
             raise BadRequest("relay field mentions_bot must be a boolean")
@@ -87,6 +95,7 @@ class RelayInbound:
             event_id=f"relay:{platform}:{event_id}",
             received_at=received_at,
             reply_to_message_id=reply_to,
+            reply_to_text=quote_of(quoted),
             facts=("trusted", "mentions_bot") if mentions_bot else ("trusted",),
             reply_context=reply_context,
         )

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from hermes_gateway import errors, http_pool
 from hermes_gateway.domain.media import Attachment, attachment
 from hermes_gateway.domain.pacing import PaceRule
+from hermes_gateway.domain.quotes import quote_of
 from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import BadRequest, OutcomeUnknown, PermanentError, RateLimited, TransientError, Unauthorized
 from hermes_gateway.platforms.base import (
@@ -118,7 +119,8 @@ def parse_update(update: Any, *, bot: str = "default", received_at: float) -> In
         event_id=f"telegram:{bot}:{update_id}",
         received_at=received_at,
         attachments=tuple(a.to_dict() for a in media),
-        reply_to_message_id=_reply_to(message),
+        reply_to_message_id=(replied := _reply_to(message)),
+        reply_to_text=_reply_text(message) if replied else None,
     )
 
 
@@ -262,6 +264,16 @@ def _reply_to(message: dict[str, Any]) -> str | None:
     if message.get("is_topic_message") is True and replied["message_id"] == message.get("message_thread_id"):
         return None
     return str(replied["message_id"])
+
+
+def _reply_text(message: dict[str, Any]) -> str | None:
+    """What the user answered: the part they quoted (`quote`, when they picked one), else the
+    replied-to message's text or caption (a file without one: none; the turn looks up its id)."""
+    picked = message.get("quote")
+    if isinstance(picked, dict) and isinstance(picked.get("text"), str):
+        return quote_of(picked["text"])
+    replied = message["reply_to_message"]
+    return quote_of(replied.get("text", replied.get("caption")))
 
 
 class TelegramRejected(PermanentError):

@@ -107,16 +107,12 @@ def _attachments(raw: object) -> tuple[Attachment, ...]:
 def fetch_media(context: AdapterContext, media: Attachment, limit: int) -> Fetched:
     """An uploaded file, from the media bucket where `POST /local/upload` left it."""
     from hermes_gateway import wiring
-    from hermes_gateway.platforms.media import Fetched, MediaTooLarge, MediaUnavailable
+    from hermes_gateway.platforms.media import MediaUnavailable, stored_upload
 
-    store = wiring.media_store()
     upload_id = media.ref.get("upload_id", "")
-    found = store.get(UPLOAD_PREFIX + upload_id) if store is not None and _UPLOAD_ID.match(upload_id) else None
-    if found is None:
+    if not _UPLOAD_ID.match(upload_id):
         raise MediaUnavailable("the uploaded file is gone (upload it again)")
-    if len(found[0]) > limit:
-        raise MediaTooLarge(len(found[0]), limit)
-    return Fetched(found[0], found[1])
+    return stored_upload(wiring.media_store(), UPLOAD_PREFIX + upload_id, limit)
 
 
 # A streamed message's text so far, by its message id: the page shows it on the message's outbox

@@ -18,6 +18,7 @@ from hermes_gateway.domain.source import InboundMessage, SessionSource
 from hermes_gateway.errors import (
     BadRequest,
     OutcomeUnknown,
+    OutsideWindow,
     PermanentError,
     RateLimited,
     TargetGone,
@@ -265,10 +266,14 @@ class WhatsAppSender:
 
     typing_refresh_seconds = 20.0  # a typing indicator shows for 25 s, or until the answer
 
-    def __init__(self, api_base_url: str, token: str, phone_number_id: str, timeout: float = 10.0) -> None:
+    def __init__(
+        self, api_base_url: str, token: str, phone_number_id: str, timeout: float = 10.0, reengage_template: str = ""
+    ) -> None:
         self._http = HttpClient(api_base_url, platform="whatsapp", timeout=timeout, scrub=(token,))
         self._token = token
         self._phone_number_id = phone_number_id
+        name, _, language = reengage_template.partition(":")
+        self._template = (name, language) if name and language else None
 
     def __repr__(self) -> str:
         return f"WhatsAppSender({self._http.base!r})"
@@ -299,10 +304,13 @@ class WhatsAppSender:
         raise self._failure(answer)
 
     caption_limit = 1024  # an image's, video's or document's caption
+    uncaptioned_kinds = frozenset({"audio", "voice"})  # an audio message has none: the text goes before it
 
     def send_media(self, target: Target, media: MediaFile, caption: str) -> str:
         """Upload to `/{phone-number-id}/media`, then a message of the file's type naming the
-        media id (an audio or voice message has no caption: delivery sends the text before it)."""
+        media id (an audio or voice message has no caption: delivery sends the text before it).
+        A voice file (Ogg/Opus: a spoken answer) goes as a voice message (`voice: true`), which
+        WhatsApp shows as a voice note, with a play button up to 512 KB."""
         number_id = self._number_id(target)
         auth = {"Authorization": f"Bearer {self._token}"}
         form: http_pool.FormFields = {
@@ -320,7 +328,25 @@ class WhatsAppSender:
             body["filename"] = media.name
         if caption and kind != "audio":
             body["caption"] = caption
+        if media.kind == "voice" and media.mime.startswith("audio/ogg"):
+            body["voice"] = True
         return self._message(target, number_id, {"type": kind, kind: body})
+
+    @property
+    def reengage_template(self) -> str | None:
+        return self._template[0] if self._template else None
+
+    def reengage(self, target: Target, text: str) -> str:
+        """The re-engagement template (`platforms.whatsapp.reengage_template`) with `text`, one line
+        (domain/service_window.template_parameter), as its body parameter: what reaches a person
+        whose last message is over 24 hours old."""
+        if self._template is None:
+            raise OutsideWindow("whatsapp: outside the 24-hour window and no re-engagement template is configured")
+        name, language = self._template
+        parameter = {"type": "text", "text": text}
+        template = {"name": name, "language": {"code": language}, "components": [
+            {"type": "body", "parameters": [parameter]}]}  # fmt: skip
+        return self._message(target, self._number_id(target), {"type": "template", "template": template})
 
     def typing(self, target: Target) -> bool:
         """The typing indicator, which Meta shows only with a read receipt for the user's message
@@ -358,7 +384,7 @@ class WhatsAppSender:
         details = data.get("details") if isinstance(data, dict) else None
         description = self._http.scrub(str(details or error.get("message") or f"HTTP {answer.status}"))
         if code == OUTSIDE_WINDOW:
-            return PermanentError(
+            return OutsideWindow(
                 "whatsapp: outside the 24-hour customer service window: the user must write first "
                 "(only an approved template message can start a conversation)"
             )
@@ -420,4 +446,9 @@ def build_sender(context: AdapterContext) -> WhatsAppSender | None:
     token = context.secret("WHATSAPP_ACCESS_TOKEN")
     if not token:
         return None
-    return WhatsAppSender(context.platform.api_base_url, token, str(context.option("phone_number_id") or ""))
+    return WhatsAppSender(
+        context.platform.api_base_url,
+        token,
+        str(context.option("phone_number_id") or ""),
+        reengage_template=str(context.option("reengage_template") or ""),
+    )

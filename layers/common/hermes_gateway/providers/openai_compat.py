@@ -25,6 +25,7 @@ from hermes_gateway.providers.base import (
     repair_history,
 )
 from hermes_gateway.providers.retry import RetryPolicy, call_with_retries, retry_after_seconds
+from hermes_gateway.providers.server_errors import server_message
 
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
 _MAX_ERROR_TEXT = 300
@@ -201,15 +202,7 @@ class OpenAICompatProvider:
         return PermanentError(f"openai: HTTP {status}: {self._server_message(reply.body)}")
 
     def _server_message(self, raw: bytes) -> str:
-        try:
-            error = json.loads(raw).get("error")
-            message = error.get("message") if isinstance(error, dict) else error
-        except (ValueError, AttributeError):
-            message = None
-        text = str(message) if message else raw.decode("utf-8", "replace").strip() or "no details"
-        if self._api_key:
-            text = text.replace(self._api_key, "<api key>")
-        return text[:_MAX_ERROR_TEXT]
+        return server_message(raw, self._api_key, _MAX_ERROR_TEXT)
 
 
 def _wire_message(message: ChatMessage) -> dict[str, Any]:

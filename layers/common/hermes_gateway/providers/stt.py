@@ -14,6 +14,7 @@ from typing import Protocol
 from hermes_gateway import http_pool
 from hermes_gateway.errors import ConfigError, PermanentError, RateLimited, TransientError
 from hermes_gateway.providers.retry import retry_after_seconds
+from hermes_gateway.providers.server_errors import scrubbed, server_message
 
 TRANSCRIBE_TIMEOUT_SECONDS = 30.0
 _EXTENSIONS = {"audio/ogg": "ogg", "audio/mpeg": "mp3", "audio/mp4": "m4a", "audio/wav": "wav", "audio/webm": "webm"}
@@ -59,7 +60,8 @@ class OpenAITranscriber:
         if reply.status >= 500:
             raise TransientError(f"speech to text: server error HTTP {reply.status}")
         if reply.status >= 300:
-            raise PermanentError(f"speech to text refused the audio: HTTP {reply.status}: {self._detail(reply.body)}")
+            detail = server_message(reply.body, self._api_key)
+            raise PermanentError(f"speech to text refused the audio: HTTP {reply.status}: {detail}")
         try:
             text = json.loads(reply.body).get("text")
         except (ValueError, AttributeError):
@@ -69,12 +71,4 @@ class OpenAITranscriber:
         return text.strip()
 
     def _scrub(self, text: str) -> str:
-        return text.replace(self._api_key, "<api key>") if self._api_key else text
-
-    def _detail(self, raw: bytes) -> str:
-        try:
-            error = json.loads(raw).get("error")
-            message = error.get("message") if isinstance(error, dict) else error
-        except (ValueError, AttributeError):
-            message = None
-        return self._scrub(str(message or raw.decode("utf-8", "replace")))[:200]
+        return scrubbed(text, self._api_key)

@@ -1,9 +1,10 @@
 """Gateway commands (BEHAVIOUR §9), answered by the router without an agent turn.
 
 Tiers (§4): admins run every command. Everyone runs `/help`, `/whoami`, `/status`, `/usage`,
-`/sessions` and the commands that change only their own conversation (`/new`, `/reset`, `/undo`, `/retry`,
-`/compress`, `/title`, `/resume`), except in a shared session (a group whose members share one session), where
-those need an admin: one member must not rewrite everyone's history. `access.user_commands` opens
+`/sessions`, `/forget` (their own data, §11) and the commands that change only their own
+conversation (`/new`, `/reset`, `/undo`, `/retry`, `/compress`, `/title`, `/resume`), except in a
+shared session (a group whose members share one session), where those need an admin: one member
+must not rewrite everyone's history. `access.user_commands` opens
 any other command to every user. Plain chat is unaffected, and an unknown command goes to the
 agent as text.
 
@@ -28,6 +29,7 @@ from hermes_gateway.domain.events import LifecycleEvents
 from hermes_gateway.domain.limits import UsageBook
 from hermes_gateway.domain.model_policy import ModelPolicy
 from hermes_gateway.domain.ports import SessionStores, TurnStarter
+from hermes_gateway.domain.privacy import CONFIRMED, ErasureRequest, ErasureRequests, Person, forget_explanation
 from hermes_gateway.domain.receipts import ReceiptStore
 from hermes_gateway.domain.session_key import is_shared_session, key_namespace
 from hermes_gateway.domain.sessions import (
@@ -39,8 +41,10 @@ from hermes_gateway.domain.sessions import (
     sanitize_model_override,
 )
 from hermes_gateway.domain.source import SessionSource
-from hermes_gateway.errors import Conflict, TransientError
+from hermes_gateway.domain.voice import VOICE_MODES, mode_of
+from hermes_gateway.errors import BadRequest, Conflict, TransientError
 from hermes_gateway.observability import hash_id, logger
+from hermes_gateway.platforms.catalog import VOICE_PLATFORMS
 from hermes_gateway.services import lifecycle
 from hermes_gateway.services.limits import usage_report
 from hermes_gateway.settings import Settings
@@ -88,6 +92,9 @@ class CommandContext:
     starter: TurnStarter | None = None
     # The user's usage across their sessions, for /usage (BEHAVIOUR §11; None: this chat's only).
     usage: UsageBook | None = None
+    # /forget's requests (BEHAVIOUR §11), and where the chat's answers go (the erasure's notice too)
+    erasures: ErasureRequests | None = None
+    reply_to: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,7 @@ class CommandSpec:
 
 
 ONCE_ONLY = frozenset({"model"})  # changes the session too, without being every user's to run
+REPEATABLE = frozenset({"voice"})  # changes the chat, but running it twice changes nothing more: no receipt
 
 
 def may_run(name: str, source: SessionSource, settings: Settings) -> bool:
@@ -203,6 +211,7 @@ def _claim(command: Command, context: CommandContext) -> tuple[str, str] | Comma
     the stored answer of an earlier run, or None when no receipts are kept (or it only reads)."""
     spec = COMMANDS.get(command.name)
     changes = (spec is not None and spec.own_session) or command.name in ONCE_ONLY
+    changes = changes and command.name not in REPEATABLE
     if not changes or context.receipts is None or not context.event_id:
         return None
     key = f"command#{context.event_id}"
@@ -509,6 +518,65 @@ def _resume(call: CommandCall) -> str:
     return f"Resumed {_label(target, target.session_id)}: {target.message_count} messages."
 
 
+FORGET_USAGE = "Usage: /forget, then /forget confirm to delete what I hold about you (or /forget cancel)."
+
+
+def _forget(call: CommandCall) -> str:
+    """BEHAVIOUR §11: the sender's data in every profile, deleted after a confirmation; the
+    erasure itself runs in the every-minute tick, which says here when it is done."""
+    requests = call.context.erasures
+    if requests is None:
+        return "Forgetting is not available here."
+    try:
+        person = Person.of(call.source)
+    except BadRequest:
+        return "I cannot tell who sent this, so there is nothing to forget."
+    action = call.args.strip().lower()
+    if action == "confirm":
+        if requests.confirm(person, call.now) is not None:
+            logger.info("erasure confirmed", extra={"platform": person.platform, "user": hash_id(person.user_id)})
+            return "Deleting your data now. I will tell you here when it is done (usually within a few minutes)."
+        current = requests.get(person)
+        if current is not None and current.state == CONFIRMED:
+            return "Your data is being deleted. I will tell you here when it is done."
+        return "Nothing to confirm: send /forget first (it waits 5 minutes for /forget confirm)."
+    if action == "cancel":
+        return "Dropped: nothing will be deleted." if requests.cancel(person) else "There was no /forget to drop."
+    if action:
+        return FORGET_USAGE
+    source = call.source
+    dm_chat = source.chat_id if source.chat_type == "dm" else None
+    asked = requests.ask(ErasureRequest.ask(person, call.now, call.context.reply_to, dm_chat))
+    if asked.state == CONFIRMED:
+        return "Your data is being deleted. I will tell you here when it is done."
+    return forget_explanation(person, external_memory=call.settings.memory.external == "honcho")
+
+
+_VOICE_SAYS = {
+    "on": "Voice replies on: every answer here comes as a voice note too.",
+    "off": "Voice replies off: answers here are text only.",
+    "auto": "Voice replies on auto: a voice note is answered with a voice note.",
+}
+
+
+def _voice(call: CommandCall) -> str:
+    """/voice on | off | auto (domain/voice.py): kept on the chat's route, one write when it runs."""
+    store, key = _store(call)
+    arg = call.args.strip().lower()
+    if arg and arg not in VOICE_MODES:
+        return "Usage: /voice on | off | auto (auto: a voice note is answered with a voice note)."
+    if call.source.platform not in VOICE_PLATFORMS:
+        return f"Answers on {call.source.platform} stay text: it has no voice notes the gateway can send."
+    caveat = (
+        "" if call.settings.tts.provider != "none" else " (Speech is not set up on this gateway yet: tts.provider.)"
+    )
+    if not arg:
+        return _VOICE_SAYS[mode_of(call.route.voice if call.route else None)] + caveat
+    _current_route(call)  # (a chat's first message may be /voice: its route is made first)
+    store.control.set_voice(key, arg)
+    return _VOICE_SAYS[arg] + caveat
+
+
 COMMANDS: Mapping[str, CommandSpec] = {
     spec.name: spec
     for spec in (
@@ -543,6 +611,12 @@ COMMANDS: Mapping[str, CommandSpec] = {
             own_session=True,
         ),
         CommandSpec("sessions", "this chat's sessions", _sessions, everyone=True),
+        CommandSpec(
+            "forget", "delete what this gateway holds about you (/forget, then /forget confirm)", _forget, everyone=True
+        ),
+        CommandSpec(
+            "voice", "answers as voice notes too: /voice on | off | auto", _voice, everyone=True, own_session=True
+        ),
         CommandSpec("model", "show or change this session's model (/model [provider:model], /model default)", _model),
         CommandSpec(
             "sethome",

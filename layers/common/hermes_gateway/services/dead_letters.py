@@ -1,6 +1,6 @@
 """The shared dead-letter queue (resources.DEAD_LETTERS): what its messages are, and a redrive.
 
-Four shapes arrive there:
+Six shapes arrive there:
 
 - `inbound`: `{"kind": "inbound", "reason", "attempts", "message", "key"}`, a message the router
   could not route after its attempts (services.consumer);
@@ -11,7 +11,10 @@ Four shapes arrive there:
 - `inbound-batch`: the metadata of a batch of the inbox stream that Lambda's event source mapping
   gave up on (`DDBStreamBatchInfo`: shard, sequence numbers, times). The messages themselves are
   still in the inbox table until their TTL: read back through the stream (it keeps 24 hours), or
-  else found by their arrival time.
+  else found by their arrival time;
+- `email` and `email-feedback`: an SES receipt, or a sent mail's bounce or complaint, exactly as
+  it invoked the ingress function, whose asynchronous invoke failed after Lambda's retries (the
+  ingress's DeadLetterConfig); a redrive invokes the ingress with it again.
 
 A redrive puts an inbound message back in the inbox (a new item: the stream routes it again; the
 router is idempotent on the event id) and hands a delivery job to the delivery function again (the
@@ -38,7 +41,7 @@ BATCH_WINDOW_MARGIN_SECONDS = 60
 
 @dataclass(frozen=True)
 class DeadLetter:
-    kind: str  # inbound | delivery | delivery-async | inbound-batch | unknown
+    kind: str  # inbound | delivery | delivery-async | inbound-batch | email | email-feedback | unknown
     reason: str
     body: Any  # the message as it is on the queue (JSON), or its raw text when it is not JSON
     message_id: str = ""
@@ -60,6 +63,11 @@ class DeadLetter:
         ids = [job.get("delivery_id") for job in self.jobs]
         if self.kind == "inbound":
             ids = [(body.get("message") or {}).get("event_id") or (body.get("key") or [None, None])[1]]
+        if self.kind == "email":  # SES's ids of the messages (the stored objects), never an address
+            records = body.get("Records") or []
+            ids = [((r.get("ses") or {}).get("mail") or {}).get("messageId") for r in records if isinstance(r, dict)]
+        if self.kind == "email-feedback":
+            ids = [((body.get("detail") or {}).get("mail") or {}).get("messageId")]
         if self.kind == "inbound-batch":
             info = body.get("DDBStreamBatchInfo") or {}
             ids = [f"{info.get('startSequenceNumber')}..{info.get('endSequenceNumber')} ({info.get('batchSize')})"]
@@ -83,6 +91,9 @@ def classify(message: dict[str, Any]) -> DeadLetter:
         elif "delivery_id" in body or "deliveries" in body:
             error = (attributes.get("ErrorMessage") or {}).get("StringValue") or "the asynchronous invoke failed"
             kind, reason = "delivery-async", str(error)
+        elif isinstance(body.get("Records"), list) or body.get("source") == "aws.ses":
+            error = (attributes.get("ErrorMessage") or {}).get("StringValue") or "the asynchronous invoke failed"
+            kind, reason = ("email" if "Records" in body else "email-feedback"), str(error)
     return DeadLetter(kind, reason, body, str(message.get("MessageId", "")), str(message.get("ReceiptHandle", "")))
 
 
@@ -136,10 +147,18 @@ def peek(queue: Queue, limit: int) -> list[DeadLetter]:
     return list(seen.values())[:limit]
 
 
-def redrive(queue: Queue, deliveries: Deliveries, inbox: Inbox, limit: int, now: float | None = None) -> Redriven:
+def redrive(
+    queue: Queue,
+    deliveries: Deliveries,
+    inbox: Inbox,
+    limit: int,
+    now: float | None = None,
+    ingress: Deliveries | None = None,
+) -> Redriven:
     """Send up to `limit` dead letters back; each is deleted once redriven (sent before deleted: a
     failure in between leaves a duplicate, which the outbox and the router absorb). Only what was
-    dead-lettered before the redrive began: a redriven job that fails again is left for the next one."""
+    dead-lettered before the redrive began: a redriven job that fails again is left for the next one.
+    `ingress`: the ingress function, asynchronously invoked again with an e-mail event."""
     started_ms = int((time.time() if now is None else now) * 1000)
     report, later = Redriven(), []
     while (done := report.moved + sum(report.left.values())) < limit:
@@ -151,14 +170,16 @@ def redrive(queue: Queue, deliveries: Deliveries, inbox: Inbox, limit: int, now:
             letter = classify(message)
             if int((message.get("Attributes") or {}).get("SentTimestamp", 0)) > started_ms:
                 later.append(letter.receipt_handle)
-            elif _redrive_one(letter, deliveries, inbox, report):
+            elif _redrive_one(letter, deliveries, inbox, report, ingress):
                 queue.delete(letter.receipt_handle)
     for receipt_handle in later:
         queue.release(receipt_handle)
     return report
 
 
-def _redrive_one(letter: DeadLetter, deliveries: Deliveries, inbox: Inbox, report: Redriven) -> bool:
+def _redrive_one(
+    letter: DeadLetter, deliveries: Deliveries, inbox: Inbox, report: Redriven, ingress: Deliveries | None
+) -> bool:
     if letter.kind in ("delivery", "delivery-async"):
         for job in letter.jobs:
             # `redriven`: the chunk the platform refused (`dead_lettered` in the outbox) is sent again
@@ -170,6 +191,14 @@ def _redrive_one(letter: DeadLetter, deliveries: Deliveries, inbox: Inbox, repor
         if envelope is None:
             return _left(report, "an inbound message no longer in the inbox (past its TTL)")
         inbox.put_back(envelope)
+        report.inbound += 1
+        return True
+    if letter.kind in ("email", "email-feedback"):
+        if ingress is None:
+            return _left(report, "an e-mail event, and the ingress function's ARN is unknown")
+        # The ingress reads the stored message again (kept as long as the dead letters keep this)
+        # and writes it to the inbox once: one already there is a duplicate.
+        ingress.send(letter.body)
         report.inbound += 1
         return True
     if letter.kind == "inbound-batch":

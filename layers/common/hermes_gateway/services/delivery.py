@@ -10,6 +10,10 @@ twice. What happens on failure is decided here and carried out by the handler:
   asynchronous retries, or the turn's).
 - TargetGone (blocked, removed, not found): recorded on the target and the job ends; pushes to that
   target (jobs, `send_message`) are skipped until a send to it succeeds again.
+- WindowClosed (a push to a WhatsApp user whose last message is over 24 hours old, with no
+  re-engagement template configured; or Meta's 131047 however it came): an Undeliverable, refused
+  at once with that reason, never retried for hours; a cron run records `outside_window`. With a
+  template, the push goes as the template instead (domain/service_window.py).
 - Undeliverable (any other refusal, no credentials, a malformed job): raised; the handler puts the
   job on the dead letters at once, with the reason (an alarm watches them), and
   `hermes-gateway outbox redrive` can send it again later. The chunk the platform refused is then
@@ -33,16 +37,24 @@ from typing import Any, Protocol
 
 from hermes_gateway.domain.events import LifecycleEvents
 from hermes_gateway.domain.media import OutboundMedia
-from hermes_gateway.domain.outbox import STREAM_SHOWN, OutboxEntry
+from hermes_gateway.domain.outbox import QUEUED, STREAM_SHOWN, OutboxEntry
 from hermes_gateway.domain.pacing import PaceRule
 from hermes_gateway.domain.ports import DeadLetters, Leases, Routes, Transcript
+from hermes_gateway.domain.service_window import (
+    OUTSIDE_WINDOW_REASON,
+    template_parameter,
+    window_applies,
+    window_closed,
+)
 from hermes_gateway.domain.session_key import build_session_key
 from hermes_gateway.domain.sessions import TranscriptRow
 from hermes_gateway.domain.source import SessionSource
 from hermes_gateway.domain.split import split_message
+from hermes_gateway.domain.voice import speech_text
 from hermes_gateway.errors import (
     BadRequest,
     OutcomeUnknown,
+    OutsideWindow,
     PermanentError,
     RateLimited,
     TargetGone,
@@ -50,10 +62,12 @@ from hermes_gateway.errors import (
     UnknownProfile,
 )
 from hermes_gateway.observability import MetricUnit, correlate, hash_id, logger, metrics
-from hermes_gateway.platforms.base import Button, Sender, Target, editor_of
-from hermes_gateway.platforms.catalog import text_limit
-from hermes_gateway.platforms.outbound_media import MediaFile, link_line, media_sender_of
+from hermes_gateway.platforms.base import Button, Sender, Target, editor_of, reengager_of
+from hermes_gateway.platforms.catalog import VOICE_PLATFORMS, text_limit
+from hermes_gateway.platforms.mailbox import Mailbox, mailbox_of
+from hermes_gateway.platforms.outbound_media import MediaFile, MediaSender, captions, link_line, media_sender_of
 from hermes_gateway.services.outbound_media import Fetching, MediaRefused, outbound_key, stage
+from hermes_gateway.services.speech import Speaking, spoken_key, stage_speech
 
 KINDS = ("reply", "push")  # a reply answers the chat's own message; a push is sent unasked
 MIRROR_PREFIX = "[Delivered to this chat by the agent]"
@@ -88,6 +102,10 @@ class Undeliverable(PermanentError):
         self.chunk = chunk
 
 
+class WindowClosed(Undeliverable):
+    """The platform's customer service window with the person is closed (domain/service_window.py)."""
+
+
 class Outbox(Protocol):
     def record_claimed(
         self,
@@ -105,10 +123,12 @@ class Outbox(Protocol):
         media: list[dict[str, str]] | None = None,
         status: str = "sending",
         platform_message_id: str | None = None,
+        mailbox: tuple[str, dict[str, Any]] | None = None,
     ) -> tuple[OutboxEntry, bool]:
         """Write the chunk as claimed for sending (`sending` at `now`) unless it exists, in one
         write; what is stored, and True when this call wrote (and so claimed) it. A streamed
-        answer's message is written `streaming`, with its platform message id."""
+        answer's message is written `streaming`, with its platform message id; a chunk for a
+        forwarder's mailbox (its name, the letter) `queued`, with the letter."""
         ...
 
     def claim(self, delivery_id: str, now: float, reopen: bool = False) -> bool:
@@ -208,6 +228,8 @@ class DeliveryDeps:
     reply_to_mode: Callable[[str], str] = lambda platform: "off"
     # How a reply's MEDIA references are fetched into the media bucket (None: no bucket bound)
     media: Fetching | None = None
+    # How an answer whose job says `speak` is spoken into the bucket (None: tts.provider none)
+    speaking: Speaking | None = None
     # Where a platform limits one chat's sends: the chats' send slots, and (platform, chat id) ->
     # the chat's rule (None: not paced)
     pacing: Pacing | None = None
@@ -217,6 +239,9 @@ class DeliveryDeps:
     # The `delivered` line at INFO; False: at DEBUG, when the caller's own line says it (the turn
     # that sends its answer itself: the agent's `agent:end`), one line per function and message.
     logs_delivered: bool = True
+    # (platform, chat id) -> when the person last wrote (last_heard: their route, one read), asked
+    # only for a push to a person on a platform with a service window; None: not known here.
+    heard: Callable[[str, str], float | None] | None = None
 
 
 def masked(text: str, secrets: tuple[str, ...]) -> str:
@@ -262,6 +287,9 @@ class DeliveryJob:
     streamed: str | None = None
     # Handed over again by `outbox redrive`: a chunk that is `dead_lettered` is sent again.
     redriven: bool = False
+    # The chat wants the answer spoken too (domain/voice.py): a voice note beside the text, where
+    # speech is set up and the platform shows one.
+    speak: bool = False
 
     @classmethod
     def from_dict(cls, data: Any) -> DeliveryJob:
@@ -302,6 +330,7 @@ class DeliveryJob:
             media=media,
             streamed=_optional_id(data.get("streamed")),
             redriven=data.get("redriven") is True,
+            speak=data.get("speak") is True,
         )
 
 
@@ -323,7 +352,9 @@ def _optional_id(value: Any) -> str | None:
 
 @dataclass(frozen=True)
 class DeliveryResult:
-    status: str  # sent | recorded | gone | skipped | unknown | dead_lettered (a repeat of a refused job)
+    # sent | recorded | queued (in a forwarder's mailbox) | gone | skipped | unknown | dead_lettered
+    # (a repeat of a refused job)
+    status: str
     entries: list[OutboxEntry]
     sent_chunks: int = 0
 
@@ -424,10 +455,12 @@ def deliver(job: DeliveryJob, deps: DeliveryDeps) -> DeliveryResult:
         return _deliver(job, deps)
     try:
         result = _deliver(job, deps)
-    except Undeliverable:
-        deps.jobs.record_delivery(*job.cron, "failed", deps.now())
+    except Undeliverable as exc:
+        failed = OUTSIDE_WINDOW_REASON if isinstance(exc, WindowClosed) else "failed"
+        deps.jobs.record_delivery(*job.cron, failed, deps.now())
         raise
-    status = result.status if result.status in ("sent", "recorded", "unknown") else "failed"
+    # queued: in a forwarder's mailbox, which marks its outbox row sent when signal-cli has it
+    status = result.status if result.status in ("sent", "recorded", "unknown", QUEUED) else "failed"
     deps.jobs.record_delivery(*job.cron, status, deps.now())
     return result
 
@@ -446,7 +479,7 @@ def _deliver(job: DeliveryJob, deps: DeliveryDeps) -> DeliveryResult:
     target = Target(job.platform, job.chat_id, job.thread_id, job.context)
     # Through a relay, the chat's own platform's limit applies when the gateway knows it.
     limit = text_limit(job.platform, default=text_limit(via)) if via else text_limit(job.platform)
-    parts = _parts(job, deps, sender, limit)
+    parts = _reengaging(job, deps, sender) if _outside_window(job, deps) else _parts(job, deps, sender, limit)
     entries: list[OutboxEntry] = []
     outcome = _send_parts(job, deps, sender, target, parts, entries, detail)
     if isinstance(outcome, str):
@@ -464,27 +497,61 @@ def _deliver(job: DeliveryJob, deps: DeliveryDeps) -> DeliveryResult:
 @dataclass(frozen=True)
 class _Part:
     """One message of a delivery, with its own outbox row: a chunk of the text, or a file (with
-    the text as its caption when it fits)."""
+    the text as its caption when it fits), or the re-engagement template carrying the text."""
 
     delivery_id: str
     text: str
     media: MediaFile | None = None
     buttons: tuple[Button, ...] = ()
+    template: bool = False
+
+
+def _outside_window(job: DeliveryJob, deps: DeliveryDeps) -> bool:
+    """A push to a person whose platform's service window with them is closed (a reply answers a
+    message just received: never asked)."""
+    if job.kind != "push" or deps.heard is None or not job.chat_id or job.context.get("via"):
+        return False
+    if not window_applies(job.platform, job.chat_id, job.context.get("recipient_type")):
+        return False
+    return window_closed(job.platform, deps.heard(job.platform, job.chat_id), deps.now())
+
+
+def _reengaging(job: DeliveryJob, deps: DeliveryDeps, sender: Sender) -> list[_Part]:
+    """Outside the window: the text as the re-engagement template (files and buttons do not go
+    with it), or WindowClosed when none is configured."""
+    found = reengager_of(sender)
+    template = found.reengage_template if found is not None else None
+    logger.info("outside the service window", extra={"platform": job.platform, "template": bool(template)})
+    metrics.add_metric(name="DeliveryOutsideWindow", unit=MetricUnit.Count, value=1)
+    if template is None:
+        raise WindowClosed(
+            f"{job.platform}: the person last wrote more than 24 hours ago and no re-engagement template is "
+            f"configured (platforms.{job.platform}.reengage_template): {OUTSIDE_WINDOW_REASON}"
+        )
+    return [_Part(f"{job.delivery_id}#t", template_parameter(job.text), template=True)]
 
 
 def _parts(job: DeliveryJob, deps: DeliveryDeps, sender: Sender, limit: int) -> list[_Part]:
-    """The text's chunks, then the files: natively where the sender can, else as links in the text;
-    the text is the first file's caption when it fits and carries no buttons."""
-    text, files = job.text, list[MediaFile]()
-    native = media_sender_of(sender)
+    """The text's chunks, then the spoken answer and the files: natively where the sender can,
+    else as links in the text; the text is the first file's caption when it fits, carries no
+    buttons and the platform shows a caption on a file of that kind."""
+    text, files = job.text, list[tuple[str, MediaFile]]()
+    # (a forwarder's mailbox attaches files as the platform does: its letters carry them)
+    native = media_sender_of(sender) or mailbox_of(sender)
+    spoken, spoken_note = _spoken(job, deps, native)
+    if spoken is not None:
+        files.append((f"{job.delivery_id}#v", spoken))  # its own part id: the files keep theirs
     if job.media:
-        files, notes = _staged(job, deps)
+        staged, notes = _staged(job, deps)
         text = _joined(text, *notes)
         if native is None:
-            text, files = _joined(text, *(link_line(f) for f in files)), []
+            text, staged = _joined(text, *(link_line(f) for f in staged)), []
+        files += [(f"{job.delivery_id}#m{n}", f) for n, f in enumerate(staged, start=1)]
+    text = _joined(text, spoken_note)
     caption = ""
     # (a streamed answer's text is in its message already: never a file's caption)
-    if files and native is not None and not job.buttons and not job.streamed and len(text) <= native.caption_limit:
+    captioned = files and native is not None and captions(native, files[0][1].kind)
+    if captioned and native is not None and not job.buttons and not job.streamed and len(text) <= native.caption_limit:
         caption, text = text, ""
     chunks = split_message(text, limit) if text.strip() else []
     parts = [
@@ -492,8 +559,26 @@ def _parts(job: DeliveryJob, deps: DeliveryDeps, sender: Sender, limit: int) -> 
         _Part(f"{job.delivery_id}#{i}", chunk, buttons=job.buttons if i == len(chunks) else ())
         for i, chunk in enumerate(chunks, start=1)
     ]
-    parts += [_Part(f"{job.delivery_id}#m{n}", caption if n == 1 else "", f) for n, f in enumerate(files, start=1)]
+    parts += [_Part(part_id, caption if n == 0 else "", f) for n, (part_id, f) in enumerate(files)]
     return parts
+
+
+def _spoken(job: DeliveryJob, deps: DeliveryDeps, native: MediaSender | Mailbox | None) -> tuple[MediaFile | None, str]:
+    """The answer spoken (services/speech.py) when its job asks and it can be: speech is set up,
+    the chat's platform shows a voice note (not through a relay) and there is a bucket to keep it
+    in; with a note for the chat when the speaking failed."""
+    if not job.speak or deps.speaking is None or deps.media is None or native is None:
+        return None, ""
+    if job.platform not in VOICE_PLATFORMS or job.context.get("via"):
+        return None, ""
+    words = speech_text(job.text, deps.speaking.max_chars)
+    if not words:  # a file alone, or only code and links: nothing to say
+        return None, ""
+    key = spoken_key(deps.profile, job.session, job.delivery_id)
+    try:
+        return stage_speech(words, key, deps.media, deps.speaking), ""
+    except MediaRefused as exc:
+        return None, f"(I could not say this aloud: {exc}.)"
 
 
 def _staged(job: DeliveryJob, deps: DeliveryDeps) -> tuple[list[MediaFile], list[str]]:
@@ -540,7 +625,13 @@ def _send_parts(
     refused; or "unknown" / "gone" / "dead_lettered" when the rest of the message is not sent."""
     sent, refused = 0, []
     count = first - 1 + len(parts)
+    mailbox = mailbox_of(sender)
     for index, part in enumerate(parts, start=first):
+        if mailbox is not None:
+            entry, posted = _post_letter(job, deps, mailbox, target, part, index, count)
+            entries.append(entry)
+            sent += posted
+            continue
         entry, claimed_at = _record_chunk(job, deps, part, index, count, detail)
         entries.append(entry)
         if claimed_at == _ALREADY_SENT:
@@ -708,19 +799,7 @@ def _record_chunk(
         shown = _stream_shown(deps, delivery_id, _row_text(job, deps, chunk))
         if shown is not None:
             return shown, _STREAMED
-    entry, claimed = deps.outbox.record_claimed(
-        delivery_id,
-        platform=job.platform,
-        chat_id=job.chat_id,
-        thread_id=job.thread_id,
-        text=_row_text(job, deps, chunk),
-        turn_id=job.turn_id,
-        chunk=index,
-        chunks=count,
-        now=now,
-        buttons=[{"label": b.label, "reply": b.reply} for b in part.buttons] or None,
-        media=[{"key": media.key, "name": media.name, "kind": media.kind, "mime": media.mime}] if media else None,
-    )
+    entry, claimed = _record(job, deps, part, index, count, now)
     if claimed:
         return entry, now
     if entry.status in ("sent", "recorded", "refused"):
@@ -734,6 +813,52 @@ def _record_chunk(
             return entry, _DEAD_LETTERED
         logger.info("a redrive sends a dead-lettered chunk again", extra=detail)
     return entry, _claim(deps, delivery_id, detail, reopen=job.redriven)
+
+
+def _record(
+    job: DeliveryJob,
+    deps: DeliveryDeps,
+    part: _Part,
+    index: int,
+    count: int,
+    now: float,
+    mailbox: tuple[str, dict[str, Any]] | None = None,
+) -> tuple[OutboxEntry, bool]:
+    """The part's outbox row, written unless it exists (one conditional write)."""
+    chunk, media = part.text, part.media
+    return deps.outbox.record_claimed(
+        part.delivery_id,
+        platform=job.platform,
+        chat_id=job.chat_id,
+        thread_id=job.thread_id,
+        text=_row_text(job, deps, chunk),
+        turn_id=job.turn_id,
+        chunk=index,
+        chunks=count,
+        now=now,
+        buttons=[{"label": b.label, "reply": b.reply} for b in part.buttons] or None,
+        media=[{"key": media.key, "name": media.name, "kind": media.kind, "mime": media.mime}] if media else None,
+        mailbox=mailbox,
+    )
+
+
+def _post_letter(
+    job: DeliveryJob, deps: DeliveryDeps, mailbox: Mailbox, target: Target, part: _Part, index: int, count: int
+) -> tuple[OutboxEntry, int]:
+    """A part for a forwarder to collect (platforms/mailbox.py): its row is written `queued` with
+    the letter in the one write that records it, and the forwarder's report marks it sent. A
+    repeated job finds the row and posts nothing again, whatever the forwarder made of it since.
+    The letter holds the whole text, a redacted value too (a pairing code): the forwarder must be
+    given it, and it goes from the row when the letter is settled. (row, 1 when posted now)"""
+    letter_target = replace(target, delivery_id=part.delivery_id, reply_to=_replying_to(job, index, deps))
+    try:
+        letter = mailbox.letter(letter_target, part.text, part.media)
+    except PermanentError as exc:
+        raise Undeliverable(f"{type(exc).__name__}: {exc}") from exc
+    entry, posted = _record(job, deps, part, index, count, deps.now(), mailbox=(mailbox.mailbox, letter))
+    if posted:
+        metrics.add_metric(name="DeliveryQueued", unit=MetricUnit.Count, value=1)
+    return entry, int(posted)
 
 
 def _delivered(
@@ -812,13 +937,14 @@ def _send_chunk(
         metrics.add_metric(name="DeliveryRetried", unit=MetricUnit.Count, value=1)
         raise
     except Exception as exc:
-        refused = part.media is not None and isinstance(exc, PermanentError)
+        refused = part.media is not None and isinstance(exc, PermanentError) and not isinstance(exc, OutsideWindow)
         _mark_unsent(deps, delivery_id, claimed_at, "refused" if refused else "failed", exc)
         logger.warning("delivery refused", extra={**detail, "error": type(exc).__name__})
         if refused:
             metrics.add_metric(name="DeliveryMediaRefused", unit=MetricUnit.Count, value=1)
             return "refused"
-        raise Undeliverable(f"{type(exc).__name__}: {exc}", chunk=delivery_id) from exc
+        closed = WindowClosed if isinstance(exc, OutsideWindow) else Undeliverable  # Meta's 131047, still
+        raise closed(f"{type(exc).__name__}: {exc}", chunk=delivery_id) from exc
     if not message_id and getattr(sender, "status", "sent") == "sent":
         deps.outbox.mark(delivery_id, "unknown", deps.now(), error="the platform gave no message id")
         metrics.add_metric(name="DeliveryUnknown", unit=MetricUnit.Count, value=1)
@@ -829,6 +955,9 @@ def _send_chunk(
 
 
 def _send_part(sender: Sender, target: Target, part: _Part) -> str:
+    reengaging = reengager_of(sender) if part.template else None
+    if reengaging is not None:
+        return reengaging.reengage(target, part.text)
     native = media_sender_of(sender) if part.media is not None else None
     if native is not None and part.media is not None:
         return native.send_media(target, part.media, part.text)
@@ -923,6 +1052,16 @@ class Mirror:
     routes: Routes
     leases: Leases
     transcript: Transcript
+
+
+def last_heard(routes: Routes, platform: str, chat_id: str, profile: str | None) -> float | None:
+    """When the person of a one-to-one chat last wrote (domain/service_window.py): their route's
+    `heard_at` (a route from before it was kept: its activity clock), None without a route."""
+    source = SessionSource(platform, chat_id=chat_id, chat_type="dm")
+    entry = routes.get(build_session_key(source, profile=profile))
+    if entry is None:
+        return None
+    return entry.heard_at if entry.heard_at is not None else entry.last_activity_at
 
 
 def mirror(job: DeliveryJob, sessions: Mirror, now: float, profile: str | None) -> bool:

@@ -81,7 +81,13 @@ def _hand_queue_on(deps: LeaseRecovery, expired: WaitingLease, now: float) -> bo
         return False
     own = deps.settings.for_session_key(expired.session_key)
     successor = lifecycle.Successor(
-        expired.session_key, entry.session_id, now, own.turns.busy_followup == "one", entry.model_override, entry.hidden
+        expired.session_key,
+        entry.session_id,
+        now,
+        own.turns.busy_followup == "one",
+        entry.model_override,
+        entry.hidden,
+        voice=entry.voice,
     )
     status = lifecycle.end_turn(
         deps.leases, deps.transcript, deps.starter, successor, token, tally=SessionTally(), succeeded=False

@@ -122,7 +122,20 @@ class Accepted:
     ack: HttpResponse | None = None
 
 
-Parsed = InboundMessage | Ignored | Handshake | Accepted
+@dataclass(frozen=True)
+class MailboxCall:
+    """A verified call of a platform's forwarder on its mailbox (Signal's, `platforms/mailbox.py`):
+    `outbox`, its reports on the letters it sent and a request for the next ones; `uploads`, where
+    to upload a message's files. Answered by the mailbox service; nothing is enqueued."""
+
+    kind: str
+    body: dict[str, Any]
+
+
+# Answers a mailbox call: (platform, profile, the call, now) -> the response.
+ServeMailbox = Callable[[str, str | None, MailboxCall, float], HttpResponse]
+
+Parsed = InboundMessage | Ignored | Handshake | Accepted | MailboxCall
 
 
 class InboundAdapter(Protocol):
@@ -355,16 +368,19 @@ def handle_webhook(
     received_at: float,
     profile: str | None = None,
     report_delivery: ReportDelivery | None = None,
+    serve_mailbox: ServeMailbox | None = None,
 ) -> HttpResponse:
     """`settings` are the deployment's; `profile` names the bot the request is for (None: the
     deployment's own); `adapters(platform, profile)` builds that bot's inbound adapter;
-    `report_delivery` records the platform's reports on sent messages (None: they are ignored)."""
+    `report_delivery` records the platform's reports on sent messages (None: they are ignored);
+    `serve_mailbox` answers a forwarder's calls on its mailbox (None: 404)."""
     try:
         settings = settings.for_profile(profile)
     except UnknownProfile:
         return _reject(404, "unknown profile", platform)
     spec = catalog.spec(platform)
-    adapter = adapters(platform, profile) if spec is not None and settings.platform(platform) is not None else None
+    served = spec is not None and spec.webhook and settings.platform(platform) is not None
+    adapter = adapters(platform, profile) if served else None
     if spec is None or adapter is None:
         return _reject(404, "unknown or disabled platform", platform)
     if request.method not in spec.methods:
@@ -376,9 +392,8 @@ def handle_webhook(
     result = _verified_and_parsed(platform, adapter, request, received_at)
     if isinstance(result, HttpResponse):
         return result
-    if isinstance(result, Handshake):
-        logger.info("webhook handshake answered", extra={"platform": platform})
-        return result.response
+    if isinstance(result, Handshake | MailboxCall):
+        return _answered(platform, result, settings.served_profile, serve_mailbox, received_at)
     items = _record_reports(platform, result.items, report_delivery) if isinstance(result, Accepted) else (result,)
     if isinstance(items, HttpResponse):
         return items
@@ -393,6 +408,18 @@ def handle_webhook(
             200, {"ok": True, outcome: True} if outcome == "duplicate" else {"ok": True, "ignored": outcome}
         )
     return HttpResponse(200, {"ok": True})
+
+
+def _answered(
+    platform: str, result: Handshake | MailboxCall, profile: str | None, serve: ServeMailbox | None, now: float
+) -> HttpResponse:
+    """A request answered at once, with nothing enqueued: a handshake, a forwarder's mailbox call."""
+    if isinstance(result, Handshake):
+        logger.info("webhook handshake answered", extra={"platform": platform})
+        return result.response
+    if serve is None:
+        return _reject(404, "no mailbox is served here", platform)
+    return serve(platform, profile, result, now)
 
 
 def _verified_and_parsed(
@@ -446,7 +473,7 @@ def _enqueue_all(
     outcome = "accepted"
     for item in items:
         try:
-            outcome = _enqueue_one(platform, item, settings, enqueue_once)
+            outcome = enqueue_message(platform, item, settings, enqueue_once)
         except InvalidIdentifier as exc:
             if len(items) == 1:
                 return _reject(400, str(exc), platform)
@@ -464,8 +491,12 @@ def _retry_later(platform: str, what: str, exc: TransientError) -> HttpResponse:
     return HttpResponse(503, {"ok": False, "error": "busy, retry"}, {"retry-after": "5"})
 
 
-def _enqueue_one(platform: str, item: InboundMessage | Ignored, settings: Settings, enqueue_once: EnqueueOnce) -> str:
-    """Enqueue one message; the outcome is "accepted", "duplicate" or the reason it was ignored."""
+def enqueue_message(
+    platform: str, item: InboundMessage | Ignored, settings: Settings, enqueue_once: EnqueueOnce
+) -> str:
+    """Enqueue one message (a webhook's, or an e-mail SES received); the outcome is "accepted",
+    "duplicate" or the reason it was ignored. Raises InvalidIdentifier for a key that cannot be
+    stored, TransientError when the inbox could not be written."""
     if isinstance(item, Ignored):
         log = logger.debug if item.reason in RECEIPT_REASONS else logger.info
         log("webhook ignored", extra={"platform": platform, "reason": item.reason})

@@ -24,6 +24,7 @@ from hermes_gateway.domain.source import SessionSource, sender_of
 from hermes_gateway.domain.targets import ReplyTarget
 from hermes_gateway.domain.turn_state import CronRun, Step, Turn, TurnKind, TurnNotes, TurnState
 from hermes_gateway.domain.turns import NextTurn, QueuedInput
+from hermes_gateway.domain.voice import wants_voice
 from hermes_gateway.errors import PermanentError
 from hermes_gateway.observability import logger
 
@@ -54,6 +55,8 @@ def user_row(item: QueuedInput, seq: int, session_id: str) -> TranscriptRow:
         platform_message_id=item.source.message_id,
         attachments=keyed(item.attachments, item.source.profile, session_id, seq),
         sender=sender_of(item.source),
+        quote=item.quote,
+        quote_id=item.quote_id,
     )
 
 
@@ -71,6 +74,7 @@ class Successor:
     model_override: ModelOverride | None = None
     hidden: tuple[tuple[int, int], ...] = ()
     prompt_ratio: float | None = None
+    voice: str | None = None  # the chat's /voice mode (domain/voice.py)
 
     def plan(self, queue: list[QueuedInput], first_seq: int) -> NextTurn:
         taken = queue if self.answer_together else queue[:1]
@@ -93,6 +97,8 @@ class Successor:
             hidden=self.hidden,
             model_override=self.model_override,
             prompt_ratio=self.prompt_ratio,
+            voice=self.voice or "",
+            speak=wants_voice(self.voice, (a for item in taken for a in item.attachments)),
         )
         return NextTurn(len(taken), turn)
 
@@ -214,6 +220,8 @@ def chat_turn(
     model_override: ModelOverride | None = None,
     notes: TurnNotes | None = None,
     prompt_ratio: float | None = None,
+    voice: str | None = None,
+    speak: bool = False,
 ) -> Turn:
     turn_id = turn_id_for(session_id, event_id)
     return Turn(
@@ -233,6 +241,8 @@ def chat_turn(
         model_override=model_override,
         notes=notes or TurnNotes(),
         prompt_ratio=prompt_ratio,
+        voice=voice or "",
+        speak=speak,
     )
 
 

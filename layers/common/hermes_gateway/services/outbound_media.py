@@ -88,7 +88,7 @@ def stage(
         mime=mime,
         name=(name or "file")[:_NAME_CHARS],
         size=size,
-        read=lambda: _read(how.store, stored),
+        read=lambda: read_stored(how.store, stored),
         link=lambda: how.store.url(stored, LINK_SECONDS),
     )
 
@@ -104,7 +104,7 @@ def _fetch_stored(url: str, key: str, how: Fetching) -> tuple[int, str]:
     return size, mime
 
 
-def _read(store: MediaStore, key: str) -> bytes:
+def read_stored(store: MediaStore, key: str) -> bytes:
     found = store.get(key)
     if found is None:
         raise MediaRefused("the stored file is gone (it may have expired)")

@@ -26,6 +26,7 @@ from hermes_gateway.domain.limits import Counted, UsageBook
 from hermes_gateway.domain.media import attachments_of, keyed
 from hermes_gateway.domain.pairing import TRY_LATER_REPLY, PairingStore, pairing_reply
 from hermes_gateway.domain.ports import Deliveries, SessionStores, TurnStarter
+from hermes_gateway.domain.privacy import ErasureRequests
 from hermes_gateway.domain.receipts import ReceiptStore
 from hermes_gateway.domain.reset_policy import reset_notice, wants_reset_notice
 from hermes_gateway.domain.session_key import build_session_key
@@ -33,6 +34,7 @@ from hermes_gateway.domain.sessions import SessionEntry, SessionTally, Transcrip
 from hermes_gateway.domain.source import InboundMessage, SessionSource, sender_of
 from hermes_gateway.domain.targets import Channel, ReplyTarget
 from hermes_gateway.domain.turn_state import TurnNotes
+from hermes_gateway.domain.voice import wants_voice
 from hermes_gateway.errors import SessionBusy
 from hermes_gateway.observability import MetricUnit, correlate, hash_id, logger, metrics
 from hermes_gateway.services import lifecycle
@@ -88,6 +90,7 @@ class Access:
     operator_cli: str = "hermes-gateway"
     local: bool = False
     usage: UsageBook | None = None
+    erasures: ErasureRequests | None = None  # /forget's requests (BEHAVIOUR §11)
 
     def send_ahead(self, job: dict[str, Any]) -> None:
         (self.replies_ahead or self.replies).send(job)
@@ -223,6 +226,8 @@ def _gateway_command(
         event_id=message.event_id,
         starter=starter,
         usage=access.usage,
+        erasures=access.erasures,
+        reply_to=reply_target(message).to_dict(),
     )
     command = answer_command(message.text, context)
     if command is not None:
@@ -325,6 +330,8 @@ def _begin(routing: Routing, entry: SessionEntry, text: str, counted: Counted | 
         model_override=entry.model_override,
         notes=_notes(entry, message.source.platform, resumed_by_takeover=begun.took_over),
         prompt_ratio=entry.tally.prompt_ratio,
+        voice=entry.voice,
+        speak=wants_voice(entry.voice, attachments_of(message.attachments)),
     )
     # The row is written once the lease is held, so the transcript reads in turn order: a message
     # that waited for a running turn comes after that turn's answer.
@@ -342,7 +349,7 @@ def _ran_before(routing: Routing, entry: SessionEntry, turn_id: str, token: str)
     queued meanwhile, so the session is not held until the lease expires."""
     successor = lifecycle.Successor(
         routing.session_key, entry.session_id, routing.now, routing.settings.turns.busy_followup == "one",
-        entry.model_override, entry.hidden,
+        entry.model_override, entry.hidden, voice=entry.voice,
     )  # fmt: skip
     lifecycle.end_turn(
         routing.stores.leases, routing.stores.transcript, routing.starter, successor, token,
@@ -357,7 +364,7 @@ def _user_row(message: InboundMessage, text: str, seq: int, session_id: str) -> 
     media = keyed(attachments_of(message.attachments), source.profile, session_id, seq)
     return TranscriptRow(
         seq, "user", text, message.received_at, sender_name=source.user_name, platform_message_id=source.message_id,
-        attachments=media, sender=sender_of(source),
+        attachments=media, sender=sender_of(source), quote=message.reply_to_text, quote_id=message.reply_to_message_id,
     )  # fmt: skip
 
 
@@ -387,6 +394,7 @@ def _behind_stranded_queue(routing: Routing, entry: SessionEntry, token: str, te
         routing.settings.turns.busy_followup == "one",
         entry.model_override,
         entry.hidden,
+        voice=entry.voice,
     )
     lifecycle.end_turn(
         routing.stores.leases, routing.stores.transcript, routing.starter, successor, token,
@@ -415,6 +423,7 @@ def _redelivered(routing: Routing, entry: SessionEntry) -> RouteOutcome:
         source=message.source, reply_to=reply_target(message), user_seq=user_seq, reply_seq=entry.reply_seq,
         text=message.text, now=routing.now, hidden=entry.hidden, model_override=entry.model_override,
         notes=_notes(entry, message.source.platform), prompt_ratio=entry.tally.prompt_ratio,
+        voice=entry.voice, speak=wants_voice(entry.voice, attachments_of(message.attachments)),
     )  # fmt: skip
     if not lifecycle.start_after_rows(
         routing.stores.transcript, routing.starter, turn, [row], leased_at=entry.lease_started_at

@@ -222,6 +222,8 @@ def queue_busy_message(
         reply_to=reply_target(message),
         mode=mode,
         attachments=attachments_of(message.attachments),
+        quote=message.reply_to_text,
+        quote_id=message.reply_to_message_id,
     )
     result = ctx.leases.enqueue(ctx.entry, item, max_items=ctx.settings.turns.max_queued, now=ctx.now, counted=counted)
     if result.status == "not_busy":

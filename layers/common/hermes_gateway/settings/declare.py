@@ -187,7 +187,13 @@ def group_map(raw: Any) -> dict[str, tuple[str, ...]]:
     return dict(pairs)
 
 
-PARSERS_BY_KIND: dict[str, Callable[[Any], Any]] = {"str": text, "bool": flag, "int": whole, "list": names}
+PARSERS_BY_KIND: dict[str, Callable[[Any], Any]] = {
+    "str": text,
+    "bool": flag,
+    "int": whole,
+    "list": names,
+    "url": url,
+}
 
 
 # --- checks ----------------------------------------------------------------------------------------
@@ -267,6 +273,24 @@ def is_http_url(value: str) -> bool:
 
 HTTP_URL_REASON = "must be an http(s) URL with a host and no white space"
 http_url = Check(lambda v: None if is_http_url(v) else HTTP_URL_REASON, "an http(s) URL")
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+def is_secure_url(value: str) -> bool:
+    """An https URL, or an http one to this machine's loopback (local mode, its tests): a URL the
+    gateway sends a credential to never crosses a network in the clear."""
+    from urllib.parse import urlsplit
+
+    if not is_http_url(value):
+        return False
+    parts = urlsplit(value)
+    return parts.scheme == "https" or (parts.hostname or "") in LOOPBACK_HOSTS
+
+
+SECURE_URL_REASON = "must be an https URL (http only to 127.0.0.1, ::1 or localhost, as in local mode)"
+secure_url = Check(lambda v: None if is_secure_url(v) else SECURE_URL_REASON, "an https URL (http: loopback only)")
+# The rule a platform option's value keeps, by its kind (`platforms.catalog.Option.kind`).
+CHECKS_BY_KIND: dict[str, Check] = {"url": optional(secure_url)}
 
 
 def _time_zone(value: str) -> str | None:

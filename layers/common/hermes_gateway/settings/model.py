@@ -33,6 +33,7 @@ from hermes_gateway.settings.sections import (
     SessionSettings,
     SttSettings,
     ToolSettings,
+    TtsSettings,
     TurnSettings,
 )
 
@@ -82,6 +83,7 @@ class Settings(Section):
     turns: TurnSettings = section(TurnSettings)
     media: MediaSettings = section(MediaSettings)
     stt: SttSettings = section(SttSettings)
+    tts: TtsSettings = section(TtsSettings)
     ingress: IngressSettings = section(IngressSettings, wide=True)
     operations: OperationsSettings = section(OperationsSettings, wide=True)
     # Every catalog platform's section, by platform name: `platforms.<name>.` in gateway.yaml.

@@ -78,5 +78,10 @@ def named_profile(
             own[path] = BY_PATH[path].parse(raw)
         except ValueError as exc:
             raise ConfigError(f"{where}.{path}: {exc}") from None
+    if own.get("platforms.email.enabled"):
+        raise ConfigError(
+            f"{where}.platforms.email.enabled: e-mail is served for the deployment's own profile only "
+            "(one receipt rule, one address)"
+        )
     values.update(own, profile=name)
     return replace(build_checked(values, where), overlay=own, base_profile=base.profile)

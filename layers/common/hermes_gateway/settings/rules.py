@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hermes_gateway.domain.reset_policy import PolicyTable, ResetPolicy, SessionRules, parse_policy_map
+from hermes_gateway.domain.retention import DAY_SECONDS, capped_days
 from hermes_gateway.domain.session_key import key_namespace
 from hermes_gateway.settings.model import Settings
 
@@ -31,5 +32,7 @@ def _profile_rules(settings: Settings) -> SessionRules:
         settings.time_zone,
         s.resume_window_seconds,
         lease_ttl_seconds=s.lease_ttl_seconds,
-        route_ttl_seconds=s.route_max_idle_days * 86_400,
+        # an idle route holds the chat's origin (names, ids): it goes no later than the retention
+        route_ttl_seconds=capped_days(s.route_max_idle_days, s.retention_days) * DAY_SECONDS,
+        retention_seconds=s.retention_days * DAY_SECONDS,
     )

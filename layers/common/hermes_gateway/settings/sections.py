@@ -8,6 +8,7 @@ follow from it. `make reference` rewrites the documentation; gateway.example.yam
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +57,7 @@ OBSERVABILITY_TIERS = ("minimal", "standard", "full")  # infra/capabilities/obse
 WEBHOOK_ENDPOINTS = ("http_api", "function_url")  # ingress.endpoint; infra/capabilities/api.py builds either
 UNAUTHORIZED_DM_MODES = ("", "pair", "ignore")
 STT_PROVIDERS = ("openai", "none")
+TTS_PROVIDERS = ("openai", "none")
 REPLY_TO_MODES = ("off", "first", "all")
 MODEL_CALL_LIMIT_SECONDS = 80  # the Respond task may run 85 s (infra/statemachines/turn.asl.json)
 TURN_LIMIT_SECONDS = 300  # an Express execution's longest run
@@ -282,6 +284,12 @@ class SessionSettings(Section):
         "routing entries idle this long are pruned (transcripts kept; 0: never)",
         check=at_least(0, "must be 0 (never prune) or more"), wide=True,
     )
+    retention_days: int = setting(
+        "GATEWAY_SESSIONS_RETENTION_DAYS", whole, 0,
+        "transcript rows are deleted this long after they were written, files this long after they were stored, "
+        "sessions idle this long with them (0: kept)",
+        check=between(0, 3650), wide=True,
+    )
 
     @property
     def lease_ttl_seconds(self) -> int:
@@ -456,6 +464,28 @@ class SttSettings(Section):
 
 
 @dataclass(frozen=True, kw_only=True)
+class TtsSettings(Section):
+    """`tts:` answers spoken as voice notes (OpenAI-compatible speech; each chat chooses with /voice)."""
+
+    provider: str = setting(
+        "GATEWAY_TTS_PROVIDER", text, "none",
+        "openai | none (none: no answer is spoken and /voice says so)",
+        check=one_of(TTS_PROVIDERS),
+    )
+    model: str = setting("GATEWAY_TTS_MODEL", text, "gpt-4o-mini-tts", "the speech model")
+    voice: str = setting("GATEWAY_TTS_VOICE", text, "alloy", "the speech model's voice")
+    base_url: str = setting(
+        "TTS_BASE_URL", url, "", "the speech API's base URL (empty: provider.openai_base_url)",
+        check=optional(http_url),
+    )
+    max_chars: int = setting(
+        "GATEWAY_TTS_MAX_CHARS", whole, 1500,
+        "an answer's first characters that are spoken (cut at a sentence); the whole answer is sent as text too",
+        check=between(100, 4096, why="the speech API takes 4096 characters at most"),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class IngressSettings(Section):
     """`ingress:` the webhook endpoint and its limits (deployment-wide)."""
 
@@ -566,4 +596,26 @@ class PlatformSettings(Section):
         check=between(0, 60),
     )
     options: Mapping[str, Any] = field(default_factory=dict)  # the platform's own (catalog `Option`s)
+
+    def validate(self) -> None:
+        if self.name == "email" and self.enabled:
+            _check_email(self.options)
 # fmt: on
+
+
+_ADDRESS = re.compile(r"[A-Za-z0-9._%+-]{1,64}@([A-Za-z0-9-]{1,63}\.)+[A-Za-z]{2,63}")
+_RULE_SET = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,62}[A-Za-z0-9])?")
+
+
+def _check_email(options: Mapping[str, Any]) -> None:
+    """E-mail needs the address it receives at and answers from, on the domain SES receives for."""
+    address, domain = str(options.get("address") or ""), str(options.get("domain") or "")
+    if not address:
+        raise Invalid("address", "is required when e-mail is enabled (the address the agent receives at)")
+    if not _ADDRESS.fullmatch(address) or ".." in address:
+        raise Invalid("address", "must be a plain e-mail address (name@example.com)")
+    if domain and address.rsplit("@", 1)[1].lower() != domain.lower():
+        raise Invalid("address", f"must be an address at {domain} (platforms.email.domain)")
+    rule_set = str(options.get("rule_set") or "")
+    if rule_set and not _RULE_SET.fullmatch(rule_set):
+        raise Invalid("rule_set", "must be an SES rule set name: letters, digits, '.', '_' or '-'")

@@ -19,6 +19,7 @@ from hermes_gateway.errors import ConfigError
 from hermes_gateway.platforms.catalog import CATALOG, PlatformSpec
 from hermes_gateway.resources import SECRET_NAMES
 from hermes_gateway.settings.declare import (
+    CHECKS_BY_KIND,
     PARSERS_BY_KIND,
     PLATFORMS_META,
     SECTION_META,
@@ -26,6 +27,8 @@ from hermes_gateway.settings.declare import (
     Invalid,
     Section,
     Setting,
+    matches,
+    optional,
 )
 from hermes_gateway.settings.model import Settings
 
@@ -47,7 +50,8 @@ def _platform_fields(key: str, spec: PlatformSpec, cls: type) -> Iterator[Settin
         )
     for o in spec.options:
         place = (key, spec.name, "options", o.attr)
-        yield Setting(o.env, PARSERS_BY_KIND[o.kind], o.default, o.doc, path=prefix + o.attr, place=place)
+        check = optional(matches(o.pattern, f"use {o.form}", o.form)) if o.pattern else CHECKS_BY_KIND.get(o.kind)
+        yield Setting(o.env, PARSERS_BY_KIND[o.kind], o.default, o.doc, check=check, path=prefix + o.attr, place=place)
 
 
 def _resolve() -> Iterator[Setting]:

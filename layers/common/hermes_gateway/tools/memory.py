@@ -86,6 +86,10 @@ class NoteStore(Protocol):
         """False when there was no such note."""
         ...
 
+    def clear(self, scope: str) -> int:
+        """Delete every note of the scope and its count (forget); how many notes there were."""
+        ...
+
 
 @dataclass(frozen=True)
 class NoteLimits:

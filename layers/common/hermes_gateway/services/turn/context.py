@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from hermes_gateway.domain.context import cut, message_tokens
+from hermes_gateway.domain.quotes import with_quote
 from hermes_gateway.domain.session_key import is_shared_session
 from hermes_gateway.domain.sessions import TranscriptRow
 from hermes_gateway.domain.source import SessionSource
@@ -16,6 +17,7 @@ from hermes_gateway.observability import hash_id, logger
 from hermes_gateway.providers.base import ChatMessage
 from hermes_gateway.services.turn.deps import TurnDeps
 from hermes_gateway.services.turn.media import model_input, understand_rows
+from hermes_gateway.services.turn.quotes import quotes
 from hermes_gateway.services.turn.reach import turn_reach
 from hermes_gateway.settings import Settings
 from hermes_gateway.tools.base import ToolContext, user_hash
@@ -28,7 +30,7 @@ FLUSH_PROMPT = (
     "memory tool (facts, preferences, ongoing work); skip what is already saved. Then reply NO_REPLY."
 )
 # Platforms whose ids are personal data: the model gets stable hashed handles (BEHAVIOUR §10).
-_HASHED_ID_PLATFORMS = ("telegram", "whatsapp", "signal", "bluebubbles")
+_HASHED_ID_PLATFORMS = ("telegram", "whatsapp", "signal", "bluebubbles", "email")
 MIN_ROOM = 64  # the message being answered keeps at least this many tokens, however full the rest
 
 
@@ -154,6 +156,7 @@ def numbered(turn: Turn, deps: TurnDeps) -> list[tuple[TranscriptRow, ChatMessag
     # The message being answered: the user rows after the last answer (a queued burst is several)
     answered = max((row.seq for row in rows if row.role == "assistant"), default=-1)
     understood = understand_rows(turn, [r for r in rows if r.attachments], deps)
+    quoted = quotes(rows, answered, deps.outbox)  # what the user rows answer, as the model reads it
     found: list[tuple[TranscriptRow, ChatMessage | None]] = []
     for row in rows:
         if row.role == "system":  # a compressed session's summary, where the session starts
@@ -170,6 +173,8 @@ def numbered(turn: Turn, deps: TurnDeps) -> list[tuple[TranscriptRow, ChatMessag
                 (),
             )
         )
+        if row.seq in quoted:
+            text = with_quote(text, quoted[row.seq], replied=True)
         if in_shared and row.role == "user" and row.sender_name:
             text = f"[{row.sender_name}] {text}"
         found.append((row, ChatMessage(row.role, text, images=images)))

@@ -49,6 +49,10 @@ class StreamRows(Protocol):
 
     def get(self, delivery_id: str, *, consistent: bool = True) -> OutboxEntry | None: ...
 
+    def get_many(self, delivery_ids: list[str]) -> list[OutboxEntry]:
+        """The rows of these ids that exist, in one read (a quoted answer's lookup)."""
+        ...
+
     def record_claimed(
         self,
         delivery_id: str,

@@ -167,6 +167,7 @@ def _end(
         model_override=turn.model_override,
         hidden=turn.hidden,
         prompt_ratio=state.loop.ratio if state.loop.iterations else turn.prompt_ratio,
+        voice=turn.voice,
     )
     return lifecycle.end_turn(
         deps.leases,
@@ -229,13 +230,13 @@ def _tell(state: TurnState, deps: TurnDeps) -> str:
         # The task that failed had kept its answer (the Respond task dies after sending it and
         # finishing the turn itself, or before it could send it): that answer, never an apology,
         # under the turn's delivery id, so one already sent is not sent again.
-        replies.send(reply_job(turn, turn.turn_id, kept, media=turn_reach(state, deps).media))
+        replies.send(reply_job(turn, turn.turn_id, kept, media=turn_reach(state, deps).media, answer=True))
         return "reply"
     text = (reply.text if reply is not None else "").strip()
     if text and text not in SILENT_REPLIES and not state.stopped:
         if keep_reply(state, deps) != "stopped":
             media = turn_reach(state, deps).media
-            replies.send(reply_job(turn, turn.turn_id, reply.text if reply else "", media=media))
+            replies.send(reply_job(turn, turn.turn_id, reply.text if reply else "", media=media, answer=True))
             return "reply"
         return "stopped"
     if state.stopped or text in SILENT_REPLIES:

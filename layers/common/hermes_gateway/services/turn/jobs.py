@@ -19,12 +19,15 @@ def reply_job(
     buttons: list[dict[str, str]] | None = None,
     threaded: bool = True,
     media: MediaReach | None = None,
+    answer: bool = False,
 ) -> dict[str, Any]:
     """A delivery job for the turn's reply target (its bot: the target names a named profile).
     `threaded`: it answers the user's message, so it may be shown as a reply to it (the
     platform's `reply_to_mode` decides, at delivery). `media`: the URLs a `MEDIA:` line of
     `text` may name (None: none, as in the gateway's own notices); the stored files it may
-    attach are the turn's own session's, named in the job (`session_id`), never by the model."""
+    attach are the turn's own session's, named in the job (`session_id`), never by the model.
+    `answer`: it is the model's answer, spoken too when the turn says so (never the gateway's
+    own notices, questions or apologies)."""
     if turn.reply_to is None:
         raise PermanentError("a chat turn without a reply target")
     job: dict[str, Any] = {
@@ -42,6 +45,8 @@ def reply_job(
         job["reply_to_message_id"] = turn.source.message_id
     if buttons:
         job["buttons"] = buttons  # senders that know native buttons show these under the message
+    if answer and turn.speak:
+        job["speak"] = True  # synthesized once by the delivery that sends it (services/speech.py)
     return job
 
 

@@ -167,7 +167,7 @@ def settle(state: TurnState, deps: TurnDeps, *, streamed: str | None = None) -> 
     if silent:
         logger.debug("silent reply: stored, not sent")
         return state.go(Step.FINISH)
-    job = reply_job(turn, turn.turn_id, text, media=turn_reach(state, deps).media)
+    job = reply_job(turn, turn.turn_id, text, media=turn_reach(state, deps).media, answer=True)
     if streamed is not None:
         job["streamed"] = streamed
     return state.go(Step.DELIVER, deliveries=(job,))
