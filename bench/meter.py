@@ -11,6 +11,13 @@ knows the gateway's queues, tables or functions by name: resources are named by
 A request made outside any invocation is not the gateway's: on SQS it is Lambda's event source
 poller (a receive that found messages, a delete), on DynamoDB Streams the stream poller, a Lambda
 Invoke is a service handing work on (Step Functions' tasks), anything else is the harness.
+
+A model request is timed (its seconds and the CPU spent while it runs, per invocation): Lambda
+bills an invocation for the model's seconds, which the CPU model cannot see. What a function asks
+of AWS or a platform while a streamed model request runs (on the thread that reads the stream: a
+streamed answer's post, edits and row) is counted but is no round trip of its own: the model keeps
+writing into the connection meanwhile. `count_sleeps()` (called before the gateway's modules are
+imported: their dataclasses keep `time.sleep` as a default) adds what an invocation sleeps to it.
 """
 
 from __future__ import annotations
@@ -36,7 +43,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from hermes_gateway.resources import TableSpec
 
-_context = threading.local()  # .function, .invocation, .background: whose work this thread is doing
+_context = threading.local()  # .function, .invocation, .background, .in_model: whose work this thread is doing
+_real_sleep = time.sleep
+_sleep_meter: list[Meter] = []  # the installed meter that counts sleeps (count_sleeps)
 
 SQS_CHUNK = 64 * 1024  # SQS bills each 64 KB of a payload as a request
 EVENT_CHUNK = 64 * 1024  # EventBridge bills each 64 KB of an entry as an event
@@ -59,6 +68,13 @@ class Invocation:
     aws_calls: int = 0
     round_trips: list[tuple[str, str]] = field(default_factory=list)  # (service, op) made on the handler's thread
     strings: frozenset[str] = frozenset()  # short strings of a workflow task's input (to find its execution)
+    model_seconds: float = 0.0  # waiting on the model (its requests' elapsed time)
+    model_cpu_seconds: float = 0.0  # of cpu_seconds, spent while a model request ran (reading its stream)
+    slept: float = 0.0  # seconds the handler's thread slept (count_sleeps)
+    overlapped: int = 0  # AWS and platform requests made while a model request ran (no round trip of their own)
+    # before its first model request: the handler thread's CPU and round trips (the time to the model)
+    cpu_to_model_seconds: float = 0.0
+    trips_to_model: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:
@@ -92,10 +108,18 @@ class Meter:
     events: list[dict[str, Any]] = field(default_factory=list)  # the trace
     active: int = 0  # invocations running now
     reply_bytes: Callable[[str], int] | None = None  # the fake model's answer size (None: as the provider answers)
+    streams: bool = False  # the providers stream where they can (False: every model request is a plain one)
     _calls_in: Counter[int] = field(default_factory=Counter)  # invocation -> AWS calls it made
     _trips_in: dict[int, list[tuple[str, str]]] = field(default_factory=lambda: defaultdict(list))
     # CPU on other threads, less the meter's own on the invocation's threads
     _cpu_in: defaultdict[int, float] = field(default_factory=lambda: defaultdict(float))
+    _model_in: defaultdict[int, float] = field(default_factory=lambda: defaultdict(float))
+    _model_cpu_in: defaultdict[int, float] = field(default_factory=lambda: defaultdict(float))
+    _slept_in: defaultdict[int, float] = field(default_factory=lambda: defaultdict(float))
+    _overlapped_in: Counter[int] = field(default_factory=Counter)
+    _started_cpu: dict[int, float] = field(default_factory=dict)  # invocation -> its thread's CPU clock at start
+    _own_cpu_in: defaultdict[int, float] = field(default_factory=lambda: defaultdict(float))  # the meter's, on it
+    _to_model_in: dict[int, tuple[float, tuple[tuple[str, str], ...]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterator[int] = field(default_factory=itertools.count)
     _saved: list[tuple[Any, str, Any]] = field(default_factory=list)
@@ -113,7 +137,9 @@ class Meter:
             self.bus_events = self.failed_invocations = self.empty_receives = 0
             self._calls_in.clear()
             self._trips_in.clear()
-            self._cpu_in.clear()
+            for pending in (self._cpu_in, self._model_in, self._model_cpu_in, self._slept_in, self._overlapped_in,
+                            self._started_cpu, self._to_model_in, self._own_cpu_in):  # fmt: skip
+                pending.clear()
 
     def install(self) -> Meter:
         import urllib.request
@@ -160,6 +186,7 @@ class Meter:
         self._patch(InProcessAws, "unsigned", signed)  # and signs it: SigV4's CPU is the function's
         self._patch_pooled_http()
         self._patch_provider()
+        _sleep_meter[:] = [self]
         return self
 
     def _patch_pooled_http(self) -> None:
@@ -182,6 +209,7 @@ class Meter:
         self._patch(http_pool, "download", download)
 
     def uninstall(self) -> None:
+        _sleep_meter.clear()
         while self._saved:
             owner, name, value = self._saved.pop()
             setattr(owner, name, value)
@@ -205,10 +233,13 @@ class Meter:
 
     def _patch_provider(self) -> None:
         """Time every model request (the model's wait, which Lambda bills as agent duration) and,
-        when `reply_bytes` is set, make its answer that long (a realistic reply size)."""
+        when `reply_bytes` is set, make its answer that long (a realistic reply size). With
+        `streams`, a provider that streams keeps streaming (timed the same way); without, every
+        request is a plain one (the benches that make the answer's size do)."""
         import dataclasses
 
         import hermes_gateway.providers as providers
+        from hermes_gateway.providers.base import streaming_of
 
         original = providers.make_provider
         meter = self
@@ -218,21 +249,47 @@ class Meter:
                 self.inner, self.name = inner, inner.name
 
             def complete(self, system: str, messages: list[Any], tools: list[Any] | None = None) -> Any:
-                started = time.perf_counter()
-                try:
+                with meter.model_request():
                     reply = self.inner.complete(system, messages, tools)
-                finally:
-                    with meter._lock:
-                        meter.model_seconds.append(time.perf_counter() - started)
                 if meter.reply_bytes is None or reply.tool_calls or not reply.text:
                     return reply
                 text = filler(reply.text, meter.reply_bytes(reply.text))
                 return dataclasses.replace(reply, text=text, output_tokens=max(1, len(text) // 4))
 
+        class TimedStreaming(Timed):
+            def stream(self, system: str, messages: list[Any], tools: list[Any] | None, on_text: Any) -> Any:
+                with meter.model_request():
+                    return self.inner.stream(system, messages, tools, on_text)
+
         def make_provider(*args: Any, **kwargs: Any) -> Any:
-            return Timed(original(*args, **kwargs))
+            inner = original(*args, **kwargs)
+            return TimedStreaming(inner) if meter.streams and streaming_of(inner) is not None else Timed(inner)
 
         self._patch(providers, "make_provider", make_provider)
+
+    @contextmanager
+    def model_request(self) -> Iterator[None]:
+        """A model request on this thread: its elapsed time and the CPU spent meanwhile go to the
+        invocation making it (and to `model_seconds`); requests made inside it overlap it."""
+        invocation = getattr(_context, "invocation", None)
+        outer = getattr(_context, "in_model", False)
+        _context.in_model = True
+        started, cpu = time.perf_counter(), time.thread_time()
+        with self._lock:
+            if invocation is not None and invocation not in self._to_model_in and invocation in self._started_cpu:
+                trips = tuple(self._trips_in.get(invocation, ()))
+                own = self._own_cpu_in.get(invocation, 0.0)
+                self._to_model_in[invocation] = (cpu - self._started_cpu[invocation] - own, trips)
+        try:
+            yield
+        finally:
+            elapsed, cpu_used = time.perf_counter() - started, time.thread_time() - cpu
+            _context.in_model = outer
+            with self._lock:
+                self.model_seconds.append(elapsed)
+                if invocation is not None and not outer:
+                    self._model_in[invocation] += elapsed
+                    self._model_cpu_in[invocation] += cpu_used
 
     def _on_behalf(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """`fn` run on another thread as part of the invocation that submitted it (if any)."""
@@ -260,9 +317,10 @@ class Meter:
         outer = (getattr(_context, "function", None), getattr(_context, "invocation", None))
         invocation = next(self._ids)
         _context.function, _context.invocation, _context.background = name, invocation, False
+        started, cpu = time.perf_counter(), time.thread_time()
         with self._lock:
             self.active += 1
-        started, cpu = time.perf_counter(), time.thread_time()
+            self._started_cpu[invocation] = cpu
         try:
             yield invocation
         except BaseException:
@@ -272,6 +330,8 @@ class Meter:
         finally:
             ended, cpu_used = time.perf_counter(), time.thread_time() - cpu
             _context.function, _context.invocation = outer
+            self._started_cpu.pop(invocation, None)
+            self._own_cpu_in.pop(invocation, None)
             event = event if isinstance(event, dict) else {}
             trigger = trigger_of(event)
             source, fifo = event_source(event)
@@ -287,6 +347,12 @@ class Meter:
                         aws_calls=self._calls_in.pop(invocation, 0),
                         round_trips=self._trips_in.pop(invocation, []),
                         strings=_short_strings(event) if trigger == "stepfunctions" else frozenset(),
+                        model_seconds=self._model_in.pop(invocation, 0.0),
+                        model_cpu_seconds=self._model_cpu_in.pop(invocation, 0.0),
+                        slept=self._slept_in.pop(invocation, 0.0),
+                        overlapped=self._overlapped_in.pop(invocation, 0),
+                        cpu_to_model_seconds=self._to_model_in.get(invocation, (0.0, ()))[0],
+                        trips_to_model=self._to_model_in.pop(invocation, (0.0, ()))[1],
                     )
                 )  # fmt: skip
 
@@ -318,7 +384,9 @@ class Meter:
             invocation = getattr(_context, "invocation", None)
             if function is not None and invocation is not None:
                 with self._lock:
-                    self._cpu_in[invocation] -= own_cpu + time.thread_time() - mark
+                    spent = own_cpu + time.thread_time() - mark
+                    self._cpu_in[invocation] -= spent
+                    self._own_cpu_in[invocation] += spent
 
     def _count(
         self, function: str, service: str, operation: str, resource: str, params: dict[str, Any],
@@ -329,7 +397,9 @@ class Meter:
         with self._lock:
             self.calls[(function, service, operation, resource)] += 1
             self._calls_in[invocation] += 1
-            if not getattr(_context, "background", False):
+            if getattr(_context, "in_model", False):
+                self._overlapped_in[invocation] += 1
+            elif not getattr(_context, "background", False):
                 self._trips_in[invocation].append((service, operation))
             if chunks:
                 self.billed[(service, resource)] += chunks
@@ -362,7 +432,9 @@ class Meter:
         host = urllib.parse.urlsplit(url).netloc
         with self._lock:
             self.external[(function, host)] += 1
-            if not getattr(_context, "background", False):
+            if getattr(_context, "in_model", False):
+                self._overlapped_in[_context.invocation] += 1
+            elif not getattr(_context, "background", False):
                 self._trips_in[_context.invocation].append(("external", host))
             if self.trace:
                 self.events.append(
@@ -434,6 +506,31 @@ class Meter:
 _WRITES = ("PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem")
 
 
+def _metered_sleep(seconds: float) -> None:
+    started = time.perf_counter()
+    try:
+        _real_sleep(seconds)
+    finally:
+        invocation = getattr(_context, "invocation", None)
+        if _sleep_meter and invocation is not None and not getattr(_context, "background", False):
+            meter = _sleep_meter[0]
+            with meter._lock:
+                meter._slept_in[invocation] += time.perf_counter() - started
+
+
+def count_sleeps() -> None:
+    """`time.sleep` counted: what a function's handler thread sleeps (a stream keeping its pace, a
+    rate limit waited out) is added to its invocation while a meter is installed. Call it before
+    the gateway's modules are imported (their dataclasses keep `time.sleep` as a default);
+    `sleeps_counted()` says whether it came in time."""
+    time.sleep = _metered_sleep
+
+
+def sleeps_counted(sleep: Any) -> bool:
+    """Whether `sleep` (a dataclass's default, say) is the counted one."""
+    return sleep is _metered_sleep
+
+
 def trigger_of(event: dict[str, Any]) -> str:
     """How a function was invoked, read from its event (the shapes Lambda's sources send)."""
     records = event.get("Records") or []
@@ -477,7 +574,7 @@ def resource_name(service: str, params: dict[str, Any]) -> str:
     """The logical name of the table, queue, state machine or function a request is about ("" when none)."""
     name = (
         params.get("TableName") or params.get("QueueUrl") or params.get("stateMachineArn")
-        or params.get("FunctionName") or params.get("StreamArn") or ""
+        or params.get("FunctionName") or params.get("StreamArn") or params.get("Bucket") or ""
     )  # fmt: skip
     if not name and params.get("Entries"):
         name = params["Entries"][0].get("EventBusName", "")
@@ -498,11 +595,11 @@ def resource_name(service: str, params: dict[str, Any]) -> str:
 
 @cache
 def logical_names() -> tuple[str, ...]:
-    """Every table, queue (and dead-letter queue), state machine, bus and function name, longest first."""
+    """Every table, queue (and dead-letter queue), bucket, state machine, bus and function name, longest first."""
     from hermes_gateway import resources
 
     names = {t.name for t in resources.TABLES} | {resources.TURN_STATE_MACHINE.name}
-    names |= {q.name for q in resources.QUEUES}
+    names |= {q.name for q in resources.QUEUES} | {b.name for b in resources.BUCKETS}
     names |= {f.name for f in resources.FUNCTIONS}
     bus = getattr(resources, "EVENT_BUS", None)
     if bus is not None:

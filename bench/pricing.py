@@ -12,7 +12,13 @@ its own share of a CPU and every AWS call is a network round trip:
   time with nothing else running, moto standing in for AWS) is reported beside it.
 - Both come from a *solo* profile when one is given: every function invocation of a few messages
   run one at a time (nothing else running), by function and step; a key the profile lacks is
-  taken from the run itself.
+  taken from the run itself. `per_invocation` prices each invocation and execution of the run
+  by its own figures instead (the realistic profile, whose model waits differ by message).
+- The model's wait: an invocation that asked the model is billed its requests' elapsed time as
+  well (Lambda bills every millisecond it waits), or the CPU it spent reading the stream at its
+  memory size's share when that took longer; what it asked of AWS or the platform meanwhile is
+  no round trip of its own (bench/meter.py). What it slept (bench/meter.py `count_sleeps`) is
+  billed too. The echo model answers in microseconds: the message bench's figures barely move.
 - A function invoked by an event source mapping is priced as one invocation per record (and the
   poller's receive and delete per record): at the reference traffic (`REFERENCE_MESSAGES_PER_MONTH`,
   about 0.4 messages a second) a batch holds one message. Local mode's single poller batches
@@ -134,22 +140,30 @@ class Billed:
     """One unit of a function's work (an invocation; a record of a batch) as Lambda would bill it."""
 
     wall_ms: float  # elapsed, rounded up to 1 ms
-    model_ms: float  # CPU / CPU share + round trips, rounded up to 1 ms
+    model_ms: float  # CPU / CPU share + round trips + the model's wait + sleeps, rounded up to 1 ms
     cpu_ms: float
     round_trip_ms: float
     calls: float
+    model_wait_ms: float = 0.0  # of model_ms, the model's requests (or reading their stream, when longer)
+    slept_ms: float = 0.0
 
 
 def billed(invocation: Invocation, memory: int) -> Billed:
     per = max(1, invocation.records) if invocation.trigger in ESM_TRIGGERS else 1
+    share = cpu_share(memory)
     cpu = invocation.cpu_seconds * 1000 / per
+    model_cpu = min(cpu, invocation.model_cpu_seconds * 1000 / per)
+    waiting = max(invocation.model_seconds * 1000 / per, model_cpu / share)
     trips = sum(round_trip_ms(s, o) for s, o in invocation.round_trips) / per
+    slept = invocation.slept * 1000 / per
     return Billed(
         wall_ms=math.ceil(invocation.seconds * 1000 / per),
-        model_ms=math.ceil(cpu / cpu_share(memory) + trips),
+        model_ms=math.ceil((cpu - model_cpu) / share + trips + waiting + slept),
         cpu_ms=cpu,
         round_trip_ms=trips,
         calls=invocation.aws_calls / per,
+        model_wait_ms=waiting,
+        slept_ms=slept,
     )
 
 
@@ -167,9 +181,16 @@ def profile(invocations: Iterable[Invocation], memory: dict[str, int] | None = N
             "cpu_ms": round(fmean(r.cpu_ms for r in rows), 2),
             "round_trip_ms": round(fmean(r.round_trip_ms for r in rows), 2),
             "aws_calls": round(fmean(r.calls for r in rows), 2),
+            **_if_any("model_wait_ms", [r.model_wait_ms for r in rows]),
+            **_if_any("slept_ms", [r.slept_ms for r in rows]),
         }
         for key, rows in sorted(grouped.items())
     }
+
+
+def _if_any(name: str, values: list[float]) -> dict[str, float]:
+    """`{name: mean}` when any value is 1 ms or more (the echo model's waits are not worth a key)."""
+    return {name: round(fmean(values), 2)} if any(v >= 1 for v in values) else {}
 
 
 def units_of_work(invocations: Iterable[Invocation]) -> Counter[str]:
@@ -213,9 +234,13 @@ class LambdaCost:
         return float(self.requests * per["lambda_request"] + gb_seconds * per["lambda_gb_second_arm"])
 
 
-def lambda_cost(meter: Meter, solo: dict[str, dict[str, float]], messages: int) -> LambdaCost:
+def lambda_cost(
+    meter: Meter, solo: dict[str, dict[str, float]], messages: int, per_invocation: bool = False
+) -> LambdaCost:
     memory = memory_mb()
     own = profile(meter.invocations, memory)
+    if per_invocation:
+        solo = {}  # each key's mean over the run's own invocations: their sum, as each is billed
     work = units_of_work(meter.invocations)
     model = wall = 0.0
     by_key: dict[str, dict[str, Any]] = {}
@@ -229,15 +254,25 @@ def lambda_cost(meter: Meter, solo: dict[str, dict[str, float]], messages: int) 
     return LambdaCost(sum(work.values()), model, wall, busy, by_key)
 
 
-def express_seconds(meter: Meter, solo: dict[str, dict[str, float]]) -> tuple[float, float]:
+def express_seconds(
+    meter: Meter, solo: dict[str, dict[str, float]], per_invocation: bool = False
+) -> tuple[float, float]:
     """Billed Express seconds of the run's executions: modelled (their tasks' modelled durations
-    plus an overhead each) and as measured in local mode (StartExecution to the last task's end)."""
+    plus an overhead each; `per_invocation`: each task's own) and as measured in local mode
+    (StartExecution to the last task's end)."""
+    memory = memory_mb()
     own = profile(meter.invocations)
     tasks = [i for i in meter.invocations if i.trigger == "stepfunctions"]
+
+    def task_ms(task: Invocation) -> float:
+        if per_invocation:
+            return billed(task, memory[task.function]).model_ms
+        return _lookup(task.key, solo, own)["model_ms"]
+
     modelled = measured = 0.0
     for name, started in meter.executions.items():
         mine = [t for t in tasks if name in t.strings]  # a task's input names its execution
-        work_ms = sum(_lookup(t.key, solo, own)["model_ms"] for t in mine) + TASK_OVERHEAD_MS * len(mine)
+        work_ms = sum(task_ms(t) for t in mine) + TASK_OVERHEAD_MS * len(mine)
         modelled += math.ceil(work_ms / 100) / 10
         measured += math.ceil((max((t.ended for t in mine), default=started) - started) * 10) / 10
     return modelled, measured
@@ -281,18 +316,20 @@ def price(
     custom_metrics: int = 0,
     solo: dict[str, dict[str, float]] | None = None,
     endpoint: str | None = None,
+    per_invocation: bool = False,
 ) -> dict[str, Any]:
     """USD per million messages by service, and what is reported apart, for `messages` messages.
-    `endpoint`: the webhook endpoint priced (None: the deployment's, `webhook_endpoint()`)."""
+    `endpoint`: the webhook endpoint priced (None: the deployment's, `webhook_endpoint()`);
+    `per_invocation`: every invocation and execution priced by its own figures, not a solo profile."""
     per = PRICES["per_request"]
     endpoint = endpoint or webhook_endpoint()
     api_requests = webhook_requests if endpoint == "http_api" else 0
     scale = 1_000_000 / messages
     solo = solo or {}
-    lam = lambda_cost(meter, solo, messages)
+    lam = lambda_cost(meter, solo, messages, per_invocation)
     sqs, sqs_by = _sqs_requests(meter)
     executions = len(meter.executions)
-    express_model_s, express_measured_s = express_seconds(meter, solo)
+    express_model_s, express_measured_s = express_seconds(meter, solo, per_invocation)
     express_gb_s = per["stepfunctions_express_gb_second"] * EXPRESS_MEMORY_GB
     rru, wru = sum(meter.rru.values()), sum(meter.wru.values())
     # Lambda's own lines are ingested only where the tier keeps them (full; minimal drops them)

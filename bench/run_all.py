@@ -5,12 +5,14 @@ Each bench runs in its own interpreter (`python bench/<name>.py`) and writes its
 service (message_cost), the read growth and cost of a 200-message session (long_session), how
 far one deployment goes (capacity, fed with message_cost's service times, so it runs after it),
 the cost of a photo, a voice note, a PDF and a reply with a photo beside a text message
-(media_cost), what WhatsApp's status reports of each reply cost (receipts_cost), an e-mail's cost
-with SES's own (email_cost), an iMessage message through BlueBubbles with the echoes of its reply
-(bluebubbles_cost), a Signal message with the forwarder's mailbox calls and the forwarder's idle
-calls (signal_cost), the idle monthly cost (idle_cost), the ingress handler's import time as a
-ratio of `import boto3` (cold_start), the ack path and the hops (ack_path), local throughput
-(throughput), and the delivery-under-faults
+(media_cost), a real conversation's cost with a model that takes seconds and the answer streamed,
+split into work and waiting, and what the streaming adds (real_profile), what WhatsApp's status
+reports of each reply cost (receipts_cost), an e-mail's cost with SES's own (email_cost), an
+iMessage message through BlueBubbles with the echoes of its reply (bluebubbles_cost), a Signal
+message with the forwarder's mailbox calls and the forwarder's idle calls (signal_cost), the idle
+monthly cost (idle_cost), the ingress handler's import time as a ratio of `import boto3`
+(cold_start), the ack path and the hops (ack_path), local throughput (throughput), and the
+delivery-under-faults
 outcome when `results/delivery-faults-latest.json` exists (`make faults` writes it; it is not run
 here). Every source file's own date is kept under `sources`, so a number merged from an older run
 shows as such.
@@ -46,6 +48,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str], dict[str, str], str]] = {
     "ack_path": ("ack_path.py", [], ["--requests", "100"], {}, "ack-path-latest.json"),
     "message_cost": ("message_cost.py", [], ["--quick"], {}, "message-cost-latest.json"),
     "media_cost": ("media_cost.py", [], ["--quick"], {}, "media-cost-latest.json"),
+    "real_profile": ("real_profile.py", [], ["--quick"], {}, "real-profile-latest.json"),
     "receipts_cost": ("receipts_cost.py", [], ["--quick"], {}, "receipts-cost-latest.json"),
     "email_cost": ("email_cost.py", [], ["--quick"], {}, "email-cost-latest.json"),
     "bluebubbles_cost": ("bluebubbles_cost.py", [], ["--quick"], {}, "bluebubbles-cost-latest.json"),
@@ -106,6 +109,7 @@ def merge(results: dict[str, dict[str, Any] | None], faults: dict[str, Any] | No
         latest.update(cost_keys(cost))
     for name, keys in (("media_cost", media_cost_keys), ("long_session", long_session_keys),
                        ("capacity", capacity_keys), ("receipts_cost", receipts_cost_keys),
+                       ("real_profile", real_profile_keys),
                        ("email_cost", email_cost_keys),
                        ("bluebubbles_cost", bluebubbles_cost_keys),
                        ("chat_extras_cost", chat_extras_keys),
@@ -228,6 +232,23 @@ def bluebubbles_cost_keys(bluebubbles: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def real_profile_keys(real: dict[str, Any]) -> dict[str, Any]:
+    """A real conversation (a model that takes seconds, the answer streamed): its cost, split into
+    work and waiting, what the streaming adds, and the seconds before the typing indicator."""
+    return {
+        "cost_per_million_usd_real_profile": real["cost_per_million_usd_real_profile"],
+        "cost_per_million_usd_real_profile_split": real["cost_per_million_usd_real_profile_split"],
+        "model_seconds_per_message_real_profile": real["model_seconds_per_message"],
+        "model_wait_usd_per_million_per_model_second_measured": real[
+            "model_wait_usd_per_million_per_model_second_measured"
+        ],
+        "streaming_extra_usd_per_million": real["streaming_extra_usd_per_million"],
+        "seconds_from_webhook_local_mode": {
+            name: real["seconds_from_webhook_local_mode"][name] for name in ("to_typing_indicator", "to_model_request")
+        },
+    }
+
+
 def receipts_cost_keys(receipts: dict[str, Any]) -> dict[str, Any]:
     """What WhatsApp's status reports (sent, delivered, read) cost beside each reply."""
     return {
@@ -317,6 +338,8 @@ REQUIRED = (
     "read_units_growth_200",
     "capacity_messages_per_second",
     "idle_cost_per_month_usd",
+    "cost_per_million_usd_real_profile",
+    "streaming_extra_usd_per_million",
     "ingress_import_ratio",
     "ack_aws_calls",
     "hops",

@@ -1,4 +1,6 @@
-"""Agent: one task of a turn, as the turn state machine invokes it: `{"step", "state"}`.
+"""Agent: one task of a turn, as the turn state machine invokes it: `{"step", "state"}`. The
+attachments function runs this handler too, sized for files: the workflow gives it the PrepareMedia
+task (`step: media`) alone.
 
 Errors propagate on purpose: Step Functions matches their class names (TransientError is
 retried, anything else goes to the Fail state, which apologizes and releases the lease)."""
@@ -21,4 +23,6 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     state = dict(event.get("state") or {})
     # The turn runs as its profile: that profile's model, tools, memory and bots.
     profile = wiring.profile_settings(turn_profile(state)).served_profile
-    return run_step(str(event.get("step")), state, wiring.turn_deps(profile))
+    retry = event.get("retry")  # the task's tries before this one (the workflow passes $$.State.RetryCount)
+    tried = retry if isinstance(retry, int) else 0
+    return run_step(str(event.get("step")), state, wiring.turn_deps(profile), retry=tried)

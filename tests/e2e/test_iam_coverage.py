@@ -15,7 +15,8 @@ refused (its stored copy deleted), the answers sent through SES v2 from the conf
 and a bounce marking an answer's outbox row failed.
 
 What this does not reach: SSM (local mode's secrets are environment variables; the secret paths
-are checked in tests/infra), tool calls (the echo model calls no tool), cron turns and WhatsApp
+are checked in tests/infra), a file's download (no bot token: the photo's PrepareMedia task
+records that it could not be fetched), tool calls (the echo model calls no tool), cron turns and WhatsApp
 reports (their tables are reached by the tick and other tests' functions, not here).
 """
 
@@ -120,6 +121,11 @@ def drive(client: Client, meter: PermissionMeter, tmp_path: Path) -> None:
     say("/new")  # the session replaced
     say("hello in a topic", chat_id=-100123, chat_type="supergroup", thread_id=7)
     say("hello?", user=43)  # a stranger in a DM: a pairing code
+    sent += 1  # a photo: the attachments function's PrepareMedia task (no bot token here: not fetched)
+    photo = telegram_update(1000 + sent, "")
+    del photo["message"]["text"]
+    photo["message"]["photo"] = [{"file_id": "p1", "file_unique_id": "u1", "width": 90, "height": 90, "file_size": 900}]
+    assert client.telegram(photo)[0] == 200
     assert client.gateway.wait_idle(timeout=30)
     signal_forwarder(client)
     token = client.gateway.local_secrets["SESSION_API_TOKEN"]
@@ -258,10 +264,10 @@ FIXED_NAMES = ("TableName", "QueueName", "StateMachineName", "FunctionName", "Na
 
 
 def resource_identifiers(resources: dict[str, Any]) -> dict[str, tuple[str, ...]]:
-    """Logical name (`routes`, `dead-letters`, `turn`, `delivery`, `events`) -> how a policy names
+    """Logical name (`routes`, `dead-letters`, `turn`, `delivery`, `events`, `media`) -> how a policy names
     it: a reference to its logical id, or the fixed name an ARN is built from (the state machine's,
     which a reference would make a cycle)."""
-    from hermes_gateway.resources import EVENT_BUS, QUEUES, TABLES, TURN_STATE_MACHINE
+    from hermes_gateway.resources import BUCKETS, EVENT_BUS, QUEUES, TABLES, TURN_STATE_MACHINE
 
     ids: dict[str, str] = {}
     for logical_id, resource in resources.items():
@@ -275,6 +281,8 @@ def resource_identifiers(resources: dict[str, Any]) -> dict[str, tuple[str, ...]
             ids[TURN_STATE_MACHINE.name] = logical_id
         elif kind == "AWS::Events::EventBus":
             ids[EVENT_BUS.name] = logical_id
+        elif kind == "AWS::S3::Bucket":
+            ids.update({b.name: logical_id for b in BUCKETS if logical_id.lower().startswith(b.name)})
         elif kind == "AWS::Lambda::Function":
             ids[resource["Properties"]["Environment"]["Variables"]["HERMES_FUNCTION"]] = logical_id
         elif kind == "AWS::S3::Bucket" and logical_id.startswith("Mediamedia"):

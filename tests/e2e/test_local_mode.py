@@ -89,7 +89,7 @@ def test_the_web_chat_page_talks_to_the_echo_agent(client: Client) -> None:
 def test_health(client: Client) -> None:
     status, body = client.request("GET", "/local/health")
     assert status == 200 and body["ok"] is True
-    assert body["functions"] == ["agent", "delivery", "expiry", "ingress", "router", "session_api"]
+    assert body["functions"] == ["agent", "attachments", "delivery", "expiry", "ingress", "router", "session_api"]
 
 
 def test_with_a_bot_token_the_reply_really_goes_to_the_bot_api(

@@ -123,16 +123,17 @@ class Engine:
 
     # -- running turns ------------------------------------------------------------------------
 
-    def step(self, name: str, state: dict[str, Any]) -> dict[str, Any]:
+    def step(self, name: str, state: dict[str, Any], retry: int = 0) -> dict[str, Any]:
         """One agent task, as the workflow invokes it (state as JSON in and out)."""
         if self.crash_before.get(name, 0) > 0:
             self.crash_before[name] -= 1
             raise RuntimeError(f"crash in {name}")
-        result: dict[str, Any] = json.loads(json.dumps(run_step(name, json.loads(json.dumps(state)), self.deps)))
+        ran = run_step(name, json.loads(json.dumps(state)), self.deps, retry=retry)
+        result: dict[str, Any] = json.loads(json.dumps(ran))
         return result
 
     def _agent(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return self.step(str(payload["step"]), payload["state"])
+        return self.step(str(payload["step"]), payload["state"], int(payload.get("retry") or 0))
 
     def _deliver(self, payload: dict[str, Any]) -> dict[str, Any]:
         if self.deliver_fails > 0:
@@ -143,7 +144,14 @@ class Engine:
 
     @property
     def workflow(self) -> Workflow:
-        return Workflow({"${AgentFunctionArn}": self._agent, "${DeliveryFunctionArn}": self._deliver})
+        # the attachments function runs the same turn tasks' code (its one task, PrepareMedia)
+        return Workflow(
+            {
+                "${AgentFunctionArn}": self._agent,
+                "${AttachmentsFunctionArn}": self._agent,
+                "${DeliveryFunctionArn}": self._deliver,
+            }
+        )
 
     def deliver_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """The Deliver state alone (its result applied as the workflow applies it)."""

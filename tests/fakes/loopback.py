@@ -12,7 +12,8 @@ A fake subclasses `LoopbackFake` (a dataclass) and fills in two hooks:
 The base keeps every request in `requests`, in arrival order, failures included; `answer_next`
 scripts raw answers (errors, bodies that are not JSON, slow answers) that go before any default.
 A `ScriptedAnswer` body that is a dict (or any other JSON value) is sent as JSON, str or bytes as
-they are; a Content-Type among its headers replaces the one the body's type implies. A scripted
+they are, a `Paced` one piece by piece as its times say (a model writing its answer); a
+Content-Type among its headers replaces the one the body's type implies. A scripted
 answer goes to the next request its `only` admits; without one, to the next request
 `_scripted_by_default` admits (all, unless a fake says otherwise: a typing indicator running
 beside a send does not take the error a test scripted for the send). `answer_late` makes the next
@@ -38,9 +39,18 @@ RequestT = TypeVar("RequestT")
 
 
 @dataclass(frozen=True)
+class Paced:
+    """A body written as it is made: each piece after its pause (seconds after the piece before,
+    kept to the schedule: a late piece does not delay the ones after it), with no Content-Length,
+    the connection closed after the last piece."""
+
+    pieces: tuple[tuple[float, bytes], ...]
+
+
+@dataclass(frozen=True)
 class ScriptedAnswer:
     status: int
-    body: Any  # a dict is sent as JSON, str or bytes as they are
+    body: Any  # a dict is sent as JSON, str or bytes as they are, `Paced` piece by piece
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     only: Callable[[Any], bool] | None = None  # the recorded requests it may answer (None: the fake's default)
@@ -191,6 +201,9 @@ class _LoopbackHandler(BaseHTTPRequestHandler):
         self._write(answer)
 
     def _write(self, answer: ScriptedAnswer) -> None:
+        if isinstance(answer.body, Paced):
+            self._write_paced(answer, answer.body)
+            return
         if isinstance(answer.body, bytes):
             payload, content_type = answer.body, "application/octet-stream"
         elif isinstance(answer.body, str):
@@ -208,6 +221,25 @@ class _LoopbackHandler(BaseHTTPRequestHandler):
             self.wfile.write(payload)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (a timeout test); nothing to answer
+
+    def _write_paced(self, answer: ScriptedAnswer, body: Paced) -> None:
+        try:
+            self.send_response(answer.status)
+            self.send_header("Connection", "close")
+            for name, value in answer.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            due = time.monotonic()
+            for pause, piece in body.pieces:
+                due += pause
+                wait = due - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                self.wfile.write(piece)
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client stopped reading (/stop ends a stream where it is)
+        self.close_connection = True
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the test output is no place for a request log."""

@@ -15,18 +15,24 @@ Use the `fake_openai` fixture (register this module with
 - A request with `stream: true` gets its completion as server-sent events (`stream_events`):
   the text in pieces of `fake.stream_piece` characters, tool calls in two pieces each, then the
   usage when `stream_options.include_usage` asks for it, then `[DONE]`.
+- `fake.pace = ModelPace(first_token_seconds, tokens_per_second)` makes it write as a model does:
+  a streamed answer token by token (`paced_events`), a plain one whole once all its tokens would
+  have been written. `fake.answer_with(request_json)` chooses the completion of a request nothing
+  was scripted for (None: the default reply).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import math
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import pytest
 
-from tests.fakes.loopback import LoopbackFake, ScriptedAnswer
+from tests.fakes.loopback import LoopbackFake, Paced, ScriptedAnswer
 
 DEFAULT_REPLY = "fake reply"
 
@@ -75,6 +81,35 @@ def tool_call(call_id: str, name: str, arguments: dict[str, Any] | str) -> dict[
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": raw}}
 
 
+@dataclass(frozen=True)
+class ModelPace:
+    """How fast a model writes: its first token after `first_token_seconds`, then `tokens_per_second`."""
+
+    first_token_seconds: float
+    tokens_per_second: float
+
+    def seconds(self, tokens: int) -> float:
+        """How long an answer of `tokens` tokens takes to write, to its last token."""
+        return self.first_token_seconds + max(0, tokens - 1) / self.tokens_per_second
+
+
+_TOKEN = re.compile(r"\S+\s*|\s+")
+ARGUMENT_CHARS_PER_TOKEN = 4
+
+
+def text_tokens(text: str) -> list[str]:
+    """The text as a model writes it: a word with the space after it is one token."""
+    return _TOKEN.findall(text)
+
+
+def completion_tokens(body: dict[str, Any]) -> int:
+    """The tokens a completion's text and tool calls take to write."""
+    message = body["choices"][0]["message"]
+    calls = message.get("tool_calls") or []
+    arguments = sum(math.ceil(len(c["function"]["arguments"]) / ARGUMENT_CHARS_PER_TOKEN) for c in calls)
+    return len(text_tokens(message.get("content") or "")) + arguments + len(calls)
+
+
 @dataclass
 class FakeOpenAI(LoopbackFake[RecordedRequest]):
     thread_name: ClassVar[str] = "fake-openai"
@@ -83,6 +118,8 @@ class FakeOpenAI(LoopbackFake[RecordedRequest]):
     _replies: list[dict[str, Any]] = field(default_factory=list)
     _tool_replies: int = 0
     stream_piece: int = 8
+    pace: ModelPace | None = None  # None: every answer at once
+    answer_with: Callable[[Any], dict[str, Any] | None] | None = None  # request JSON -> its completion
 
     def reply_next(self, text: str, **usage: Any) -> None:
         """Script one successful completion; keyword arguments as for `completion`."""
@@ -117,13 +154,19 @@ class FakeOpenAI(LoopbackFake[RecordedRequest]):
     def _default_answer(self, request: RecordedRequest) -> ScriptedAnswer:
         if request.path != "/v1/chat/completions":
             return ScriptedAnswer(404, {"error": {"message": "Not found", "type": "invalid_request_error"}})
-        body = self._replies.pop(0) if self._replies else completion(DEFAULT_REPLY)
+        chosen = self.answer_with(request.json) if self.answer_with is not None and not self._replies else None
+        body = chosen or (self._replies.pop(0) if self._replies else completion(DEFAULT_REPLY))
         wanted = request.json if isinstance(request.json, dict) else {}
         if wanted.get("stream") is True:
             usage = bool((wanted.get("stream_options") or {}).get("include_usage"))
-            events = stream_events(body, piece=self.stream_piece, usage=usage)
-            return ScriptedAnswer(200, events, headers={"Content-Type": "text/event-stream"})
-        return ScriptedAnswer(200, body)
+            streamed: bytes | Paced = (
+                stream_events(body, piece=self.stream_piece, usage=usage)
+                if self.pace is None
+                else paced_events(body, self.pace, usage=usage)
+            )
+            return ScriptedAnswer(200, streamed, headers={"Content-Type": "text/event-stream"})
+        delay = self.pace.seconds(completion_tokens(body)) if self.pace is not None else 0.0
+        return ScriptedAnswer(200, body, delay=delay)
 
 
 def stream_events(body: dict[str, Any], *, piece: int = 8, usage: bool = True) -> bytes:
@@ -156,6 +199,39 @@ def stream_events(body: dict[str, Any], *, piece: int = 8, usage: bool = True) -
     if usage:
         chunks.append({**base, "choices": [], "usage": body["usage"]})
     return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+
+def paced_events(body: dict[str, Any], pace: ModelPace, *, usage: bool = True) -> Paced:
+    """A completion streamed as a model writes it: the role and the first token after the first
+    token's wait, then a token every 1 / tokens_per_second (a tool call's arguments counted at
+    ARGUMENT_CHARS_PER_TOKEN characters a token), then the finish, the usage and `[DONE]` at once."""
+    choice = body["choices"][0]
+    message = choice["message"]
+    base = {"id": body["id"], "object": "chat.completion.chunk", "created": body["created"], "model": body["model"]}
+
+    def event(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> bytes:
+        data = {**base, "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return b"data: " + json.dumps({**data, **extra}).encode() + b"\n\n"
+
+    gap = 1.0 / pace.tokens_per_second
+    deltas: list[dict[str, Any]] = [{"content": token} for token in text_tokens(message.get("content") or "")]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        arguments = call["function"]["arguments"]
+        deltas.append({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                       "function": {"name": call["function"]["name"], "arguments": ""}}]})  # fmt: skip
+        step = ARGUMENT_CHARS_PER_TOKEN
+        deltas += [
+            {"tool_calls": [{"index": index, "function": {"arguments": arguments[i : i + step]}}]}
+            for i in range(0, len(arguments), step)
+        ]
+    first = event({"role": "assistant", "content": ""})
+    pieces: list[tuple[float, bytes]] = [(pace.first_token_seconds, first + (event(deltas[0]) if deltas else b""))]
+    pieces += [(gap, event(delta)) for delta in deltas[1:]]
+    tail = event({}, choice["finish_reason"])
+    if usage:
+        tail += event(None, usage=body["usage"])
+    pieces.append((0.0, tail + b"data: [DONE]\n\n"))
+    return Paced(tuple(pieces))
 
 
 @pytest.fixture

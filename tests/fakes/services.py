@@ -110,12 +110,14 @@ class FakeEvents:
 class FakeOutbox:
     """The outbox with DynamoOutbox's rules: `record_claimed` writes an entry claimed for sending
     unless the id exists and returns what is stored either way (and whether it wrote); `mark` sets
-    the status and counts an attempt. `writes` counts the calls that write, as DynamoDB bills them."""
+    the status and counts an attempt. `writes` counts the calls that write, as DynamoDB bills them,
+    `reads` the reads (`get`, or `get eventually` for an eventually consistent one)."""
 
     def __init__(self) -> None:
         self.entries: dict[str, OutboxEntry] = {}
         self.marks: list[tuple[str, str]] = []
         self.writes: list[str] = []
+        self.reads: list[str] = []
         self.letters: dict[str, tuple[str, QueuedLetter]] = {}  # delivery id -> (mailbox, letter)
 
     def record_claimed(
@@ -162,8 +164,20 @@ class FakeOutbox:
         )
         return self.entries[delivery_id], True
 
-    def get(self, delivery_id: str) -> OutboxEntry | None:
+    def get(self, delivery_id: str, *, consistent: bool = True) -> OutboxEntry | None:
+        self.reads.append("get" if consistent else "get eventually")
         return self.entries.get(delivery_id)
+
+    def complete_stream(self, delivery_id: str, now: float, *, text: str) -> OutboxEntry | None:
+        self.writes.append("complete_stream")
+        entry = self.entries.get(delivery_id)
+        if entry is None or entry.status != "streaming":
+            return None
+        self.entries[delivery_id] = replace(
+            entry, status="sent", attempts=entry.attempts + 1, updated_at=now, text=text
+        )
+        self.marks.append((delivery_id, "sent"))
+        return self.entries[delivery_id]
 
     def get_many(self, delivery_ids: list[str]) -> list[OutboxEntry]:
         self.batch_reads = getattr(self, "batch_reads", 0) + 1

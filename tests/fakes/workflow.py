@@ -4,8 +4,8 @@ Unit tests run turns through the real workflow's states: Task (with Parameters, 
 Catch), Choice on `$.next`, Succeed and Fail, so a transition the definition does not have cannot
 pass here. Tasks are Python callables by resource placeholder (`${AgentFunctionArn}`,
 `${DeliveryFunctionArn}`); state travels as JSON between them, as in Step Functions. Retry is
-not simulated (a test that wants a task to run twice calls it twice); an error goes to the
-task's Catch.
+not simulated (a test that wants a task to run twice calls it twice, `retry=1` the second time:
+the context object's `$$.State.RetryCount`); an error goes to the task's Catch.
 """
 
 from __future__ import annotations
@@ -33,11 +33,13 @@ def _path(state: dict[str, Any], path: str) -> Any:
     return current
 
 
-def _parameters(template: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+def _parameters(template: dict[str, Any], state: dict[str, Any], retry: int = 0) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    context = {"State": {"RetryCount": retry}}  # the context object, as far as the definition reads it
     for key, value in template.items():
         if key.endswith(".$"):
-            out[key[:-2]] = _path(state, str(value))
+            path = str(value)
+            out[key[:-2]] = _path(context, path.removeprefix("$")) if path.startswith("$$.") else _path(state, path)
         else:
             out[key] = value
     return out
@@ -102,11 +104,12 @@ class Workflow:
             else:
                 raise ValueError(f"state type {kind} is not simulated")
 
-    def task(self, name: str, state: dict[str, Any]) -> dict[str, Any] | tuple[str, dict[str, Any]]:
-        """One Task state: its result applied to the state, or (the Catch's next, state)."""
+    def task(self, name: str, state: dict[str, Any], *, retry: int = 0) -> dict[str, Any] | tuple[str, dict[str, Any]]:
+        """One Task state (`retry`: its try, 0 the first): its result applied to the state, or
+        (the Catch's next, state)."""
         spec = self.asl["States"][name]
         placeholder = str(spec["Resource"])
-        payload = _parameters(spec.get("Parameters", {}), state) if "Parameters" in spec else state
+        payload = _parameters(spec.get("Parameters", {}), state, retry) if "Parameters" in spec else state
         try:
             result = self.tasks[placeholder](json.loads(json.dumps(payload)))
         except Exception as exc:

@@ -266,7 +266,8 @@ def test_deliveries_invoke_the_delivery_function_asynchronously_with_retries_and
         ]
         assert invokes == ([delivery_id] if spec.grants.get("delivery") is Access.INVOKE else []), spec.name
     # (the tick: the notice that a chat's /forget is done)
-    assert {s.name for s in FUNCTIONS if s.grants.get("delivery") is Access.INVOKE} == {"router", "agent", "expiry"}
+    invokers = {s.name for s in FUNCTIONS if s.grants.get("delivery") is Access.INVOKE}
+    assert invokers == {"router", "agent", "attachments", "expiry"}
 
 
 def test_grants_follow_the_specs(synthesized: Synthesized) -> None:
@@ -345,16 +346,16 @@ def test_the_media_bucket_is_private_encrypted_tls_only_and_expires_its_objects(
     (policy,) = synthesized.of_type("AWS::S3::BucketPolicy").values()
     (deny,) = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
     assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
-    # only the agent (inbound media), delivery (outbound) and the tick (a person's files, on
-    # request: list and delete, never read) may touch its objects; the ingress the stored mail's
-    # (tests/infra/test_infra_email.py) and what it signs URLs of for the Signal forwarder (a
-    # reply's files; uploads under uploads/)
+    # only the attachments function and the agent (inbound media), delivery (outbound) and the
+    # tick (a person's files, on request: list and delete, never read) may touch its objects; the
+    # ingress the stored mail's (tests/infra/test_infra_email.py) and what it signs URLs of for the
+    # Signal forwarder (a reply's files; uploads under uploads/)
     readers = {
         name
         for name, (_, props) in functions_by_name(synthesized).items()
         if "HERMES_MEDIA_BUCKET" in props["Environment"]["Variables"]
     }
-    assert readers == {"agent", "delivery", "ingress", "expiry"} and logical_id.startswith("Mediamedia")
+    assert readers == {"attachments", "agent", "delivery", "ingress", "expiry"} and logical_id.startswith("Mediamedia")
     assert synthesized.outputs["MediaBucketName"]["Value"] == {"Ref": logical_id}  # `users forget|export`
 
 
@@ -501,26 +502,29 @@ def test_state_machine_runs_the_asl_file_against_the_agent_function(synthesized:
     definition = props["DefinitionString"]
     for placeholder, value in props["DefinitionSubstitutions"].items():
         definition = definition.replace("${" + placeholder + "}", f"arn-of:{ref(value)}")
-    # Then the states are the file's: the Deliver task calls the delivery function, the rest the agent
+    # Then the states are the file's: the Deliver task calls the delivery function, PrepareMedia the
+    # attachments function, the rest the agent
     by_name = functions_by_name(synthesized)
     agent_id = by_name[TURN_STATE_MACHINE.substitutions["AgentFunctionArn"]][0]
     delivery_id = by_name[TURN_STATE_MACHINE.substitutions["DeliveryFunctionArn"]][0]
+    attachments_id = by_name[TURN_STATE_MACHINE.substitutions["AttachmentsFunctionArn"]][0]
     states = json.loads(definition)["States"]
     file_states = json.loads(ASL_FILE.read_text(encoding="utf-8"))["States"]
     assert states.keys() == file_states.keys()
     tasks = {name: s for name, s in states.items() if s["Type"] == "Task"}
     assert tasks.pop("Deliver")["Resource"] == f"arn-of:{delivery_id}"
+    assert tasks.pop("PrepareMedia")["Resource"] == f"arn-of:{attachments_id}"
     assert tasks and all(s["Resource"] == f"arn-of:{agent_id}" for s in tasks.values())
     assert "${" not in definition
 
 
-def test_state_machine_may_invoke_only_the_agent_and_delivery_functions(synthesized: Synthesized) -> None:
+def test_state_machine_may_invoke_only_the_agent_attachments_and_delivery_functions(synthesized: Synthesized) -> None:
     (machine,) = synthesized.of_type("AWS::StepFunctions::StateMachine").values()
     statements = role_statements(synthesized, ref(machine["Properties"]["RoleArn"]))
     invokes = [s for s in statements if "lambda:InvokeFunction" in as_list(s["Action"])]
     deployed = functions_by_name(synthesized)
     assert sorted(ref(r) for s in invokes for r in as_list(s["Resource"])) == sorted(
-        [deployed["agent"][0], deployed["delivery"][0]]
+        [deployed["agent"][0], deployed["attachments"][0], deployed["delivery"][0]]
     )
     substitutions = machine["Properties"]["DefinitionSubstitutions"]
     assert ref(substitutions["DeliveryFunctionArn"]) == deployed["delivery"][0]

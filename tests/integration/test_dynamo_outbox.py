@@ -153,6 +153,39 @@ def test_fail_sent_settles_a_row_left_open(aws: Any) -> None:
     assert outbox.fail_sent("s#1", platform="whatsapp", platform_message_id="w", error="e", now=200.0) == "marked"
 
 
+def test_a_streamed_row_is_completed_by_one_conditional_write_and_only_while_it_streams(aws: Any) -> None:
+    outbox = DynamoOutbox(aws.bindings)
+    outbox.record_claimed(
+        "t#1", platform="telegram", chat_id="99", thread_id=None, text="so far", turn_id="t",
+        chunk=1, chunks=1, now=100.0, status="streaming", platform_message_id="7",
+    )  # fmt: skip
+    with aws_calls() as made:
+        done = outbox.complete_stream("t#1", 105.0, text="the whole answer")
+    assert made == [("dynamodb", "UpdateItem")]
+    assert done is not None and (done.status, done.platform_message_id, done.updated_at) == ("sent", "7", 105.0)
+    assert done.text == "the whole answer" and outbox.get("t#1") == done
+    # a repeat finds it sent (and a row that never streamed is not made one)
+    assert outbox.complete_stream("t#1", 106.0, text="x") is None
+    assert outbox.complete_stream("t#2", 106.0, text="x") is None
+    assert outbox.get("t#2") is None
+
+
+def test_a_row_can_be_read_eventually_consistently(aws: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from botocore.client import BaseClient
+
+    outbox = DynamoOutbox(aws.bindings)
+    record(outbox, "t#1", 100.0)
+    original, asked = BaseClient._make_api_call, list[Any]()
+
+    def call(client: Any, operation: str, params: dict[str, Any]) -> Any:
+        asked.append(params.get("ConsistentRead"))
+        return original(client, operation, params)
+
+    monkeypatch.setattr(BaseClient, "_make_api_call", call)
+    assert outbox.get("t#1", consistent=False) is not None and outbox.get("t#1") is not None
+    assert asked == [False, True]
+
+
 def test_the_rows_of_several_ids_come_back_in_one_read(aws: Any) -> None:
     # (a quoted answer's sent messages, looked up by the turn: services/turn/quotes.py)
     outbox = DynamoOutbox(aws.bindings)

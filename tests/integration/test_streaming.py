@@ -187,11 +187,12 @@ def _assert_streamed(platform: Platform, outbox: DynamoOutbox, turn_id: str) -> 
     assert platform.texts() == [ANSWER]
     posts, edits = platform.posts(), platform.edits()
     assert len(posts) == 1
-    # several edits, never closer together than the configured interval (the final one included)
+    # several edits, never closer together than the configured interval while the model writes; the
+    # last one, once it is done, at once (a wait would be billed as the function's and the execution's)
     assert len(edits) >= 2
     times = [posts[0], *edits]
     gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
-    assert min(gaps) >= INTERVAL * 0.95, gaps
+    assert min(gaps[:-1]) >= INTERVAL * 0.95, gaps
     row = outbox.get(f"{turn_id}#1")
     assert row is not None and row.status == "sent" and row.platform_message_id
 
@@ -233,7 +234,7 @@ def test_a_respond_task_that_fails_mid_stream_is_retried_into_the_same_message(
     assert len(platform.posts()) == 1
 
     # When the task is tried again with the same input (as Step Functions retries it)
-    after = world.workflow.task("Respond", state)
+    after = world.workflow.task("Respond", state, retry=1)
     assert isinstance(after, dict) and after["next"] == "deliver"
     world.workflow.task("Deliver", after)
 

@@ -3,6 +3,7 @@ chunks SQS and EventBridge bill, the key form boto3's resource layer hands to bo
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
 
 import pytest
@@ -90,3 +91,43 @@ def test_a_keys_only_index_is_written_only_when_its_key_is() -> None:
     assert index_writes(SESSIONS, created, created) == 0
     unreached = (key, {k: v for k, v in created[1].items() if k != "reach"})
     assert index_writes(SESSIONS, None, unreached) == 2
+
+
+def test_a_model_request_is_timed_and_what_it_asks_meanwhile_is_no_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A streamed answer's post and edits happen while the model writes: they overlap its wait
+    from bench.meter import Meter
+    from hermes_gateway import http_pool
+
+    answered = http_pool.Reply(200, b"{}", {})
+    monkeypatch.setattr(http_pool, "send", lambda method, url, **kw: answered)
+    meter = Meter(units=False).install()
+    try:
+        with meter.within("agent", {"step": "respond"}):
+            http_pool.send("POST", "https://api.telegram.example/bot/sendChatAction", timeout=1)
+            with meter.model_request():
+                time.sleep(0.05)
+                http_pool.send("POST", "https://api.telegram.example/bot/editMessageText", timeout=1)
+            http_pool.send("POST", "https://api.telegram.example/bot/sendMessage", timeout=1)
+    finally:
+        meter.uninstall()
+    (invocation,) = meter.invocations
+    assert invocation.round_trips == [("external", "api.telegram.example")] * 2  # before and after it
+    assert invocation.overlapped == 1
+    assert invocation.trips_to_model == (("external", "api.telegram.example"),)
+    assert 0.05 <= invocation.model_seconds < 0.5 and meter.model_seconds == [invocation.model_seconds]
+
+
+def test_counted_sleeps_go_to_the_invocation_whose_thread_slept() -> None:
+    from bench import meter as metering
+
+    meter = metering.Meter(units=False)
+    metering._sleep_meter[:] = [meter]
+    try:
+        with meter.within("agent", {"step": "respond"}):
+            metering._metered_sleep(0.02)
+        metering._metered_sleep(0.01)  # outside any invocation: nobody's
+    finally:
+        metering._sleep_meter.clear()
+    (invocation,) = meter.invocations
+    assert 0.02 <= invocation.slept < 0.2
+    assert metering.sleeps_counted(metering._metered_sleep) and not metering.sleeps_counted(time.sleep)

@@ -133,3 +133,35 @@ def test_a_function_url_endpoint_bills_no_api_request_and_no_access_line(monkeyp
     finally:
         monkeypatch.delenv("GATEWAY_WEBHOOK_ENDPOINT")
         wiring.reset()
+
+
+def test_an_invocation_is_billed_the_models_seconds_what_it_slept_and_its_cpu_outside_the_request() -> None:
+    waiting = Invocation(
+        1, "agent", "respond", "stepfunctions", 9.0, 0.060, 0.0, 9.0, round_trips=[("dynamodb", "Query")],
+        model_seconds=8.0, model_cpu_seconds=0.040, slept=0.5,
+    )  # fmt: skip
+    cost = billed(waiting, 256)
+    share = cpu_share(256)
+    # the 40 ms of CPU reading the stream (276 ms at 256 MB's share) hide in the model's 8 s
+    assert cost.model_ms == math.ceil(20 / share + ROUND_TRIP_MS["dynamodb.Query"] + 8000 + 500)
+    assert (cost.model_wait_ms, cost.slept_ms) == (8000, 500)
+    # a model that answered at once: the stream's CPU is billed as CPU
+    instant = billed(
+        Invocation(2, "agent", "respond", "stepfunctions", 0.1, 0.060, 0.0, 0.1, model_cpu_seconds=0.04), 128
+    )
+    assert instant.model_ms == math.ceil(60 / cpu_share(128))
+
+
+def test_per_invocation_an_execution_is_billed_its_own_tasks_in_100_ms_steps() -> None:
+    meter = Meter()
+    meter.executions = {"turn-a": 0.0, "turn-b": 0.0}
+    meter.invocations = [
+        Invocation(1, "agent", "respond", "stepfunctions", 1.0, 0.0, 0.0, 1.0, strings=frozenset({"turn-a"}),
+                   model_seconds=1.234),
+        Invocation(2, "agent", "respond", "stepfunctions", 9.0, 0.0, 0.0, 9.0, strings=frozenset({"turn-b"}),
+                   model_seconds=9.01),
+    ]  # fmt: skip
+    modelled, _ = express_seconds(meter, {}, per_invocation=True)
+    assert modelled == pytest.approx(1.3 + 9.1)  # 1,234 + 20 ms -> 1.3 s; 9,010 + 20 -> 9.1 s
+    by_mean, _ = express_seconds(meter, {})
+    assert by_mean == pytest.approx(5.2 * 2)  # the key's mean for both: (1,234 + 9,010) / 2 + 20 -> 5.2 s

@@ -292,3 +292,46 @@ def test_a_file_the_platform_could_not_type_whose_bytes_are_audio_is_transcribed
     assert heard == [(MEMO, "audio/mp4")]
     text, images = model_input(message, understood, deps, current=True)
     assert text == '[Audio memo.m4a, transcribed: "water the plants"]' and images == ()
+
+
+def test_an_image_too_large_for_the_function_that_asks_the_model_is_named_not_sent() -> None:
+    from hermes_gateway.services.turn.media import MODEL_IMAGE_MAX_BYTES
+
+    stored = {"p/s/1-0": Understood(mime="image/png", stored=True)}
+    deps: Any = _Deps()
+    # declared too large by its platform: not read at all
+    big = Attachment("image", "image/png", key="p/s/1-0", name="scan.png", size=MODEL_IMAGE_MAX_BYTES + 1)
+    text, images = model_input(TranscriptRow(1, "user", "look", 1.0, attachments=(big,)), stored, deps, current=True)
+    assert images == () and "too large to be shown to you" in text and "5.0 MB" in text
+    # of no declared size, and larger once read
+    deps.media = _Store({"p/s/1-0": (PNG + b"\x00" * MODEL_IMAGE_MAX_BYTES, "image/png")})
+    quiet = Attachment("image", "image/png", key="p/s/1-0", name="scan.png")
+    _, images = model_input(TranscriptRow(1, "user", "look", 1.0, attachments=(quiet,)), stored, deps, current=True)
+    assert images == ()
+
+
+def test_a_request_with_the_largest_image_fits_beside_the_interpreter_in_the_agents_memory() -> None:
+    """The agent function (resources.py) holds the interpreter, about 65 MB with its clients built
+    (bench/cold_start.py), and a model request: the image's bytes, their base64 in the request's
+    JSON and the encoded body. At MODEL_IMAGE_MAX_BYTES that stays well inside its memory."""
+    import json
+    import os
+    import tracemalloc
+
+    from hermes_gateway.providers.base import ChatMessage
+    from hermes_gateway.providers.openai_compat import OpenAICompatProvider
+    from hermes_gateway.resources import function
+    from hermes_gateway.services.turn.media import MODEL_IMAGE_MAX_BYTES
+
+    provider = OpenAICompatProvider("http://127.0.0.1:9/v1", "sk-test", "gpt-test", 5.0)
+    tracemalloc.start()
+    try:
+        image = ImagePart("image/jpeg", os.urandom(MODEL_IMAGE_MAX_BYTES))  # as read from the bucket
+        body = provider._body("be brief", [ChatMessage("user", "what is this?", images=(image,))], None)
+        payload = json.dumps(body).encode("utf-8")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(payload) > MODEL_IMAGE_MAX_BYTES * 4 // 3
+    interpreter_mb = 65
+    assert interpreter_mb + peak / 2**20 < 0.8 * function("agent").memory_mb

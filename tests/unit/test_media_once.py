@@ -94,8 +94,10 @@ def quiet_replies(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(media, "reply_job", lambda turn, delivery_id, text: {"text": text})
 
 
-def test_the_tries_match_the_respond_tasks_retry_of_a_transient_error() -> None:
-    (retry,) = [r for r in definition()["States"]["Respond"]["Retry"] if "TransientError" in r["ErrorEquals"]]
+@pytest.mark.parametrize("task", ["PrepareMedia", "Respond"])
+def test_the_tries_match_the_tasks_retry_of_a_transient_error(task: str) -> None:
+    # PrepareMedia fetches a turn's files; Respond one that joined the turn without it
+    (retry,) = [r for r in definition()["States"][task]["Retry"] if "TransientError" in r["ErrorEquals"]]
     assert retry["MaxAttempts"] + 1 == TRIES
 
 
@@ -104,7 +106,7 @@ def test_a_voice_note_whose_transcription_keeps_failing_is_recorded_once_and_nev
     ears = Ears(failures=[TransientError("speech to text: server error HTTP 503")] * 3)
     deps: Any = Deps({"p/s/1-0": (VOICE, "audio/ogg")}, ears)
 
-    # When the turn's Respond task is tried, and tried again by the workflow
+    # When the turn's PrepareMedia task is tried, and tried again by the workflow
     with pytest.raises(TransientError):
         understand_rows(turn(), [voice_row()], deps)
     understood = understand_rows(turn(), [voice_row()], deps)

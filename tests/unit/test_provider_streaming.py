@@ -3,6 +3,7 @@ ConverseStream (a stand-in client), and the slow echo tests use."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from hermes_gateway.providers.bedrock import BedrockProvider
 from hermes_gateway.providers.echo import EchoProvider
 from hermes_gateway.providers.openai_compat import OpenAICompatProvider
 from hermes_gateway.providers.retry import RetryPolicy
-from tests.fakes.openai_server import FakeOpenAI, completion
+from tests.fakes.openai_server import FakeOpenAI, ModelPace, completion
 
 HISTORY = [ChatMessage("user", "hello")]
 ONE_TRY = RetryPolicy(max_attempts=1)
@@ -136,3 +137,29 @@ def test_the_echo_streams_only_when_slowed() -> None:
     reply = slow.stream("", [ChatMessage("user", "one two")], None, seen.append)
     assert seen == ["Echo: ", "Echo: one ", "Echo: one two"] and reply.text == "Echo: one two"
     assert waits == [0.5, 0.5, 0.5]
+
+
+def test_a_paced_fake_writes_as_a_model_does_token_by_token_after_its_first_token() -> None:
+    # Given a fake that writes its first token after 0.2 s, then 50 tokens a second
+    arrivals: list[tuple[float, str]] = []
+    with FakeOpenAI() as fake:
+        fake.pace = ModelPace(first_token_seconds=0.2, tokens_per_second=50)
+        fake.reply_next("one two three four five six seven eight nine ten", completion_tokens=10)
+        started = time.monotonic()
+        # When the provider streams its answer
+        reply = _openai(fake).stream("", HISTORY, None, lambda text: arrivals.append((time.monotonic(), text)))
+    # Then the text grows a token at a time, the first after the wait, the last about 9 gaps later
+    assert reply.text == "one two three four five six seven eight nine ten"
+    assert [text for _, text in arrivals][:2] == ["one ", "one two "] and len(arrivals) == 10
+    assert arrivals[0][0] - started >= 0.2
+    assert arrivals[-1][0] - arrivals[0][0] >= 9 / 50 * 0.9
+
+
+def test_a_paced_fake_answers_a_plain_request_once_the_whole_answer_would_have_been_written() -> None:
+    with FakeOpenAI() as fake:
+        fake.pace = ModelPace(first_token_seconds=0.1, tokens_per_second=20)
+        fake.answer_with = lambda request: completion("a b c d e")  # 5 tokens: 0.1 + 4 / 20 s
+        started = time.monotonic()
+        reply = _openai(fake).complete("", HISTORY)
+    assert reply.text == "a b c d e" and time.monotonic() - started >= 0.3
+    assert ModelPace(0.8, 40).seconds(300) == pytest.approx(0.8 + 299 / 40)

@@ -51,7 +51,7 @@ class Chat:
         self.calls.append(("edit", self.clock[0], text))
 
 
-def writer(chat: Chat, outbox: FakeOutbox, clock: list[float], **kw: Any) -> StreamWriter:
+def writer(chat: Chat, outbox: FakeOutbox, clock: list[float], earlier_try: bool = True, **kw: Any) -> StreamWriter:
     def sleep(seconds: float) -> None:
         clock[0] += seconds
 
@@ -67,7 +67,7 @@ def writer(chat: Chat, outbox: FakeOutbox, clock: list[float], **kw: Any) -> Str
         sleep=sleep,
         wall=lambda: NOW,
         **kw,
-    ).open()
+    ).open(earlier_try=earlier_try)
 
 
 def feed(stream: StreamWriter, clock: list[float], words: list[str], every: float) -> str:
@@ -84,13 +84,16 @@ def test_the_answer_is_posted_after_first_after_then_edited_at_the_pace_to_the_e
     chat = Chat(clock)
     stream = writer(chat, outbox, clock)
     text = feed(stream, clock, [f"w{i} " for i in range(50)], every=0.1)  # 5 s of writing
+    done = clock[0]
     assert stream.finish(text + "end") == SHOWN
 
     kinds = [kind for kind, _, _ in chat.calls]
     assert kinds[0] == "post" and kinds.count("post") == 1 and kinds.count("edit") >= 3
     times = [at for _, at, _ in chat.calls]
     assert times[0] == pytest.approx(101.5, abs=0.11)  # the first delta once 1.5 s have passed
-    assert all(later - earlier >= 1.0 - 1e-9 for earlier, later in itertools.pairwise(times))
+    # the edits while the model writes keep the pace; the last one is made at once when it is done
+    assert all(later - earlier >= 1.0 - 1e-9 for earlier, later in itertools.pairwise(times[:-1]))
+    assert times[-1] == clock[0] == done and times[-1] - times[-2] < 1.0
     assert chat.texts["1"] == text + "end"
     # one outbox write: the message's row, `streaming`, with the platform's id
     assert outbox.writes == ["record_claimed"]
@@ -148,12 +151,15 @@ def test_only_the_first_chunk_is_shown_and_media_lines_never() -> None:
 def test_a_retry_finds_the_message_posted_before_and_edits_it() -> None:
     clock, outbox = [0.0], FakeOutbox()
     chat = Chat(clock)
-    first = writer(chat, outbox, clock)
+    first = writer(chat, outbox, clock, earlier_try=False)
     feed(first, clock, [f"w{i} " for i in range(20)], every=0.1)  # posted, then the task fails
     assert [kind for kind, _, _ in chat.calls][:1] == ["post"]
 
     again = writer(chat, outbox, clock)  # the retried task
     assert again.message_id == "1"
+    # the first try read the row eventually consistently (none could be there but a repeated
+    # execution's), the retry consistently (its own first try's may be)
+    assert outbox.reads == ["get eventually", "get"]
     text = feed(again, clock, [f"w{i} " for i in range(30)], every=0.1)
     assert again.finish(text) == SHOWN
     assert [kind for kind, _, _ in chat.calls].count("post") == 1
@@ -216,8 +222,18 @@ class Editing:
         self.edits.append((message_id, text))
 
 
-@pytest.mark.parametrize(("streamed", "edits"), [("shown", []), ("partial", [("m1", "the whole answer")])])
-def test_delivery_completes_the_streamed_row_and_never_posts_it_again(streamed: str, edits: list[Any]) -> None:
+@pytest.mark.parametrize(
+    ("streamed", "edits", "writes"),
+    [
+        # shown: the row becomes sent in one conditional write, with no record of the chunk first
+        ("shown", [], ["complete_stream"]),
+        # partial: the chunk's record finds the row (its failed condition is billed), an edit, the mark
+        ("partial", [("m1", "the whole answer")], ["record_claimed", "mark"]),
+    ],
+)
+def test_delivery_completes_the_streamed_row_and_never_posts_it_again(
+    streamed: str, edits: list[Any], writes: list[str]
+) -> None:
     outbox, platform = FakeOutbox(), Editing()
     outbox.record_claimed(
         "turn-1#1", platform="telegram", chat_id="99", thread_id=None, text="the whole", turn_id="turn-1",
@@ -225,11 +241,12 @@ def test_delivery_completes_the_streamed_row_and_never_posts_it_again(streamed: 
     )  # fmt: skip
     deps = DeliveryDeps(outbox=outbox, sender_for=lambda p, via: platform, now=lambda: NOW)
     job = {"delivery_id": "turn-1", "turn_id": "turn-1", "target": {"platform": "telegram", "chat_id": "99"}}
+    outbox.writes.clear()
     result = deliver(DeliveryJob.from_dict({**job, "text": "the whole answer", "streamed": streamed}), deps)
 
     assert (result.status, result.sent_chunks) == ("sent", 1)
     assert platform.posts == [] and platform.edits == edits
-    assert outbox.entries["turn-1#1"].status == "sent"
+    assert outbox.entries["turn-1#1"].status == "sent" and outbox.writes == writes
     # a repeated job sends nothing
     deliver(DeliveryJob.from_dict({**job, "text": "the whole answer", "streamed": streamed}), deps)
     assert platform.posts == [] and platform.edits == edits

@@ -976,8 +976,8 @@ def test_the_state_of_a_turn_at_its_bounds_stays_under_the_limit() -> None:
     sizes: list[int] = []
     step = engine.step
 
-    def measured(name: str, state: dict[str, Any]) -> dict[str, Any]:
-        out = step(name, state)
+    def measured(name: str, state: dict[str, Any], retry: int = 0) -> dict[str, Any]:
+        out = step(name, state, retry)
         sizes.append(len(json.dumps(out)))
         return out
 

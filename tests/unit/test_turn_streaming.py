@@ -132,3 +132,44 @@ def test_streaming_off_answers_as_before() -> None:
     engine.send("question", "e0")
     state = engine.step("respond", engine.starter.started[engine.first()])
     assert "streamed" not in state["deliveries"][0] and chat.posts == [] and outbox.writes == []
+
+
+class AskedControl:
+    """The turn control, noting how each look at the route's state was asked for."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.asked = inner, list[bool]()
+
+    def state(self, session_key: str, *, consistent: bool = True) -> Any:
+        self.asked.append(consistent)
+        return self.inner.state(session_key, consistent=consistent)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_the_looks_for_stop_while_streaming_are_eventually_consistent_reads() -> None:
+    engine, _, _ = world(LONG)
+    control = AskedControl(engine.stores.control)
+    engine.overrides.update(control=control)
+    engine.send("question", "e0")
+    engine.step("respond", engine.starter.started[engine.first()])
+    assert len(control.asked) >= 3 and not any(control.asked)  # 12 s of writing: a look every 3 s
+
+
+def test_only_a_retry_or_a_later_model_call_reads_the_streamed_row_consistently() -> None:
+    # the first try of the first model call: eventually consistent (only a repeated execution
+    # could have posted); its retry, and the model call after the tools, consistently
+    engine, _, outbox = world(
+        [("lookup", {})], LONG, preface="Let me check", env={"TELEGRAM_STREAMING_FIRST_AFTER": "0"}
+    )
+    engine.send("question", "e0")
+    started = engine.starter.started[engine.first()]
+    state = engine.step("respond", started)
+    state = engine.step("respond", engine.step("tools", state))
+    assert outbox.reads == ["get eventually", "get"]
+
+    engine, _, outbox = world(LONG)
+    engine.send("question", "e0")
+    engine.step("respond", engine.starter.started[engine.first()], retry=1)
+    assert outbox.reads == ["get"]

@@ -298,8 +298,13 @@ TURN_STATE_MACHINE = StateMachineSpec(
     name="turn",
     env_var="HERMES_TURN_STATE_MACHINE_ARN",
     definition_file="infra/statemachines/turn.asl.json",
-    # DeliveryFunctionArn: a Deliver task may invoke the delivery function directly
-    substitutions={"AgentFunctionArn": "agent", "DeliveryFunctionArn": "delivery"},
+    # DeliveryFunctionArn: a Deliver task may invoke the delivery function directly; the
+    # PrepareMedia task runs on the attachments function
+    substitutions={
+        "AgentFunctionArn": "agent",
+        "AttachmentsFunctionArn": "attachments",
+        "DeliveryFunctionArn": "delivery",
+    },
 )
 
 # Inbound media fetched once by the turn, and outbound media a platform fetches by URL (BEHAVIOUR §6a).
@@ -418,10 +423,13 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         code_dir="functions/agent",
         handler="handler.lambda_handler",
         description="Turn tasks of the turn state machine: respond (model call, answer sent), tools, finish, fail",
-        # It mostly waits, on the model and on the platform (the answer is sent from here): each
-        # second of waiting costs by the memory size. 256 MB holds the interpreter (65 MB), an
-        # attachment up to media.max_bytes' bound of 40 MB with its base64 and the request's copy.
-        memory_mb=256,
+        # It mostly waits, on the model and on the platform (the answer is sent from here), and
+        # Lambda bills each second of waiting by the memory size: 128 MB, Lambda's smallest, makes
+        # a model's second 1.67 USD per million messages (3.33 at 256; bench/real_profile.py). It
+        # holds the interpreter (65 MB) and a request with the message's images (at most
+        # media.MODEL_IMAGE_MAX_BYTES each, with their base64 and the request's copy); a message's
+        # files are fetched and read by the attachments function, sized for them.
+        memory_mb=128,
         timeout_seconds=120,
         grants={
             "routes": Access.READ_WRITE,
@@ -437,7 +445,9 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
             # continuations of long turns and the turns of queued messages; agent:* events
             "turn": Access.START,
             "events": Access.PUT_EVENTS,
-            "media": Access.READ_WRITE,  # a message's attachments, fetched once; their transcripts and text
+            # a message's files: their records and images read (the attachments function fetched
+            # them); one that joined the turn without its PrepareMedia task (a steered message) fetched here
+            "media": Access.READ_WRITE,
             # a streamed answer's message: its row, read and written once; a turn's answer sent here
             "outbox": Access.READ_WRITE,
             "dead-letters": Access.SEND,  # an answer the platform refused for good, with the reason
@@ -446,6 +456,25 @@ FUNCTIONS: tuple[FunctionSpec, ...] = (
         # a streamed answer is posted and edited with it, and a turn's answer sent with it
         secrets=("OPENAI_API_KEY", "STT_API_KEY", "TTS_API_KEY", "HONCHO_API_KEY", *SEND_SECRETS),
         scans=("jobs",),  # the cronjob tool lists a profile's jobs (a handful)
+    ),
+    FunctionSpec(
+        name="attachments",
+        code_dir="functions/agent",  # the turn tasks' handler: the workflow gives it its one task, `media`
+        handler="handler.lambda_handler",
+        description="The turn's PrepareMedia task: a message's files fetched and understood (transcribed, read)",
+        # It holds a file up to media.max_bytes' bound of 40 MB beside the interpreter (65 MB), with
+        # the copies its upload to the bucket and to speech to text make, and a PDF's reader: the
+        # work the agent function, which waits on the model at 128 MB, hands it. It runs only for a
+        # message with files (infra/statemachines/turn.asl.json, PrepareMedia).
+        memory_mb=256,
+        timeout_seconds=75,
+        grants={
+            "messages": Access.READ,  # the rows the turn reads, with their attachments
+            "media": Access.READ_WRITE,  # each file and its record (<key>.json), once
+            "delivery": Access.INVOKE,  # the chat is told what a voice note said, or what failed
+        },
+        # the platforms' send secrets fetch a file with the bot's token; speech to text's key
+        secrets=("OPENAI_API_KEY", "STT_API_KEY", *SEND_SECRETS),
     ),
     FunctionSpec(
         name="delivery",

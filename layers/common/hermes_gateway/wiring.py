@@ -17,7 +17,8 @@ from dataclasses import replace
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
-from hermes_gateway.resources import Bindings
+from hermes_gateway.errors import ConfigError
+from hermes_gateway.resources import TURN_STATE_MACHINE, Bindings
 from hermes_gateway.secrets import Secrets
 from hermes_gateway.settings import Settings, load_shipped_settings
 
@@ -314,8 +315,11 @@ def turn_deps(profile: str | None = None) -> TurnDeps:
 
     chosen = profile_settings(profile)
     stores = session_stores()
-    ports: dict[str, object] = {"directory": directory(profile)}
-    if "jobs" in bindings().tables:
+    # what the function was granted (the attachments function, which runs the PrepareMedia task
+    # only, has neither the directory nor the workflow)
+    found = bindings()
+    ports: dict[str, object] = {"directory": directory(profile)} if "directory" in found.tables else {}
+    if "jobs" in found.tables:
         ports["jobs"] = job_store()
 
     def provider_for(override: ModelOverride | None) -> Provider:
@@ -331,7 +335,7 @@ def turn_deps(profile: str | None = None) -> TurnDeps:
         provider=cache(lambda: provider_for(None)),
         deliveries=deliveries(),
         replies=turn_deliveries(),
-        starter=turn_starter(),
+        starter=turn_starter() if TURN_STATE_MACHINE.name in found.state_machines else _NO_TURNS,
         now=time.time,
         events=events(),
         tools=lambda kind: tools_for(kind.value, chosen),  # type: ignore[arg-type]
@@ -350,6 +354,19 @@ def turn_deps(profile: str | None = None) -> TurnDeps:
         send_slot=lambda platform, chat_id: send_slot(delivery_deps(profile), platform, chat_id),
         deliver=_deliver_here if _sends_here() else None,
     )
+
+
+class _NoTurns:
+    """The turn starter of a function not granted the workflow: it starts no turn."""
+
+    def start(self, name: str, state: Mapping[str, Any]) -> bool:
+        raise ConfigError("this function is not granted the turn workflow: it starts no turns")
+
+    def ended_before(self, name: str, at: float) -> bool:
+        return False
+
+
+_NO_TURNS = _NoTurns()
 
 
 def _sends_here() -> bool:

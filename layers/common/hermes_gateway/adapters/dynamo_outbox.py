@@ -150,6 +150,28 @@ class DynamoOutbox:
             raise
         return True
 
+    def complete_stream(self, delivery_id: str, now: float, *, text: str) -> OutboxEntry | None:
+        """A streamed answer's row, `streaming`, marked `sent` with the text its message shows by
+        one conditional write, which returns the row as it is now; None when it is not `streaming`
+        (sent already, or absent)."""
+        Outbox = self.model
+        item = Outbox(delivery_id)
+        try:
+            item.update(
+                actions=[
+                    Outbox.status.set("sent"),
+                    Outbox.updated_at.set(now),
+                    Outbox.attempts.add(1),
+                    Outbox.text.set(text),
+                ],
+                condition=Outbox.status == "streaming",
+            )
+        except UpdateError as exc:
+            if condition_failed(exc):
+                return None
+            raise
+        return _entry(item)
+
     def mark_dead_lettered(self, delivery_id: str, now: float) -> bool:
         """A `failed` chunk whose job is on the dead letters: `dead_lettered`, which only a redriven
         job claims again. One conditional write; False when the chunk is no longer `failed`."""
@@ -317,9 +339,9 @@ class DynamoOutbox:
             return "already" if repeated else found.status
         return "settled"
 
-    def get(self, delivery_id: str) -> OutboxEntry | None:
+    def get(self, delivery_id: str, *, consistent: bool = True) -> OutboxEntry | None:
         try:
-            return _entry(self.model.get(delivery_id, consistent_read=True))
+            return _entry(self.model.get(delivery_id, consistent_read=consistent))
         except DoesNotExist:
             return None
 

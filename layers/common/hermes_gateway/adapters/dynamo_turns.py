@@ -41,8 +41,8 @@ class DynamoTurnControl:
             return False
         return True
 
-    def state(self, session_key: str) -> ControlState:
-        return ri.control(self._item(session_key))
+    def state(self, session_key: str, *, consistent: bool = True) -> ControlState:
+        return ri.control(self.t.route(session_key, consistent=consistent) or {})
 
     def take_steering(self, session_key: str, token: str, turn_id: str, now: float) -> Steering:
         for _ in range(_ATTEMPTS):

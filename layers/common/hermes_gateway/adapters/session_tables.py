@@ -98,8 +98,8 @@ class SessionTables:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def route(self, session_key: str) -> Item | None:
-        return self.routes.get({"session_key": session_key})
+    def route(self, session_key: str, *, consistent: bool = True) -> Item | None:
+        return self.routes.get({"session_key": session_key}, consistent=consistent)
 
     def session(self, session_id: str) -> Item | None:
         return self.sessions.get({"session_id": session_id})

@@ -6,6 +6,11 @@ from dataclasses import dataclass
 
 QUEUED = "queued"  # a row waiting in a forwarder's mailbox for the platform's word (platforms/mailbox.py)
 
+# A delivery job's `streamed`: its first chunk was posted while the model wrote it
+# (services/turn/stream.py), and the message shows that chunk exactly, or something else.
+STREAM_SHOWN = "shown"
+STREAM_PARTIAL = "partial"
+
 
 @dataclass(frozen=True)
 class OutboxEntry:

@@ -248,8 +248,9 @@ class Leases(Protocol):
 
 
 class TurnControl(Protocol):
-    def state(self, session_key: str) -> ControlState:
-        """The route's lease, queue, stop flag and approvals (a consistent read)."""
+    def state(self, session_key: str, *, consistent: bool = True) -> ControlState:
+        """The route's lease, queue, stop flag and approvals (a consistent read unless asked
+        otherwise: a streamed answer's look for /stop, every few seconds, need not be)."""
         ...
 
     def take_steering(self, session_key: str, token: str, turn_id: str, now: float) -> Steering:

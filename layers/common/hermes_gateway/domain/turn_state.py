@@ -35,6 +35,7 @@ _TRUNCATED = "[shortened: the turn's state grew too large to carry this result]"
 class Step(StrEnum):
     """Where the workflow goes after a task: the values of `$.next`."""
 
+    MEDIA = "media"  # fetch and understand the message's files first (the PrepareMedia task), then ask
     MODEL = "model"  # ask the model (the Respond task)
     TOOLS = "tools"  # run the tool calls the model asked for
     DELIVER = "deliver"  # send the answer (the delivery function), then finish
@@ -307,6 +308,9 @@ class TurnState:
     delivery_error: Mapping[str, Any] | None = None  # Deliver failed after its retries
     error: Mapping[str, Any] | None = None  # a task failed after its retries: the Fail task's input
     approval: str | None = None  # a resumed turn: the answer to its question
+    # How many times the workflow tried this task before (its `$$.State.RetryCount`): given with
+    # each task's input, never carried on to the next task's.
+    attempt: int = 0
 
     def go(self, step: Step, **changes: Any) -> TurnState:
         return replace(self, next=step, **changes)

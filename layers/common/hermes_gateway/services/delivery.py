@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from hermes_gateway.domain.events import LifecycleEvents
 from hermes_gateway.domain.media import OutboundMedia
-from hermes_gateway.domain.outbox import QUEUED, OutboxEntry
+from hermes_gateway.domain.outbox import QUEUED, STREAM_SHOWN, OutboxEntry
 from hermes_gateway.domain.pacing import PaceRule
 from hermes_gateway.domain.ports import DeadLetters, Leases, Routes, Transcript
 from hermes_gateway.domain.service_window import (
@@ -134,6 +134,11 @@ class Outbox(Protocol):
     def claim(self, delivery_id: str, now: float, reopen: bool = False) -> bool:
         """Take an existing chunk for sending; False while another worker holds it or once it is
         final. `reopen`: a `dead_lettered` chunk may be taken too (a redriven job's)."""
+        ...
+
+    def complete_stream(self, delivery_id: str, now: float, *, text: str) -> OutboxEntry | None:
+        """A streamed answer's message row, `streaming`, marked `sent` with the `text` its message
+        shows now, in one conditional write; what is stored then, or None when it is not `streaming`."""
         ...
 
     def mark_dead_lettered(self, delivery_id: str, now: float) -> bool:
@@ -725,9 +730,11 @@ def _complete_stream(
     """A streamed answer's message (posted and edited by the Respond task): edited to the exact
     chunk unless the job says it shows it, then marked sent; never posted again. "sent" or "gone".
     Raises TransientError (retry: the row stays `streaming`) or Undeliverable."""
+    if entry.status == "sent":
+        return "sent"  # completed as it was recorded (_stream_shown)
     assert entry.platform_message_id is not None
     detail = {"platform": job.platform, "delivery_id": part.delivery_id, "kind": job.kind}
-    if job.streamed != "shown" or job.media:  # (a file's note may have joined the text)
+    if job.streamed != STREAM_SHOWN or job.media:  # (a file's note may have joined the text)
         editor = editor_of(sender)
         try:
             if editor is None:
@@ -756,6 +763,18 @@ def _row_text(job: DeliveryJob, deps: DeliveryDeps, chunk: str) -> str:
     return preview(chunk if deps.store_sensitive else masked(chunk, job.redact), deps.outbox_text_chars)
 
 
+def _stream_shown(deps: DeliveryDeps, delivery_id: str, text: str) -> OutboxEntry | None:
+    """A streamed answer whose message shows it exactly (the job's `streamed` is STREAM_SHOWN): its row,
+    `streaming` since its first post, becomes `sent` with the answer's text in one conditional
+    write, without recording the chunk first (a write whose condition fails is billed as one).
+    None when the row is not `streaming` (a repeated job: the usual path finds it sent)."""
+    found: list[OutboxEntry | None] = []
+    _retried(deps, lambda: found.append(deps.outbox.complete_stream(delivery_id, deps.now(), text=text)))
+    if found[-1] is not None:
+        metrics.add_metric(name="DeliveryStreamCompleted", unit=MetricUnit.Count, value=1)
+    return found[-1]
+
+
 def _replying_to(job: DeliveryJob, chunk: int, deps: DeliveryDeps) -> str | None:
     """The user's message this chunk is sent as a reply to: with `first`, the first chunk only
     (the rest follow it, a reply each would quote the same message again); with `all`, each."""
@@ -771,9 +790,15 @@ def _record_chunk(
     """The part's outbox row, recorded and claimed in one write (or found from an earlier try),
     and the claim's time: `_ALREADY_SENT` when it went out before (or its file was refused for
     good), None when its fate is unknown or its target gone, `_DEAD_LETTERED` when it was refused
-    and the job is not a redrive's (in both the rest of the message is not sent)."""
+    and the job is not a redrive's (in both the rest of the message is not sent), `_STREAMED` when
+    its message was posted while the model wrote it (the row already `sent` when the job says the
+    message shows the chunk: one write, no record first)."""
     now = deps.now()
-    delivery_id, media = part.delivery_id, part.media
+    delivery_id, chunk, media = part.delivery_id, part.text, part.media
+    if index == 1 and job.streamed == STREAM_SHOWN and not job.media and media is None:
+        shown = _stream_shown(deps, delivery_id, _row_text(job, deps, chunk))
+        if shown is not None:
+            return shown, _STREAMED
     entry, claimed = _record(job, deps, part, index, count, now)
     if claimed:
         return entry, now

@@ -22,7 +22,7 @@ from hermes_gateway.domain.ports import Leases, Transcript, TurnStarter
 from hermes_gateway.domain.sessions import ModelOverride, SessionEntry, SessionTally, TranscriptRow
 from hermes_gateway.domain.source import SessionSource, sender_of
 from hermes_gateway.domain.targets import ReplyTarget
-from hermes_gateway.domain.turn_state import CronRun, Turn, TurnKind, TurnNotes, TurnState
+from hermes_gateway.domain.turn_state import CronRun, Step, Turn, TurnKind, TurnNotes, TurnState
 from hermes_gateway.domain.turns import NextTurn, QueuedInput
 from hermes_gateway.domain.voice import wants_voice
 from hermes_gateway.errors import PermanentError
@@ -38,9 +38,10 @@ def lease_token_for(turn_id: str) -> str:
     return hashlib.sha256(f"lease|{turn_id}".encode()).hexdigest()[:32]
 
 
-def start(starter: TurnStarter, turn: Turn, name: str | None = None) -> bool:
-    """Start the turn's execution (named after the turn, or `name` for a continuation)."""
-    return starter.start(name or turn.turn_id, TurnState(turn).to_json())
+def start(starter: TurnStarter, turn: Turn, name: str | None = None, *, first: Step = Step.MODEL) -> bool:
+    """Start the turn's execution (named after the turn, or `name` for a continuation) at `first`:
+    the model, or the PrepareMedia task when its messages carry files."""
+    return starter.start(name or turn.turn_id, TurnState(turn, next=first).to_json())
 
 
 def user_row(item: QueuedInput, seq: int, session_id: str) -> TranscriptRow:
@@ -162,7 +163,9 @@ def start_after_rows(
     written = [row.seq for row in rows if transcript.put(turn.session_id, row)]
     if starter is None:
         raise PermanentError("no turn starter: the turn's messages cannot be answered")
-    if start(starter, turn):
+    # files are fetched and read before the model is asked, by a function sized for them
+    first = Step.MEDIA if any(row.attachments for row in rows) else Step.MODEL
+    if start(starter, turn, first=first):
         return True
     if len(written) < len(rows) and (leased_at is None or not starter.ended_before(turn.turn_id, leased_at)):
         return True

@@ -394,8 +394,9 @@ class MediaSettings(Section):
 
     max_bytes: int = setting(
         "GATEWAY_MEDIA_MAX_BYTES", whole, 20_000_000, "larger attachments are not fetched (the model is told)",
-        # the agent's 256 MB (resources.py) holds the file, its base64 in the model request and the
-        # request's copy besides the ~65 MB the interpreter holds (bench/cold_start.py)
+        # the attachments function's 256 MB (resources.py) holds the file and its copies besides the
+        # ~65 MB the interpreter holds (bench/cold_start.py); the model is given images up to
+        # services/turn/media.MODEL_IMAGE_MAX_BYTES (the agent's 128 MB holds their base64)
         check=between(1024, 40_000_000, why="a function's memory holds the file"),
     )
     kinds: tuple[str, ...] = setting(
@@ -428,8 +429,8 @@ class MediaSettings(Section):
     pdf_seconds: int = setting(
         "GATEWAY_MEDIA_PDF_SECONDS", whole, 10,
         "CPU seconds a PDF's text may take (a child process, stopped then; what was read is kept)",
-        # the Respond task has 85 s for the files and the model call together
-        check=between(1, 30, why="the Respond task's limit holds the files and the model call"),
+        # the PrepareMedia task has 60 s for a message's files (infra/statemachines/turn.asl.json)
+        check=between(1, 30, why="the PrepareMedia task's limit holds a message's files"),
     )
     outbound_hosts: tuple[str, ...] = setting(
         "GATEWAY_MEDIA_OUTBOUND_HOSTS", names, (),

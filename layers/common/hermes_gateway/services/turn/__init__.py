@@ -1,6 +1,7 @@
 """The tasks of one agent turn, run by the turn state machine (infra/statemachines/turn.asl.json).
 
-Respond (prepare, ask the model, keep its answer) -> RunTools <-> Respond (bounded) -> Deliver
+PrepareMedia (a message's files, on the attachments function) -> Respond (prepare, ask the model,
+keep its answer) -> RunTools <-> Respond (bounded) -> Deliver
 (the delivery function sends the answer) -> Finish (the session's totals, and the lease released
 or handed on, in one write); Fail on any error, Continue when a turn outruns one execution. A
 Respond task that has its answer sends it and finishes the turn itself when it can
@@ -13,11 +14,13 @@ may run a task more than once.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from hermes_gateway.domain.turn_state import TurnState
 from hermes_gateway.errors import PermanentError
 from hermes_gateway.observability import correlate, hash_id
+from hermes_gateway.services.turn.attachments import prepare_media
 from hermes_gateway.services.turn.context import FLUSH_PROMPT, system_prompt
 from hermes_gateway.services.turn.deps import TurnDeps
 from hermes_gateway.services.turn.finish import APOLOGY, continue_turn, fail, finish, respond_and_end
@@ -27,6 +30,7 @@ from hermes_gateway.services.turn.tools import DENIED_RESULT, UNATTENDED_DENIED,
 Task = Callable[[TurnState, TurnDeps], TurnState]
 # The workflow's task names (`Parameters.step` in the ASL) and what each runs.
 STEPS: dict[str, Task] = {
+    "media": prepare_media,  # the attachments function's one task
     "respond": respond_and_end,  # respond, then deliver and finish here when it can
     "tools": run_tools,
     "finish": finish,
@@ -43,13 +47,14 @@ def turn_profile(state: Mapping[str, Any]) -> str | None:
     return str(found) if found else None
 
 
-def run_step(step: str, payload: Mapping[str, Any], deps: TurnDeps) -> dict[str, Any]:
-    """One task: the state from JSON, the task, the state back to JSON (the workflow's boundary)."""
+def run_step(step: str, payload: Mapping[str, Any], deps: TurnDeps, *, retry: int = 0) -> dict[str, Any]:
+    """One task: the state from JSON, the task, the state back to JSON (the workflow's boundary).
+    `retry`: how many times Step Functions tried this task before (its `$$.State.RetryCount`)."""
     try:
         task = STEPS[step]
     except KeyError:
         raise PermanentError(f"unknown turn step {step!r}") from None
-    state = TurnState.from_json(payload)
+    state = replace(TurnState.from_json(payload), attempt=retry)
     correlate(state.turn.event_id, hash_id(state.turn.session_key))
     return task(state, deps).to_json()
 

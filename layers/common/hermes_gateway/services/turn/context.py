@@ -136,16 +136,22 @@ def _merge(messages: list[ChatMessage]) -> list[ChatMessage]:
 SUMMARY_HEAD = "[A summary of the earlier conversation]"
 
 
-def numbered(turn: Turn, deps: TurnDeps) -> list[tuple[TranscriptRow, ChatMessage | None]]:
-    """The session's newest rows (a chat turn's up to the message it answers), each with what the
-    model sees of it (None: a row it does not see): one bounded read of the newest rows."""
+def window(turn: Turn, deps: TurnDeps) -> list[TranscriptRow]:
+    """The session's newest rows a turn reads (a chat turn's up to the message it answers): one
+    bounded read."""
     assert turn.session_id is not None
-    rows = deps.transcript.window(
+    return deps.transcript.window(
         turn.session_id,
         upto_seq=turn.upto_seq if turn.kind is TurnKind.CHAT else None,
         limit=deps.settings.provider.max_history_messages,
         hidden=turn.hidden,
     )
+
+
+def numbered(turn: Turn, deps: TurnDeps) -> list[tuple[TranscriptRow, ChatMessage | None]]:
+    """The session's newest rows (a chat turn's up to the message it answers), each with what the
+    model sees of it (None: a row it does not see): one bounded read of the newest rows."""
+    rows = window(turn, deps)
     in_shared = shared(turn, deps.settings)
     # The message being answered: the user rows after the last answer (a queued burst is several)
     answered = max((row.seq for row in rows if row.role == "assistant"), default=-1)

@@ -47,7 +47,7 @@ class JobRecorder(Protocol):
 class StreamRows(Protocol):
     """What a stream needs of the outbox (services.delivery.Outbox, and a read)."""
 
-    def get(self, delivery_id: str) -> OutboxEntry | None: ...
+    def get(self, delivery_id: str, *, consistent: bool = True) -> OutboxEntry | None: ...
 
     def get_many(self, delivery_ids: list[str]) -> list[OutboxEntry]:
         """The rows of these ids that exist, in one read (a quoted answer's lookup)."""

@@ -48,7 +48,8 @@ TEXT_EXTENSIONS = frozenset((
 # (the log and the file's record keep the reason; the chat is not shown it)
 _FAILED = {"voice": "it could not be transcribed", "audio": "it could not be transcribed"}
 _FAILED_OTHER = "it could not be processed"
-# Tries of one file within a turn: the Respond task is tried again once after a TransientError
+# Tries of one file within a turn: the PrepareMedia task that fetches it (and the Respond task, for
+# a file that joined the turn without it) is tried again once after a TransientError
 # (infra/statemachines/turn.asl.json; tests/unit/test_media_once.py reads it from there)
 TRIES = 2
 
@@ -151,6 +152,8 @@ def describe(media: Attachment, info: Understood, deps: TurnDeps, *, current: bo
     if kind == "image" and info.stored:
         if not deps.settings.provider.vision:
             return f"[The user sent an image ({label}); this model is not given images]"
+        if current and media.size and media.size > MODEL_IMAGE_MAX_BYTES:
+            return f"[The user sent an image ({label}, {media.size / 1e6:.1f} MB); it is too large to be shown to you]"
         return f"[The user sent an image ({label}) earlier in the conversation]" if not current else f"[image {label}]"
     size = f", {media.size / 1e6:.1f} MB" if media.size else ""
     why = f": {info.skipped}" if info.skipped else ""
@@ -177,14 +180,22 @@ def _a(media: Attachment) -> str:
     )
 
 
+# The largest image a request carries: the agent function (128 MB, resources.py) holds it, its
+# base64 and the request's copy beside the interpreter's 65 MB; models take 3.75 MB (Bedrock) to
+# 20 MB (OpenAI) an image. A larger one is named to the model instead.
+MODEL_IMAGE_MAX_BYTES = 5_000_000
+
+
 def _image(media: Attachment, info: Understood, deps: TurnDeps) -> ImagePart | None:
     if not (info.stored and deps.settings.provider.vision and deps.media is not None):
         return None
     mime = info.mime if info.mime in IMAGE_MIMES else media.mime
-    if mime not in IMAGE_MIMES:
+    if mime not in IMAGE_MIMES or (media.size or 0) > MODEL_IMAGE_MAX_BYTES:
         return None
     found = deps.media.get(media.key)
-    return ImagePart(mime, found[0]) if found is not None else None
+    if found is None or len(found[0]) > MODEL_IMAGE_MAX_BYTES:  # (a platform that did not say its size)
+        return None
+    return ImagePart(mime, found[0])
 
 
 # --- fetching and understanding, once ----------------------------------------------------------

@@ -48,7 +48,8 @@ def respond(state: TurnState, deps: TurnDeps) -> TurnState:
     system = (state.system or "") + _remembered(state, deps, compaction.last_text(read))
     past = history(turn, deps, read, compaction.room(turn, deps, loop, system, tools))
     messages = past + list(loop.messages)
-    writer = stream.writer_for(turn, deps, provider)
+    # the reply's streamed message may be from an earlier try of this task or model call of the turn
+    writer = stream.writer_for(turn, deps, provider, earlier_try=state.attempt > 0 or not before.loop.fresh)
     with typing_shown(turn, deps):
         try:
             reply = _ask_model(provider, system, messages, tools, writer)

@@ -4,15 +4,24 @@ Where the chat's platform can edit a message it sent and its `streaming` setting
 turn's model call streams. Once the answer has been written for `streaming_first_after` seconds
 (or FIRST_CHARS characters sooner), it is posted; then it is edited, never more often than the
 edit interval (`streaming_edit_interval`; 0: DM_INTERVAL in a DM, GROUP_INTERVAL in a group), to
-the text so far. When the model is done the last edit (at the same pace) shows the exact first
-chunk of the answer; what is past the platform's text limit is left to the Deliver state, which
+the text so far. When the model is done the last edit shows the exact first chunk of the answer
+at once; what is past the platform's text limit is left to the Deliver state, which
 posts it as new messages.
+
+The last edit does not wait for the interval: a wait would be billed twice, as the agent
+function's duration and the Express execution's, for every message that streams (0.5 s on
+average in a DM, 1.5 s in a group). It is one request past the pace, as a long answer's second
+chunk follows its first at once, and a platform that refuses it (a 429) leaves it to the Deliver
+state, which waits out the platform's `retry_after` as it does for a send.
 
 The delivery guarantees hold because the streamed message is the reply's first outbox row
 (`<turn id>#1`), written once, when it is first posted, as `streaming` with the platform's message
 id. A Respond task tried again (or the next model call of a turn that ran tools) reads that row
-first and edits the same message instead of posting another. The Deliver state completes it
-(`sent`; an edit first unless the job says the exact text is shown), and never posts it again.
+first, consistently, and edits the same message instead of posting another. The first try of a
+turn's first model call reads it eventually consistently (half the price): no earlier try of it
+can have posted, only a second run of the same execution, which Express may make, seconds later.
+The Deliver state completes it (`sent`; an edit first unless the job says the exact text is
+shown), and never posts it again.
 /stop ends the stream where it is: the message keeps what was said so far.
 
 Text before a tool call is streamed too: the message shows it while the tools run, and the
@@ -28,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hermes_gateway.domain.media import split_media_lines
+from hermes_gateway.domain.outbox import STREAM_PARTIAL, STREAM_SHOWN
 from hermes_gateway.domain.split import split_message
 from hermes_gateway.domain.turn_state import Turn, TurnKind
 from hermes_gateway.errors import OutcomeUnknown, PermanentError, RateLimited, TransientError
@@ -40,11 +50,11 @@ from hermes_gateway.services.turn.deps import StreamRows, TurnDeps
 FIRST_CHARS = 200  # this much text is posted before `first_after` has passed
 DM_INTERVAL = 1.0  # seconds between edits in a DM (Telegram allows about one message a second)
 GROUP_INTERVAL = 3.0  # in a group (Telegram: 20 a minute; Discord and Slack are stricter per channel)
-STOP_CHECK_SECONDS = 3.0  # how often a stream asks whether /stop came (one consistent read)
+STOP_CHECK_SECONDS = 3.0  # how often a stream asks whether /stop came (one eventually consistent read)
 RECORD_ATTEMPTS = 3
 SILENT = ("[SILENT]", "NO_REPLY")  # as services/turn/respond.py: never posted, even in part
-SHOWN = "shown"  # a job's `streamed`: the message shows the exact first chunk
-PARTIAL = "partial"  # the message shows something else: the Deliver state edits it
+SHOWN = STREAM_SHOWN  # a job's `streamed`: the message shows the exact first chunk
+PARTIAL = STREAM_PARTIAL  # the message shows something else: the Deliver state edits it
 
 
 class StreamStopped(Exception):
@@ -107,10 +117,12 @@ class StreamWriter:
     _stop_checked: float = field(default=0.0, repr=False)
     _unrecorded: bool = field(default=False, repr=False)  # posted, its row not yet written
 
-    def open(self) -> StreamWriter:
-        """The reply's message from an earlier try (or model call), when there is one."""
+    def open(self, *, earlier_try: bool = True) -> StreamWriter:
+        """The reply's message from an earlier try (or model call), when there is one.
+        `earlier_try`: one may have posted it (read consistently); False: only a repeated run of
+        the execution could have (read eventually consistently)."""
         self.started = self.last_at = self._stop_checked = self.clock()
-        entry = self.rows.get(row_id(self.turn_id))
+        entry = self.rows.get(row_id(self.turn_id), consistent=earlier_try)
         if entry is not None and entry.status == "streaming" and entry.platform_message_id:
             self.message_id = entry.platform_message_id
             logger.info("streaming into the message posted before", extra={"turn_id": self.turn_id})
@@ -140,15 +152,14 @@ class StreamWriter:
             self._edit(view, now)
 
     def finish(self, answer: str) -> str | None:
-        """The model is done: the last edit (at the pace) to the answer's exact first chunk. The
-        job's `streamed` (SHOWN or PARTIAL), or None when nothing was posted."""
+        """The model is done: the last edit to the answer's exact first chunk, at once (see the
+        module's docstring). The job's `streamed` (SHOWN or PARTIAL), or None when nothing was posted."""
         if self.message_id is None:
             return None
         if self._unrecorded:  # the row's write failed at the first post: once more (raises if it fails)
             self._record(self.message_id, self.shown or "")
         view = shown_text(answer, self.limit)
         if view and view != self.shown and not self.closed and self.edits < self._budget:
-            self.sleep(max(0.0, self.last_at + self.pace.interval - self.clock()))
             self._edit(view, self.clock())
         metrics.add_metric(name="StreamEdits", unit=MetricUnit.Count, value=self.edits)
         return SHOWN if view and view == self.shown else PARTIAL
@@ -251,9 +262,10 @@ class StreamWriter:
         self.closed = self.closed or close
 
 
-def writer_for(turn: Turn, deps: TurnDeps, provider: Provider) -> StreamWriter | None:
+def writer_for(turn: Turn, deps: TurnDeps, provider: Provider, *, earlier_try: bool = True) -> StreamWriter | None:
     """The turn's stream, when it streams: a chat turn answering a message, on a platform whose
-    `streaming` is on and whose sender can edit, with a provider that streams."""
+    `streaming` is on and whose sender can edit, with a provider that streams. `earlier_try`: an
+    earlier try of this task, or an earlier model call of the turn, may have posted its message."""
     target, source = turn.reply_to, turn.source
     if turn.kind is not TurnKind.CHAT or source is None or target is None or not target.chat_id or not turn.session_key:
         return None
@@ -273,7 +285,9 @@ def writer_for(turn: Turn, deps: TurnDeps, provider: Provider) -> StreamWriter |
     control, session_key, turn_id = deps.control, str(turn.session_key), turn.turn_id
 
     def stopped() -> bool:
-        return control.state(session_key).stop_turn_id == turn_id
+        # eventually consistent (half a consistent read's price): a /stop seen a check later ends
+        # the stream 3 s later, and the answer's conditional write finds it in any case
+        return control.state(session_key, consistent=False).stop_turn_id == turn_id
 
     send_slot = deps.send_slot
 
@@ -293,7 +307,7 @@ def writer_for(turn: Turn, deps: TurnDeps, provider: Provider) -> StreamWriter |
         wall=deps.now,
         stopped=stopped,
         slot=slot,
-    ).open()
+    ).open(earlier_try=earlier_try)
 
 
 __all__ = ["PARTIAL", "SHOWN", "Pace", "StreamStopped", "StreamWriter", "pace_for", "writer_for"]
