@@ -713,7 +713,7 @@ def test_each_kind_of_file_is_fetched_once_kept_given_to_the_model_and_a_media_a
             assert "[File " in text_of(content) and document_text(platform) in text_of(content), (platform, content)
         if kind == "image":
             case.outbound(world)
-        assert world.client.gateway.wait_idle(timeout=20.0), platform
+        assert world.client.gateway.wait_idle(timeout=60.0), platform
         if kind == "image":  # the MEDIA line's file was fetched once, for this platform's answer
             assert world.host.paths().count("/cat.png") == served + 1
         assert fetched[kind]() == 1, (platform, kind, fetched[kind]())
