@@ -15,6 +15,11 @@ from constructs import Construct
 from hermes_gateway.resources import BucketSpec
 from infra.nag import acknowledge
 
+UPLOADS_PREFIX = "uploads/"
+# A forwarder posts a message again for up to a day (the catalog's retry window): its upload
+# outlives that by a day.
+UPLOADS_DAYS = 2
+
 
 class MediaBuckets(Construct):
     def __init__(
@@ -36,7 +41,15 @@ class MediaBuckets(Construct):
                         id="expire-media",
                         expiration=Duration.days(retention_days),
                         abort_incomplete_multipart_upload_after=Duration.days(1),
-                    )
+                    ),
+                    # A forwarder's uploads (platforms/mailbox.py upload_key) are read once, when
+                    # their message's turn keeps them under its session; what is left of them goes
+                    # soon (no session prefix names them, so a /forget could not find them).
+                    s3.LifecycleRule(
+                        id="expire-uploads",
+                        prefix=UPLOADS_PREFIX,
+                        expiration=Duration.days(min(UPLOADS_DAYS, retention_days)),
+                    ),
                 ],
                 # Users' files: kept when the stack is deleted (the lifecycle rule still empties it).
                 removal_policy=RemovalPolicy.RETAIN,

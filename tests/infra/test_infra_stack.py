@@ -366,6 +366,15 @@ def test_a_file_never_outlives_its_message_under_a_shorter_session_retention(tmp
     assert rule["ExpirationInDays"] == 7
 
 
+def test_a_forwarders_uploads_go_after_two_days(synthesized: Synthesized) -> None:
+    # (read once by their message's turn, which keeps them under the session a /forget reaches)
+    buckets = synthesized.of_type("AWS::S3::Bucket")
+    (media,) = [b for logical_id, b in buckets.items() if logical_id.startswith("Mediamedia")]
+    rules = {r["Id"]: r for r in media["Properties"]["LifecycleConfiguration"]["Rules"]}
+    assert rules["expire-uploads"]["Prefix"] == "uploads/" and rules["expire-uploads"]["ExpirationInDays"] == 2
+    assert rules["expire-uploads"]["Status"] == "Enabled"
+
+
 # --- IAM -------------------------------------------------------------------------------------------
 
 
