@@ -50,13 +50,20 @@ class Client:
         query = "&".join(f"{k}={v}" for k, v in filters.items())
         return self.request("GET", "/local/outbox" + (f"?{query}" if query else ""))[1]  # type: ignore[no-any-return]
 
-    def wait_outbox(self, count: int, timeout: float = 15.0, **filters: str) -> list[dict[str, Any]]:
+    def wait_outbox(
+        self, count: int, timeout: float = 15.0, settled: bool = False, **filters: str
+    ) -> list[dict[str, Any]]:
         """Until `count` rows are in the outbox, not counting busy notices: a message that comes
         while the previous turn is still finishing (its reply is out before its lease is given
-        back) gets one before its own answer, and which messages do is a matter of timing."""
+        back) gets one before its own answer, and which messages do is a matter of timing.
+        `settled`: and until none of them is still on its way (pending, sending, or streaming: a row
+        is written before its send and marked after the platform answered, so the platform may
+        have the message first)."""
         deadline = time.time() + timeout
         rows = self._answers(**filters)
-        while len(rows) < count and time.time() < deadline:
+        while time.time() < deadline and (
+            len(rows) < count or (settled and any(r["status"] in ("pending", "sending", "streaming") for r in rows))
+        ):
             time.sleep(0.1)
             rows = self._answers(**filters)
         return rows

@@ -90,7 +90,7 @@ def test_a_dm_is_answered_in_its_chat_threaded_to_the_message_once(world: World)
     assert reply["method"] == "private-api" and reply["selectedMessageGuid"] == event["data"]["guid"]
     assert reply["tempGuid"].startswith("temp-") and len(reply["tempGuid"]) == len("temp-") + 32
     # The outbox row is marked sent with the server's GUID of the message
-    [row] = world.client.wait_outbox(1, platform="bluebubbles", chat_id=urllib.parse.quote(DM_GUID))
+    [row] = world.client.wait_outbox(1, settled=True, platform="bluebubbles", chat_id=urllib.parse.quote(DM_GUID))
     assert (row["status"], row["platform_message_id"]) == ("sent", reply["guid"])
     # The same event again (the server never retries, but a restarted poller may repeat one)
     assert world.post(event) == (200, {"ok": True, "duplicate": True})

@@ -47,11 +47,7 @@ def mail(sender: str, subject: str, body: str, message_id: str, **headers: str) 
 
 def answers(client: Client, count: int, timeout: float = 20.0) -> list[dict[str, Any]]:
     """The e-mail rows of the outbox once `count` of them are sent (a row is recorded before its send)."""
-    deadline = time.time() + timeout
-    rows = client.wait_outbox(count, timeout=timeout, platform="email")
-    while any(r["status"] in ("pending", "sending") for r in rows) and time.time() < deadline:
-        time.sleep(0.1)
-        rows = client.wait_outbox(count, timeout=1, platform="email")
+    rows = client.wait_outbox(count, timeout=timeout, settled=True, platform="email")
     assert len(rows) >= count and all(r["status"] == "sent" for r in rows), rows
     return rows
 

@@ -3,7 +3,6 @@ agent function): one message, edited in place to the exact answer, its outbox ro
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
@@ -27,11 +26,7 @@ def test_a_slow_answer_streams_into_one_telegram_message(
         TELEGRAM_STREAMING_EDIT_INTERVAL="0.3",
     )
     assert client.telegram(telegram_update(8101, QUESTION))[0] == 200
-    rows = client.wait_outbox(1)
-    deadline = time.time() + 15
-    while rows[0]["status"] != "sent" and time.time() < deadline:
-        time.sleep(0.1)
-        rows = client.outbox()
+    rows = client.wait_outbox(1, settled=True)
 
     assert len(fake_telegram.sent) == 1  # posted once: the Deliver state only completed it
     assert fake_telegram.text_of(1) == f"Echo: {QUESTION}"
