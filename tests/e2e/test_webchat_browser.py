@@ -298,7 +298,7 @@ def test_a_streamed_answer_grows_in_the_page_and_its_row_ends_with_the_answer(
     expect(tab.locator(".msg.bot")).to_have_count(1)
     expect(tab.locator(".msg.bot.streaming")).to_have_count(0)  # done: no cursor
     # And the outbox row holds the whole answer, not its first words
-    (row,) = client.outbox(platform="webchat")
+    (row,) = client.wait_outbox(1, settled=True, platform="webchat")
     assert (row["text"], row["status"]) == (final, "sent")
 
 
