@@ -91,6 +91,10 @@ SET_UP = {"voice": "/voice off", "voice_reply": "/voice auto"}
 # billed (a 4,096-character text about 0.06 USD); Amazon Polly: 4 (standard), 16 (neural). Recorded
 # 2026-12-06 from the providers' pricing pages as the project's notes quote them: check before quoting.
 SPEECH_USD_PER_MILLION_CHARACTERS = 15.0
+# Amazon Polly (`tts.provider: polly`), by engine, USD per million characters (aws.amazon.com/polly/
+# pricing, as recorded 2026-12-06): an AWS charge, reported beside the other provider's for the same
+# measured characters (the AWS side of a spoken answer is the same request, to Polly instead).
+POLLY_USD_PER_MILLION_CHARACTERS = {"standard": 4.0, "neural": 16.0, "generative": 30.0, "long-form": 100.0}
 
 
 def _bytes(head: bytes, size: int, tail: bytes = b"") -> bytes:
@@ -515,6 +519,9 @@ def speech_cost(spoken: dict[str, list[int]]) -> dict[str, Any]:
                 "answers_spoken": len(lengths),
                 "characters_per_answer": round(characters),
                 "speech_usd_per_million_messages": round(characters * SPEECH_USD_PER_MILLION_CHARACTERS, 2),
+                "polly_usd_per_million_messages": {
+                    engine: round(characters * price, 2) for engine, price in POLLY_USD_PER_MILLION_CHARACTERS.items()
+                },
             }
     return out
 

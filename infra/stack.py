@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from aws_cdk import Aws, CfnOutput, Stack, Tags
@@ -41,7 +41,7 @@ from infra.capabilities.api import WebhookApi
 from infra.capabilities.dashboard import OperationsDashboard
 from infra.capabilities.data import DataTables
 from infra.capabilities.email import MailReceiving
-from infra.capabilities.functions import GatewayFunctions, GrantTargets, environment_size
+from infra.capabilities.functions import GatewayFunction, GatewayFunctions, GrantTargets, environment_size
 from infra.capabilities.layer import CommonLayer
 from infra.capabilities.media import MediaBuckets
 from infra.capabilities.observability import ObservabilityPlan
@@ -109,6 +109,15 @@ def check_output_keys(keys: Sequence[str]) -> None:
         )
 
 
+def grant_speech(settings: Settings, functions: Iterable[GatewayFunction]) -> None:
+    """Amazon Polly speaks for the functions that deliver a spoken answer (those holding the speech
+    API's key for the other provider), once any profile chooses it (`tts.provider: polly`)."""
+    if any(p.tts.provider == "polly" for p in settings.all_profiles()):
+        for gateway_function in functions:
+            if "TTS_API_KEY" in gateway_function.spec.secrets:
+                gateway_function.grant_speech()
+
+
 class HermesGatewayStack(Stack):
     def __init__(
         self,
@@ -164,6 +173,7 @@ class HermesGatewayStack(Stack):
         # Each profile may use its own model; a model several profiles share is granted once.
         for provider in {(p.provider.name, p.provider.model): p.provider for p in settings.all_profiles()}.values():
             functions.by_name[MODEL_FUNCTION].grant_model(provider)
+        grant_speech(settings, functions.by_name.values())
         lambdas = {name: f.function for name, f in functions.by_name.items()}
         workflow = TurnWorkflow(
             self,

@@ -397,6 +397,16 @@ class GatewayFunction(Construct):
             "serves the model from several regions.",
         )
 
+    def grant_speech(self) -> None:
+        """Amazon Polly (`tts.provider: polly`): SynthesizeSpeech, which names no resource of the
+        account unless a lexicon is used (the gateway uses none), so its resource is "*"."""
+        self.role.add_to_principal_policy(iam.PolicyStatement(actions=["polly:SynthesizeSpeech"], resources=["*"]))
+        acknowledge(
+            self.role,
+            "IAM5[Resource::*]",
+            "polly:SynthesizeSpeech only: the action has no resource of the account to name (no lexicons are used).",
+        )
+
     def _grant_secrets(self, prefix: str, named_profiles: Mapping[str, Iterable[PlatformSpec]]) -> None:
         """GetParameter on exactly the function's own secrets, and the named profiles' values of them
         (`secret_parameters`); the parameters are written by the CLI."""

@@ -154,6 +154,11 @@ class Functions:
             metrics.clear_metrics()
 
 
+# Amazon Polly's endpoint (botocore reads it before AWS_ENDPOINT_URL): local mode's moto synthesizes
+# no Ogg/Opus, so `tts.provider: polly` speaks locally only through a server this names.
+POLLY_ENDPOINT_ENV = "AWS_ENDPOINT_URL_POLLY"
+
+
 def local_settings_env(config_path: Path | None, environ: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     """Settings for local mode as environment variables, plus notices to print at start-up.
 
@@ -186,6 +191,11 @@ def local_settings_env(config_path: Path | None, environ: dict[str, str]) -> tup
             "(set TELEGRAM_ALLOWED_USERS, EMAIL_ALLOWED_USERS or GATEWAY_ALLOWED_USERS to restrict)"
         )
     settings: Settings = load_settings(env=env, config=config, source=source)
+    if not environ.get(POLLY_ENDPOINT_ENV) and any(p.tts.provider == "polly" for p in settings.all_profiles()):
+        notices.append(
+            "tts.provider polly: local mode's AWS cannot speak (moto has no Ogg/Opus voices), so answers "
+            f"go as text with a note; set {POLLY_ENDPOINT_ENV} to a Polly-compatible server, or use provider openai"
+        )
     return settings_env(settings), notices
 
 
@@ -350,7 +360,7 @@ class LocalGateway:
             **{
                 k: v
                 for k, v in self.base_environ.items()
-                if k in (LOCAL_STATE_ENV, wiring.LOCAL_OUTBOX_PREVIEW_ENV, STREAM_DELAY_ENV)
+                if k in (LOCAL_STATE_ENV, wiring.LOCAL_OUTBOX_PREVIEW_ENV, STREAM_DELAY_ENV, POLLY_ENDPOINT_ENV)
             },
             "POWERTOOLS_METRICS_DISABLED": "true",
             "POWERTOOLS_SERVICE_NAME": "hermes-gateway",

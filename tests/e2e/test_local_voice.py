@@ -1,10 +1,13 @@
 """Spoken replies through local mode (BEHAVIOUR §6a, §9): a voice note in, a voice note out, on
 Telegram and WhatsApp against their fakes, with a fake model and one fake speech server on loopback
-that both transcribes and speaks; `/voice off` stops it.
+that both transcribes and speaks; `/voice off` stops it. Each test runs twice: speaking through the
+OpenAI-compatible API, and through Amazon Polly (`tts.provider: polly`; botocore pointed at the fake
+by AWS_ENDPOINT_URL_POLLY, local mode's other AWS calls at its moto).
 
 Telegram answers with `sendVoice`, the answer's text its caption; WhatsApp with the text, then a
 voice message (`voice: true`) of the audio uploaded as Ogg/Opus. The speech server is asked once per
-answer, with `response_format: opus`, and the answer stays in the transcript as text.
+answer, for Ogg/Opus (`response_format: opus`, Polly's `ogg_opus`), and the answer stays in the
+transcript as text.
 """
 
 from __future__ import annotations
@@ -40,6 +43,15 @@ class World:
     speech: FakeSpeech
     telegram: MediaTelegram
     whatsapp: FakeApi
+    provider: str
+
+    def spoken(self) -> list[str]:
+        """The texts the speech service was asked to speak, in order, each asked for Ogg/Opus."""
+        if self.provider == "polly":
+            assert all(asked["OutputFormat"] == "ogg_opus" for asked in self.speech.polly)
+            return [asked["Text"] for asked in self.speech.polly]
+        assert all(asked["response_format"] == "opus" for asked in self.speech.spoken)
+        return [asked["input"] for asked in self.speech.spoken]
 
     def send(self, signer: Any, n: int, body: dict[str, Any]) -> None:
         host = self.client.gateway.url.removeprefix("http://")
@@ -48,8 +60,9 @@ class World:
         assert status == 200, (status, answer)
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+@pytest.fixture(scope="module", params=["openai", "polly"])
+def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    provider: str = request.param
     keys = Keys.generate()
     openai, speech, telegram = FakeOpenAI(), FakeSpeech(text=HEARD, voice=SPOKEN), MediaTelegram()
     whatsapp = FakeApi(fallback=ScriptedAnswer(200, {"messaging_product": "whatsapp", "messages": [{"id": "wamid.o"}]}))
@@ -66,8 +79,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         "OPENAI_BASE_URL": openai.base_url,
         "STT_BASE_URL": speech.base_url,
         "GATEWAY_STT_ECHO_TRANSCRIPTS": "false",
-        "GATEWAY_TTS_PROVIDER": "openai",
+        "GATEWAY_TTS_PROVIDER": provider,
         "TTS_BASE_URL": speech.base_url,
+        "AWS_ENDPOINT_URL_POLLY": speech.polly_url,
         "TELEGRAM_BOT_TOKEN": telegram.token,
         "TELEGRAM_API_BASE_URL": telegram.base_url,
         "TELEGRAM_STREAMING": "false",  # the answer as one voice note with its caption (see the unit tests)
@@ -77,7 +91,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     }
     local = LocalGateway(port=0, environ=environ, tick_seconds=3600, poll_wait_seconds=1).start()
     try:
-        yield World(Client(local), keys, openai, speech, telegram, whatsapp)
+        yield World(Client(local), keys, openai, speech, telegram, whatsapp, provider)
     finally:
         local.wait_idle()
         local.stop()
@@ -121,8 +135,7 @@ def test_telegram_answers_a_voice_note_with_a_voice_note_until_voice_is_off(worl
     [(method, fields)] = wait_for(lambda: world.telegram.uploads("sendVoice"))
     assert method == "sendVoice" and fields["voice"].value == SPOKEN and fields["caption"].text == answer
     assert world.client.gateway.wait_idle(timeout=20.0)
-    [said] = world.speech.spoken
-    assert said["input"] == answer and said["response_format"] == "opus"
+    assert world.spoken() == [answer]
     assert world.telegram.sent == []  # one message: the voice note with its text
     row = [r for r in world.client.outbox(platform="telegram") if r.get("media")]
     assert [r["media"][0]["kind"] for r in row] == ["voice"]
@@ -134,12 +147,12 @@ def test_telegram_answers_a_voice_note_with_a_voice_note_until_voice_is_off(worl
 
     wait_for(lambda: [s for s in world.telegram.sent if s["text"] == "Six, again."])
     assert world.client.gateway.wait_idle(timeout=20.0)
-    assert len(world.telegram.uploads("sendVoice")) == 1 and len(world.speech.spoken) == 1  # nothing spoken
+    assert len(world.telegram.uploads("sendVoice")) == 1 and len(world.spoken()) == 1  # nothing spoken
 
 
 def test_whatsapp_answers_a_voice_note_with_its_text_and_a_voice_message(world: World) -> None:
     answer = "Every other evening."
-    spoken_before = len(world.speech.spoken)
+    spoken_before = len(world.spoken())
     world.openai.reply_next(answer)
     world.send(whatsapp_sign, 11, whatsapp_voice(world, 11))
 
@@ -152,5 +165,5 @@ def test_whatsapp_answers_a_voice_note_with_its_text_and_a_voice_message(world: 
     [upload] = world.whatsapp.to("/v21.0/555/media")
     uploaded = fields_of(upload)
     assert uploaded["file"].value == SPOKEN and uploaded["type"].text == "audio/ogg"
-    assert [s["input"] for s in world.speech.spoken[spoken_before:]] == [answer]
+    assert world.spoken()[spoken_before:] == [answer]
     assert world.client.gateway.wait_idle(timeout=20.0)

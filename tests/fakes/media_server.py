@@ -109,6 +109,12 @@ class FakeSpeech(LoopbackFake[Upload]):
     uploads: list[Upload] = field(default_factory=list)
     voice: bytes = b""  # what a synthesis answers (empty: a 2-second ogg_opus)
     spoken: list[dict[str, Any]] = field(default_factory=list)
+    polly: list[dict[str, Any]] = field(default_factory=list)  # Amazon Polly's SynthesizeSpeech requests
+
+    @property
+    def polly_url(self) -> str:
+        """The endpoint a Polly client is pointed at (AWS_ENDPOINT_URL_POLLY): `POST /v1/speech`."""
+        return self.base_url.removesuffix(self.url_suffix)
 
     def _receive(self, received: Received) -> Upload:
         if received.content_type == "application/json":
@@ -128,6 +134,10 @@ class FakeSpeech(LoopbackFake[Upload]):
         if request.path == "/v1/audio/speech" and isinstance(request.body, dict):
             self.spoken.append(request.body)
             return ScriptedAnswer(200, self.voice or ogg_opus(2.0, vendor=b"spoken"), {"Content-Type": "audio/ogg"})
+        if request.path == "/v1/speech" and isinstance(request.body, dict):
+            self.polly.append(request.body)
+            headers = {"Content-Type": "audio/ogg", "x-amzn-RequestCharacters": str(len(request.body.get("Text", "")))}
+            return ScriptedAnswer(200, self.voice or ogg_opus(2.0, vendor=b"polly"), headers)
         if request.path != "/v1/audio/transcriptions" or "file" not in request.fields:
             return ScriptedAnswer(400, {"error": {"message": "expected a multipart file"}})
         self.uploads.append(request)

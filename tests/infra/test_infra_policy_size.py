@@ -59,6 +59,7 @@ def largest_config() -> dict[str, Any]:
         "provider": bedrock(99),
         "platforms": EVERY_PLATFORM,
         "operations": {"observability": "full", "alarm_email": "ops@example.com"},
+        "tts": {"provider": "polly"},  # Amazon Polly's grant on the functions that speak
         "profiles": {
             profile_name(n): {"provider": bedrock(n), "platforms": PROFILE_PLATFORMS} for n in range(MAX_PROFILES)
         },

@@ -110,5 +110,11 @@ def test_a_spoken_answers_price_at_the_speech_api_is_kept_apart() -> None:
     found = speech_cost({"text": [], "voice_reply": [1500, 1000]})
     assert found == {
         "usd_per_million_characters": 15.0,
-        "voice_reply": {"answers_spoken": 2, "characters_per_answer": 1250, "speech_usd_per_million_messages": 18750.0},
-    }
+        "voice_reply": {
+            "answers_spoken": 2, "characters_per_answer": 1250, "speech_usd_per_million_messages": 18750.0,
+            # the same characters at Amazon Polly, by engine
+            "polly_usd_per_million_messages": {
+                "standard": 5000.0, "neural": 20000.0, "generative": 37500.0, "long-form": 125000.0,
+            },
+        },
+    }  # fmt: skip

@@ -204,6 +204,14 @@ def test_a_configured_allowlist_means_no_allow_all(environ: dict[str, str]) -> N
     assert notices == []
 
 
+def test_polly_in_local_mode_says_it_cannot_speak_unless_an_endpoint_is_named() -> None:
+    environ = {"GATEWAY_ALLOW_ALL_USERS": "true", "GATEWAY_TTS_PROVIDER": "polly"}
+    _, notices = local_settings_env(None, environ)
+    assert len(notices) == 1 and "tts.provider polly" in notices[0] and "AWS_ENDPOINT_URL_POLLY" in notices[0]
+    assert local_settings_env(None, {**environ, "AWS_ENDPOINT_URL_POLLY": "http://127.0.0.1:9"})[1] == []
+    assert local_settings_env(None, {**environ, "GATEWAY_TTS_PROVIDER": "openai"})[1] == []
+
+
 def test_the_allowlist_survives_into_the_function_environment() -> None:
     env, _ = local_settings_env(None, {"TELEGRAM_ALLOWED_USERS": "42, 43"})
 

@@ -423,6 +423,10 @@ def synthesizer(profile: str | None = None) -> Synthesizer | None:
     from hermes_gateway.providers.tts import OpenAISpeech
 
     chosen = profile_settings(profile)
+    if chosen.tts.provider == "polly":
+        from hermes_gateway.adapters.polly_speech import PollySpeech
+
+        return PollySpeech(chosen.tts.polly_voice, chosen.tts.polly_engine)
     if chosen.tts.provider != "openai":
         return None
     keys = secrets(profile)

@@ -47,6 +47,13 @@ def throttling_is_transient(what: str) -> Iterator[None]:
         raise
 
 
+def client_error(exc: Any) -> tuple[str, int, str]:
+    """A botocore ClientError's code, HTTP status (0: none) and message."""
+    error = exc.response.get("Error", {})
+    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    return str(error.get("Code", "")), status, str(error.get("Message", ""))
+
+
 def group_id_for(session_key: str) -> str:
     """The inbox partition of a session: its messages in order, sessions in parallel, no raw ids."""
     return hashlib.sha256(session_key.encode("utf-8")).hexdigest()[:40]

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
+from hermes_gateway.adapters.aws import client_error
 from hermes_gateway.errors import PermanentError, RateLimited, TransientError
 
 _RATE_LIMITED = ("TooManyRequestsException", "Throttling", "ThrottlingException")
@@ -61,11 +62,9 @@ class SesMailer:
 
 
 def _error(exc: Any) -> Exception:
-    error = exc.response.get("Error", {})
-    code = str(error.get("Code", ""))
-    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    code, status, message = client_error(exc)
     # SES's message says what is wrong (an unverified identity, a bad address); it holds no secret.
-    detail = f"ses: {code}: {str(error.get('Message', ''))[:200]}"
+    detail = f"ses: {code}: {message[:200]}"
     if code in _RATE_LIMITED or status == 429:
         return RateLimited(1.0, detail)
     if code in _QUOTA:

@@ -2,7 +2,8 @@
 
 Any OpenAI-compatible `POST {base}/audio/speech` (OpenAI, a local speech server): JSON `model`,
 `input`, `voice` and `response_format: "opus"`, answered with the audio itself, Ogg/Opus: the
-format Telegram and WhatsApp show as a voice note, so nothing is transcoded. The audio is written
+format Telegram and WhatsApp show as a voice note, so nothing is transcoded. (Amazon Polly, asked
+for `ogg_opus`, is adapters/polly_speech.py.) The audio is written
 to the caller's file as it arrives (a spooled file on its way to the media bucket). The key goes in
 a header and never appears in an error. No retries here: a failure leaves the answer as text, with
 a short note (services/speech.py).
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import BinaryIO, Protocol
 
 from hermes_gateway import http_pool
@@ -63,7 +65,7 @@ class OpenAISpeech:
                 if answer.status >= 300:
                     detail = server_message(answer.read(4096), self._api_key)
                     raise PermanentError(f"text to speech refused the text: HTTP {answer.status}: {detail}")
-                self._copy(answer, into, limit, deadline)
+                copy_audio(answer.read, into, limit, deadline)
         except http_pool.NoAnswer as exc:
             raise exc.transient("text to speech", self._scrub) from None
         except http_pool.Unsendable:
@@ -72,16 +74,17 @@ class OpenAISpeech:
             raise PermanentError("text to speech answered no audio")
         return SPEECH_MIME
 
-    @staticmethod
-    def _copy(answer: http_pool.Streamed, into: BinaryIO, limit: int, deadline: float | None) -> None:
-        written = 0
-        while chunk := answer.read(_CHUNK):
-            written += len(chunk)
-            if written > limit:
-                raise PermanentError(f"text to speech: the audio is over the limit of {limit / 1e6:.0f} MB")
-            if deadline is not None and time.monotonic() > deadline:
-                raise TransientError("text to speech: the audio did not arrive in the time the reply had")
-            into.write(chunk)
-
     def _scrub(self, text: str) -> str:
         return scrubbed(text, self._api_key)
+
+
+def copy_audio(read: Callable[[int], bytes], into: BinaryIO, limit: int, deadline: float | None) -> None:
+    """The audio as it arrives, into `into`: at most `limit` bytes, done by `deadline`."""
+    written = 0
+    while chunk := read(_CHUNK):
+        written += len(chunk)
+        if written > limit:
+            raise PermanentError(f"text to speech: the audio is over the limit of {limit / 1e6:.0f} MB")
+        if deadline is not None and time.monotonic() > deadline:
+            raise TransientError("text to speech: the audio did not arrive in the time the reply had")
+        into.write(chunk)

@@ -57,7 +57,9 @@ OBSERVABILITY_TIERS = ("minimal", "standard", "full")  # infra/capabilities/obse
 WEBHOOK_ENDPOINTS = ("http_api", "function_url")  # ingress.endpoint; infra/capabilities/api.py builds either
 UNAUTHORIZED_DM_MODES = ("", "pair", "ignore")
 STT_PROVIDERS = ("openai", "none")
-TTS_PROVIDERS = ("openai", "none")
+TTS_PROVIDERS = ("openai", "polly", "none")
+POLLY_ENGINES = ("standard", "neural", "long-form", "generative")
+POLLY_MAX_CHARS = 3000  # billed characters in one SynthesizeSpeech request (adapters/polly_speech.py)
 REPLY_TO_MODES = ("off", "first", "all")
 MODEL_CALL_LIMIT_SECONDS = 80  # the Respond task may run 85 s (infra/statemachines/turn.asl.json)
 TURN_LIMIT_SECONDS = 300  # an Express execution's longest run
@@ -465,15 +467,25 @@ class SttSettings(Section):
 
 @dataclass(frozen=True, kw_only=True)
 class TtsSettings(Section):
-    """`tts:` answers spoken as voice notes (OpenAI-compatible speech; each chat chooses with /voice)."""
+    """`tts:` answers spoken as voice notes (OpenAI-compatible speech or Amazon Polly; each chat
+    chooses with /voice)."""
 
     provider: str = setting(
         "GATEWAY_TTS_PROVIDER", text, "none",
-        "openai | none (none: no answer is spoken and /voice says so)",
+        "openai (an OpenAI-compatible /audio/speech) | polly (Amazon Polly in the deployment's region, no key) "
+        "| none (none: no answer is spoken and /voice says so)",
         check=one_of(TTS_PROVIDERS),
     )
-    model: str = setting("GATEWAY_TTS_MODEL", text, "gpt-4o-mini-tts", "the speech model")
-    voice: str = setting("GATEWAY_TTS_VOICE", text, "alloy", "the speech model's voice")
+    model: str = setting("GATEWAY_TTS_MODEL", text, "gpt-4o-mini-tts", "the speech model (provider openai)")
+    voice: str = setting("GATEWAY_TTS_VOICE", text, "alloy", "the speech model's voice (provider openai)")
+    polly_voice: str = setting(
+        "GATEWAY_TTS_POLLY_VOICE", text, "Joanna", "Polly's voice id (provider polly; it sets the language)",
+    )
+    polly_engine: str = setting(
+        "GATEWAY_TTS_POLLY_ENGINE", text, "neural",
+        "standard | neural | long-form | generative (provider polly; the voice must have it; prices differ)",
+        check=one_of(POLLY_ENGINES),
+    )
     base_url: str = setting(
         "TTS_BASE_URL", url, "", "the speech API's base URL (empty: provider.openai_base_url)",
         check=optional(http_url),
@@ -483,6 +495,10 @@ class TtsSettings(Section):
         "an answer's first characters that are spoken (cut at a sentence); the whole answer is sent as text too",
         check=between(100, 4096, why="the speech API takes 4096 characters at most"),
     )
+
+    def validate(self) -> None:
+        if self.provider == "polly" and self.max_chars > POLLY_MAX_CHARS:
+            raise Invalid("max_chars", f"must be at most {POLLY_MAX_CHARS} with provider polly (its limit a request)")
 
 
 @dataclass(frozen=True, kw_only=True)
