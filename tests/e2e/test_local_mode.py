@@ -97,11 +97,7 @@ def test_with_a_bot_token_the_reply_really_goes_to_the_bot_api(
 ) -> None:
     client = start_gateway(TELEGRAM_BOT_TOKEN=fake_telegram.token, TELEGRAM_API_BASE_URL=fake_telegram.base_url)
     assert client.telegram(telegram_update(8001, "ping"))[0] == 200
-    rows = client.wait_outbox(1)
-    deadline = time.time() + 10
-    while rows[0]["status"] in ("pending", "sending") and time.time() < deadline:
-        time.sleep(0.1)
-        rows = client.outbox()
+    rows = client.wait_outbox(1, settled=True)
     assert fake_telegram.sent[0]["chat_id"] in (99, "99") and fake_telegram.sent[0]["text"] == "Echo: ping"
     assert rows[0]["status"] == "sent" and rows[0]["platform_message_id"] == "1"
 
