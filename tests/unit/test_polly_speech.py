@@ -88,6 +88,18 @@ def test_polly_audio_over_the_limit_empty_or_late_is_refused(polly: FakeSpeech) 
     assert asked == 2  # the late one was never sent
 
 
+def test_a_slow_polly_is_given_up_by_the_replys_deadline_not_the_clients_timeout(polly: FakeSpeech) -> None:
+    synth = PollySpeech("Joanna", "neural", region="eu-west-1", endpoint_url=polly.polly_url, timeout=30)
+    polly.answer_next(200, SPOKEN, headers={"Content-Type": "audio/ogg"}, delay=4.0)
+    # 1.5 s left for the reply: the socket gives up after a second, not after the client's 30
+    with pytest.raises(TransientError, match="polly: ReadTimeoutError"):
+        synth.synthesize("hi", io.BytesIO(), limit=1_000_000, deadline=time.monotonic() + 1.5)
+    # with the whole timeout left, the same slow answer arrives
+    polly.answer_next(200, SPOKEN, headers={"Content-Type": "audio/ogg"}, delay=1.5)
+    into = io.BytesIO()
+    assert synth.synthesize("hi", into, limit=1_000_000) == "audio/ogg" and into.getvalue() == SPOKEN
+
+
 def test_polly_out_of_reach_is_transient(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDPOLLYTEST")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "polly-test")

@@ -2,10 +2,10 @@
 
 Any OpenAI-compatible `POST {base}/audio/speech` (OpenAI, a local speech server): JSON `model`,
 `input`, `voice` and `response_format: "opus"`, answered with the audio itself, Ogg/Opus: the
-format Telegram and WhatsApp show as a voice note, so nothing is transcoded. (Amazon Polly, asked
-for `ogg_opus`, is adapters/polly_speech.py.) The audio is written
-to the caller's file as it arrives (a spooled file on its way to the media bucket). The key goes in
-a header and never appears in an error. No retries here: a failure leaves the answer as text, with
+format Telegram and WhatsApp show as a voice note, so nothing is transcoded (Amazon Polly, asked
+for `ogg_opus`, is adapters/polly_speech.py). The audio is written to the caller's file as it
+arrives (a spooled file on its way to the media bucket). The key goes in a header and never
+appears in an error. No retries here: a failure leaves the answer as text, with
 a short note (services/speech.py).
 """
 
