@@ -492,7 +492,8 @@ class TtsSettings(Section):
     )
     max_chars: int = setting(
         "GATEWAY_TTS_MAX_CHARS", whole, 1500,
-        "an answer's first characters that are spoken (cut at a sentence); the whole answer is sent as text too",
+        "an answer's first characters that are spoken (cut at a sentence; at most 3000 with polly); the whole "
+        "answer is sent as text too",
         check=between(100, 4096, why="the speech API takes 4096 characters at most"),
     )
 
