@@ -19,20 +19,10 @@ from hermes_gateway.platforms.media import Fetched, MediaTooLarge, MediaUnavaila
 from hermes_gateway.services.turn.media import TRIES, Understood, describe, model_input, understand_rows
 from hermes_gateway.settings import load_settings
 from tests.fakes.media_server import minimal_pdf, ogg_opus, slow_pdf
+from tests.fakes.media_store import MemoryMedia
 from tests.fakes.workflow import definition
 
 VOICE = ogg_opus(3.0)
-
-
-class Bucket:
-    def __init__(self) -> None:
-        self.objects: dict[str, tuple[bytes, str]] = {}
-
-    def put(self, key: str, data: bytes, mime: str) -> None:
-        self.objects[key] = (data, mime)
-
-    def get(self, key: str) -> tuple[bytes, str] | None:
-        return self.objects.get(key)
 
 
 @dataclass
@@ -53,7 +43,7 @@ class Ears:
 class Deps:
     def __init__(self, files: dict[str, tuple[bytes, str]], ears: Ears | None = None, **env: str) -> None:
         self.settings = load_settings(env=env, config={})
-        self.media = Bucket()
+        self.media = MemoryMedia()
         self.fetched: list[str] = []
         self.notices: list[str] = []
         self.ears = ears or Ears()

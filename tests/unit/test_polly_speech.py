@@ -18,8 +18,8 @@ from hermes_gateway.services.delivery import deliver
 from hermes_gateway.services.speech import Speaking
 from hermes_gateway.settings import load_settings
 from tests.fakes.media_server import FakeSpeech, ogg_opus
+from tests.fakes.media_store import MemoryMedia
 from tests.fakes.telegram_server import FakeTelegram
-from tests.unit.test_media_outbound import MemoryMedia
 from tests.unit.test_voice import ANSWER, voice_deps, voice_job
 
 SPOKEN = ogg_opus(1.5, vendor=b"polly voice")

@@ -12,22 +12,9 @@ from hermes_gateway.platforms.media import Fetched
 from hermes_gateway.services.router import Access, route_message
 from tests.fakes.access import FakePairingStore
 from tests.fakes.engine import ALICE, Engine
+from tests.fakes.media_store import MemoryMedia
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
-
-
-class Bucket:
-    def __init__(self) -> None:
-        self.objects: dict[str, tuple[bytes, str]] = {}
-
-    def put(self, key: str, data: bytes, mime: str) -> None:
-        self.objects[key] = (data, mime)
-
-    def get(self, key: str) -> tuple[bytes, str] | None:
-        return self.objects.get(key)
-
-    def url(self, key: str, expires_seconds: int) -> str:
-        return f"https://bucket.example/{key}"
 
 
 def with_photo(engine: Engine, event: str, text: str = "what is this?") -> None:
@@ -39,7 +26,7 @@ def with_photo(engine: Engine, event: str, text: str = "what is this?") -> None:
 
 
 def test_a_message_with_a_file_is_fetched_by_the_prepare_media_task_before_the_model_is_asked() -> None:
-    engine, bucket, fetched_in = Engine(), Bucket(), list[str]()
+    engine, bucket, fetched_in = Engine(), MemoryMedia(), list[str]()
     running: list[str] = []
     engine.overrides.update(
         media=bucket,

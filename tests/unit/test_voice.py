@@ -30,12 +30,12 @@ from hermes_gateway.services.turn.jobs import reply_job
 from tests.fakes.access import FakePairingStore
 from tests.fakes.loopback import ScriptedAnswer
 from tests.fakes.media_server import FakeSpeech, ogg_opus
+from tests.fakes.media_store import MemoryMedia
 from tests.fakes.services import FakeDeliveryQueue, FakeEvents, FakeOutbox, FakeStarter, make_settings
 from tests.fakes.sessions import memory_stores
 from tests.fakes.telegram_server import FakeTelegram
 from tests.fakes.upload_server import FakeApi, fields_of
 from tests.unit.test_commands import Chat
-from tests.unit.test_media_outbound import MemoryMedia
 
 NOW = 1_764_400_000.0
 VOICE = Attachment("voice", mime="audio/ogg", ref={"file_id": "v1"})
